@@ -1,0 +1,448 @@
+#!/usr/bin/env python3
+"""Measurement campaign on MLX's CPU backend: tiny random-weight models of each family.
+
+Every run goes through ``mlxfit.measure.measure_run`` (mlx-lm's own model classes and its own
+``generate_step``) and is written as one JSON line to ``bench/results/cpu_measurements.jsonl``
+with the full config used. MLX's CPU backend counts bytes exactly, so these records are ground
+truth for the weights, the caches and the transients of MLX's CPU backend; see
+``bench/results/README.md`` for what carries over to Metal.
+
+    python bench/measure_cpu.py                 # the whole campaign (~5-10 min on 2 cores)
+    python bench/measure_cpu.py --only gemma3   # runs whose name contains "gemma3"
+    python bench/measure_cpu.py --list          # list the runs, measure nothing
+    python bench/measure_cpu.py --summary       # table of an existing results file
+
+float32 matmuls go through BLAS; if Debian's OpenBLAS is installed
+(``apt-get install libopenblas0-pthread``) the script re-executes itself with it preloaded, which
+is ~40x faster than the wheel's own BLAS and changes no memory figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_OUT = HERE / "results" / "cpu_measurements.jsonl"
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
+
+# --------------------------------------------------------------------------------------------
+# Tiny configs, one per family. Field names are those of the Hugging Face / mlx-lm config.json.
+# Every model has at least 2 layers with a cache after its first attention layer: prefill only
+# evaluates the caches, so the last layer's attention and MLP are never computed.
+# --------------------------------------------------------------------------------------------
+
+LLAMA64 = {
+    "model_type": "llama",
+    "hidden_size": 256,
+    "num_hidden_layers": 2,
+    "intermediate_size": 768,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "rms_norm_eps": 1e-5,
+    "vocab_size": 2000,
+    "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+}
+LLAMA128 = dict(LLAMA64, hidden_size=512, intermediate_size=1024, head_dim=128)
+LLAMA_WIDE = dict(
+    LLAMA64, hidden_size=1024, intermediate_size=4096, num_attention_heads=8, head_dim=128
+)
+QWEN3 = {
+    "model_type": "qwen3",
+    "hidden_size": 256,
+    "num_hidden_layers": 3,
+    "intermediate_size": 768,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 3000,
+    "max_position_embeddings": 40960,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": True,
+}
+GEMMA3 = {
+    "model_type": "gemma3_text",
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "intermediate_size": 768,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 1,
+    "head_dim": 64,
+    "query_pre_attn_scalar": 64,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 4000,
+    "sliding_window": 128,
+    "sliding_window_pattern": 2,
+    "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+}
+GPT_OSS = {
+    "model_type": "gpt_oss",
+    "num_hidden_layers": 4,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "vocab_size": 2000,
+    "rms_norm_eps": 1e-5,
+    "hidden_size": 256,
+    "intermediate_size": 256,
+    "head_dim": 64,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "sliding_window": 128,
+    "rope_theta": 150000,
+    "layer_types": ["sliding_attention", "full_attention"] * 2,
+}
+QWEN3_MOE = {
+    "model_type": "qwen3_moe",
+    "hidden_size": 256,
+    "num_hidden_layers": 3,
+    "intermediate_size": 768,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "moe_intermediate_size": 256,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 2000,
+    "rope_theta": 1000000.0,
+    "tie_word_embeddings": False,
+    "max_position_embeddings": 40960,
+    "norm_topk_prob": True,
+}
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3",
+    "vocab_size": 2000,
+    "hidden_size": 256,
+    "intermediate_size": 768,
+    "moe_intermediate_size": 128,
+    "num_hidden_layers": 3,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 4,
+    "n_shared_experts": 1,
+    "n_routed_experts": 8,
+    "routed_scaling_factor": 2.5,
+    "kv_lora_rank": 128,
+    "q_lora_rank": 192,
+    "qk_rope_head_dim": 64,
+    "v_head_dim": 64,
+    "qk_nope_head_dim": 64,
+    "topk_method": "noaux_tc",
+    "scoring_func": "sigmoid",
+    "norm_topk_prob": True,
+    "n_group": 1,
+    "topk_group": 1,
+    "num_experts_per_tok": 2,
+    "moe_layer_freq": 1,
+    "first_k_dense_replace": 1,
+    "max_position_embeddings": 8192,
+    "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+}
+QWEN3_NEXT = {
+    "model_type": "qwen3_next",
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2,
+    "linear_key_head_dim": 64,
+    "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4,
+    "num_experts": 8,
+    "num_experts_per_tok": 2,
+    "decoder_sparse_step": 1,
+    "shared_expert_intermediate_size": 256,
+    "mlp_only_layers": [],
+    "moe_intermediate_size": 128,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 2000,
+    "num_key_value_heads": 2,
+    "rope_theta": 10000000.0,
+    "partial_rotary_factor": 0.25,
+    "max_position_embeddings": 8192,
+    "head_dim": 64,
+    "full_attention_interval": 2,
+    "tie_word_embeddings": False,
+}
+NEMOTRON_H = {
+    "model_type": "nemotron_h",
+    "vocab_size": 2000,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "max_position_embeddings": 8192,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "attention_bias": False,
+    "mamba_num_heads": 8,
+    "mamba_head_dim": 32,
+    "mamba_proj_bias": False,
+    "ssm_state_size": 64,
+    "conv_kernel": 4,
+    "n_groups": 2,
+    "mlp_bias": False,
+    "layer_norm_epsilon": 1e-5,
+    "use_bias": False,
+    "use_conv_bias": True,
+    "hybrid_override_pattern": ["M", "*", "M", "-"],
+    "num_hidden_layers": 4,
+    "rope_theta": 10000.0,
+}
+GRANITE_HYBRID = {
+    "model_type": "granitemoehybrid",
+    "vocab_size": 2000,
+    "hidden_size": 256,
+    "intermediate_size": 512,
+    "num_hidden_layers": 4,
+    "max_position_embeddings": 8192,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "attention_bias": False,
+    "embedding_multiplier": 12.0,
+    "attention_multiplier": 0.015625,
+    "logits_scaling": 4.0,
+    "residual_multiplier": 0.22,
+    "layer_types": ["mamba", "attention", "mamba", "mamba"],
+    "rms_norm_eps": 1e-5,
+    "num_local_experts": 4,
+    "num_experts_per_tok": 2,
+    "shared_intermediate_size": 512,
+    "mamba_n_heads": 8,
+    "mamba_d_head": 32,
+    "mamba_proj_bias": False,
+    "mamba_d_state": 64,
+    "mamba_d_conv": 4,
+    "mamba_n_groups": 1,
+    "mamba_conv_bias": True,
+    "position_embedding_type": "rope",
+    "tie_word_embeddings": True,
+}
+
+KV8 = {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 0}
+
+
+def _q4(config: dict) -> dict:
+    return dict(config, quantization={"group_size": 64, "bits": 4})
+
+
+def campaign() -> list[dict]:
+    """The runs: dicts with group, name, config, ctx and measure_run keyword arguments."""
+    runs: list[dict] = []
+
+    def add(group, name, config, ctx, **kw):
+        tag = "_".join(f"{k}{v}" for k, v in sorted(kw.items()) if k != "quantized_kv_start")
+        full = f"{group}/{name}/ctx{ctx}" + (f"/{tag}" if tag else "")
+        runs.append({"group": group, "name": full, "config": config, "ctx": ctx, "kw": kw})
+
+    # Families: contexts crossing 256-token steps and (where relevant) the 128-token window.
+    for ctx in (300, 1000, 2100):
+        for step in (2048, 512, 256):
+            add("family", "llama_hd64", LLAMA64, ctx, prefill_step_size=step)
+    add("family", "llama_hd64", LLAMA64, 300, prefill_step_size=512, **KV8)
+    add("family", "llama_hd64", LLAMA64, 2100, prefill_step_size=512, **KV8)
+    add("family", "llama_hd64", LLAMA64, 2100, prefill_step_size=2048, **KV8)
+    for ctx in (300, 1000, 2100):
+        add("family", "llama_hd128", LLAMA128, ctx, prefill_step_size=2048)
+    add("family", "llama_hd128", LLAMA128, 2100, prefill_step_size=512)
+    add("family", "llama_hd128", LLAMA128, 2100, prefill_step_size=512, **KV8)
+    for ctx in (300, 1100, 2100):
+        add("family", "qwen3", QWEN3, ctx, prefill_step_size=2048)
+    add("family", "qwen3", QWEN3, 2100, prefill_step_size=256)
+    add("family", "qwen3", QWEN3, 2100, prefill_step_size=2048, **KV8)
+    for ctx in (100, 300, 1100, 2100):
+        add("family", "gemma3_text", GEMMA3, ctx, prefill_step_size=2048)
+    add("family", "gemma3_text", GEMMA3, 1100, prefill_step_size=256)
+    add("family", "gemma3_text", GEMMA3, 2100, prefill_step_size=512)
+    add("family", "gemma3_text", GEMMA3, 1100, prefill_step_size=512, **KV8)  # expected error
+    for ctx in (100, 300, 1100, 2100):
+        add("family", "gpt_oss", GPT_OSS, ctx, prefill_step_size=2048)
+    add("family", "gpt_oss", GPT_OSS, 2100, prefill_step_size=256)
+    for ctx in (300, 1100, 2100):
+        add("family", "qwen3_moe", QWEN3_MOE, ctx, prefill_step_size=2048)
+    add("family", "qwen3_moe", QWEN3_MOE, 2100, prefill_step_size=512)
+    add("family", "qwen3_moe", QWEN3_MOE, 1100, prefill_step_size=2048, **KV8)
+    for ctx in (300, 1100, 2100):
+        add("family", "deepseek_v3", DEEPSEEK_V3, ctx, prefill_step_size=2048)
+    add("family", "deepseek_v3", DEEPSEEK_V3, 2100, prefill_step_size=256)
+    add("family", "deepseek_v3", DEEPSEEK_V3, 1100, prefill_step_size=512, **KV8)
+    for ctx in (300, 1100, 2100):
+        add("family", "qwen3_next", QWEN3_NEXT, ctx, prefill_step_size=2048)
+    add("family", "qwen3_next", QWEN3_NEXT, 2100, prefill_step_size=256)
+    add("family", "qwen3_next", QWEN3_NEXT, 1100, prefill_step_size=2048, **KV8)
+    for ctx in (300, 1100, 2100):
+        add("family", "nemotron_h", NEMOTRON_H, ctx, prefill_step_size=2048)
+    add("family", "nemotron_h", NEMOTRON_H, 2100, prefill_step_size=256)
+    add("family", "nemotron_h", NEMOTRON_H, 2100, prefill_step_size=512)
+    for ctx in (300, 1100, 2100):
+        add("family", "granitemoehybrid", GRANITE_HYBRID, ctx, prefill_step_size=2048)
+    add("family", "granitemoehybrid", GRANITE_HYBRID, 2100, prefill_step_size=512)
+
+    # bf16 and quantized weights (no BLAS for these: kept short).
+    add("bf16", "llama_hd64", LLAMA64, 1000, prefill_step_size=2048, dtype="bfloat16")
+    add("bf16", "llama_hd64", LLAMA64, 2100, prefill_step_size=2048, dtype="bfloat16")
+    add("bf16", "llama_hd64", LLAMA64, 2100, prefill_step_size=512, dtype="bfloat16")
+    add("bf16", "llama_hd64", LLAMA64, 2100, prefill_step_size=512, dtype="bfloat16", **KV8)
+    add("bf16", "qwen3_moe", QWEN3_MOE, 1100, prefill_step_size=2048, dtype="bfloat16")
+    add("bf16", "gemma3_text", GEMMA3, 1100, prefill_step_size=2048, dtype="bfloat16")
+    add("bf16", "deepseek_v3", DEEPSEEK_V3, 1100, prefill_step_size=2048, dtype="bfloat16")
+    add("q4", "llama_hd64_q4", _q4(LLAMA64), 1100, prefill_step_size=512, dtype="bfloat16")
+    add("q4", "llama_hd64_q4", _q4(LLAMA64), 2100, prefill_step_size=2048, dtype="float32")
+    add("q4", "qwen3_moe_q4", _q4(QWEN3_MOE), 1100, prefill_step_size=2048, dtype="float32")
+
+    # A wide llama: how the non-attention transient scales with the widths.
+    for ctx in (1100, 2100):
+        add("wide", "llama_wide", LLAMA_WIDE, ctx, prefill_step_size=2048)
+    add("wide", "llama_wide", LLAMA_WIDE, 2100, prefill_step_size=512)
+
+    # Chunk sweep at 4096: the per-chunk-token transient.
+    for step in (256, 512, 1024, 2048):
+        add("chunk", "llama_hd64", LLAMA64, 4096, prefill_step_size=step)
+    for step in (512, 2048):
+        add("chunk", "qwen3_moe", QWEN3_MOE, 4096, prefill_step_size=step)
+        add("chunk", "nemotron_h", NEMOTRON_H, 4096, prefill_step_size=step)
+
+    # Width probes (llama): one dimension at a time, for the activation coefficients.
+    probes = {
+        "i1536": dict(LLAMA64, intermediate_size=1536),
+        "i3072": dict(LLAMA64, intermediate_size=3072),
+        "h512": dict(LLAMA64, hidden_size=512),
+        "h1024": dict(LLAMA64, hidden_size=1024),
+        "nh8": dict(LLAMA64, num_attention_heads=8),
+        "nh16": dict(LLAMA64, num_attention_heads=16),
+        "kv1": dict(LLAMA64, num_key_value_heads=1),
+        "kv4": dict(LLAMA64, num_key_value_heads=4),
+        "hd128": dict(LLAMA64, head_dim=128),
+        "L4": dict(LLAMA64, num_hidden_layers=4),
+        "L1": dict(LLAMA64, num_hidden_layers=1),
+        "v32k": dict(LLAMA64, vocab_size=32000),
+    }
+    for tag, cfg in probes.items():
+        for ctx, step in ((2100, 2048), (4096, 2048), (4096, 512)):
+            add("probe", f"llama_{tag}", cfg, ctx, prefill_step_size=step)
+
+    # Decode and cache rules: growth past a 256 step while decoding, --max-kv-size.
+    add("decode", "llama_hd64", LLAMA64, 2100, prefill_step_size=2048, gen_tokens=100)
+    add("decode", "llama_hd64", LLAMA64, 2100, prefill_step_size=512, gen_tokens=300, **KV8)
+    add("decode", "llama_hd64", LLAMA64, 2100, prefill_step_size=512, max_kv_size=512)
+    add("decode", "gemma3_text", GEMMA3, 1100, prefill_step_size=512, gen_tokens=40)
+    add("decode", "qwen3_next", QWEN3_NEXT, 1100, prefill_step_size=2048, gen_tokens=40)
+    return runs
+
+
+def _maybe_reexec_with_openblas(args) -> None:
+    if args.no_openblas or os.environ.get("MLXFIT_BENCH_CHILD") == "1":
+        return
+    if OPENBLAS in os.environ.get("LD_PRELOAD", "") or not os.path.exists(OPENBLAS):
+        return
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = (OPENBLAS + " " + env.get("LD_PRELOAD", "")).strip()
+    env["MLXFIT_BENCH_CHILD"] = "1"
+    os.execve(sys.executable, [sys.executable, *sys.argv], env)
+
+
+def _mb(x) -> str:
+    return "-" if x is None else f"{x / 1e6:.2f}"
+
+
+def _transient(rec: dict) -> dict:
+    """Transient at the peak: peak - weights - the caches' bytes at that moment.
+
+    For a prefill peak, the caches at that moment are those after the peak chunk (they reach their
+    new capacity within the chunk: full attention rounded up to 256 tokens, rotating caches at
+    window - 1 + chunk). For a decode peak, the caches at the end of the run.
+    """
+    weights = rec["active_after_load_bytes"]
+    best = None
+    for c in rec["chunks"]:
+        t = c["peak_bytes"] - weights - c["cache_bytes_after"]
+        if best is None or c["peak_bytes"] > best["peak"]:
+            best = {"peak": c["peak_bytes"], "cache": c["cache_bytes_after"], "transient": t,
+                    "chunk": c["tokens"], "keys": c["processed"], "phase": "prefill"}
+    if rec["decode_peak_bytes"] > best["peak"]:
+        best = {"peak": rec["decode_peak_bytes"], "cache": rec["cache_bytes_end"],
+                "transient": rec["decode_peak_bytes"] - weights - rec["cache_bytes_end"],
+                "chunk": 1, "keys": rec["ctx"], "phase": "decode"}
+    return best
+
+
+def summarize(path: Path) -> None:
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    hdr = (f"{'run':58s} {'peak MB':>8s} {'wts MB':>7s} {'cache MB':>8s} {'trans MB':>8s} "
+           f"{'B/chunk tok':>11s} {'phase':>7s} {'pf tok/s':>8s}")
+    print(hdr)
+    for r in rows:
+        if "error" in r:
+            print(f"{r['name']:58s} ERROR {r['error'][:60]}")
+            continue
+        b = _transient(r)
+        per_tok = b["transient"] / b["chunk"]
+        print(f"{r['name']:58s} {_mb(r['peak_bytes']):>8s} {_mb(r['active_after_load_bytes']):>7s} "
+              f"{_mb(b['cache']):>8s} {_mb(b['transient']):>8s} {per_tok:11.0f} {b['phase']:>7s} "
+              f"{r['prefill_tok_s'] or 0:8.0f}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    ap.add_argument("--only", action="append", default=[], help="substring of run names")
+    ap.add_argument("--list", action="store_true", help="list the runs and exit")
+    ap.add_argument("--append", action="store_true", help="append instead of overwriting")
+    ap.add_argument("--summary", action="store_true", help="print a table of --out and exit")
+    ap.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS")
+    args = ap.parse_args(argv)
+
+    if args.summary:
+        summarize(args.out)
+        return 0
+    runs = [r for r in campaign() if not args.only or any(s in r["name"] for s in args.only)]
+    if args.list:
+        for r in runs:
+            print(r["name"])
+        print(f"{len(runs)} runs")
+        return 0
+    _maybe_reexec_with_openblas(args)
+
+    sys.path.insert(0, str(REPO / "src"))
+    from mlxfit.measure import measure_run
+
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    t_start = time.perf_counter()
+    with open(args.out, "a" if args.append else "w") as fh:
+        for i, run in enumerate(runs, 1):
+            t0 = time.perf_counter()
+            base = {"name": run["name"], "group": run["group"]}
+            try:
+                rec = measure_run(run["config"], run["ctx"], **run["kw"])
+                rec = {**base, **rec}
+                status = (f"peak {_mb(rec['peak_bytes'])} MB, weights "
+                          f"{_mb(rec['active_after_load_bytes'])} MB, cache "
+                          f"{_mb(rec['cache_bytes_end'])} MB")
+            except Exception as e:  # noqa: BLE001 - an mlx-lm failure is a result too
+                rec = {**base, "config": run["config"], "ctx": run["ctx"], **run["kw"],
+                       "error": f"{type(e).__name__}: {e}"}
+                status = "ERROR " + rec["error"][:100]
+            rec["wall_seconds"] = time.perf_counter() - t0
+            fh.write(json.dumps(rec) + "\n")
+            fh.flush()
+            print(f"[{i:3d}/{len(runs)} {time.perf_counter() - t_start:6.1f}s] "
+                  f"{run['name']}: {status}", flush=True)
+            gc.collect()
+    print(f"done: {len(runs)} runs in {time.perf_counter() - t_start:.1f}s -> {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

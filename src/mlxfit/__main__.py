@@ -1,0 +1,3 @@
+from mlxfit.cli import main
+
+main()

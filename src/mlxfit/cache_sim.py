@@ -1,0 +1,121 @@
+"""How many tokens each mlx-lm cache class has allocated at a point of a generation.
+
+Pure arithmetic over mlx_lm/models/cache.py (mlx-lm 0.32) and generate_step's schedule:
+the first P-1 prompt tokens go through the model in chunks of ``prefill_step_size``, the last
+prompt token and every generated token one at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+STEP = 256  # KVCache.step / QuantizedKVCache.step / RotatingKVCache.step
+
+
+def _ceil_to(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A generation of ``ctx`` tokens: prompt ``ctx - gen`` then ``gen`` decode steps."""
+
+    ctx: int
+    gen: int
+    chunk: int
+
+    @property
+    def prompt(self) -> int:
+        return max(self.ctx - self.gen, 1)
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Tokens processed in chunks (P-1: the last prompt token goes through _step)."""
+        return self.prompt - 1
+
+    def chunks(self) -> tuple[int, int, int]:
+        """(number of full chunks, size of the last chunk, number of chunks)."""
+        p = self.prefill_tokens
+        if p <= 0:
+            return 0, 0, 0
+        full, rest = divmod(p, self.chunk)
+        if rest == 0:
+            return full, self.chunk, full
+        return full, rest, full + 1
+
+
+def kv_capacity_after_updates(sizes: list[int]) -> int:
+    """KVCache capacity after updates of the given sizes (a cache trims to its offset, then
+    appends ceil(k/256)*256 slots, whenever an update overflows it)."""
+    cap = off = 0
+    for k in sizes:
+        if off + k > cap:
+            if off % STEP:
+                cap = off
+            cap += _ceil_to(k, STEP)
+        off += k
+    return cap
+
+
+def full_capacity_prefill(s: Schedule, n_chunks: int) -> int:
+    """KVCache capacity right after the ``n_chunks``-th prefill chunk."""
+    full, last, total = s.chunks()
+    n_chunks = min(n_chunks, total)
+    if n_chunks <= 0:
+        return 0
+    n_full = min(n_chunks, full)
+    if s.chunk % STEP == 0:
+        cap = n_full * s.chunk
+        if n_chunks > full:  # the short last chunk
+            cap += _ceil_to(last, STEP)
+        return cap
+    sizes = [s.chunk] * n_full + ([last] if n_chunks > full else [])
+    return kv_capacity_after_updates(sizes)
+
+
+def full_capacity_final(s: Schedule, tokens: int | None = None) -> int:
+    """KVCache capacity once it holds ``tokens`` (default: the whole context) after prefill."""
+    tokens = s.ctx if tokens is None else tokens
+    _, _, total = s.chunks()
+    cap = full_capacity_prefill(s, total)
+    off = s.prefill_tokens if total else 0
+    if tokens <= off:
+        return cap
+    # Single-token updates: when full, trim to the offset and append one 256 step.
+    if tokens > cap:
+        cap = cap + _ceil_to(tokens - cap, STEP)
+    return cap
+
+
+def rotating_size_prefill(s: Schedule, window: int, n_chunks: int) -> int:
+    """RotatingKVCache length after the n-th prefill chunk: a multi-token update keeps the
+    last window-1 tokens it holds and appends the whole chunk, so the length is
+    min(tokens before this chunk, window-1) + chunk."""
+    full, last, total = s.chunks()
+    n_chunks = min(n_chunks, total)
+    if n_chunks <= 0:
+        return 0
+    before = (n_chunks - 1) * s.chunk  # every chunk but possibly the last is full
+    this = s.chunk if n_chunks <= full else last
+    return min(before, window - 1) + this
+
+
+def rotating_size_final(s: Schedule, window: int, tokens: int | None = None) -> int:
+    """RotatingKVCache length once single-token steps have run: trimmed back to the window,
+    or grown in 256-token steps (capped at the window) while the context is shorter."""
+    tokens = s.ctx if tokens is None else tokens
+    _, _, total = s.chunks()
+    size = rotating_size_prefill(s, window, total)
+    if tokens <= s.prefill_tokens:
+        return size
+    if size >= window:
+        return window
+    if tokens <= size:
+        return size
+    return min(window, size + _ceil_to(tokens - size, STEP))
+
+
+def chunked_tokens(full_tokens: int, chunk_size: int, update: int) -> int:
+    """ChunkedKVCache (Llama 4 local layers): at most attention_chunk_size tokens are kept, plus
+    the update being appended, in 256-token steps."""
+    return min(full_tokens, _ceil_to(chunk_size + update, STEP))

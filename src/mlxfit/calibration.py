@@ -1,0 +1,96 @@
+"""The calibration constants: calibration.toml shipped with the package, optionally overridden
+by a user file (~/.config/mlxfit/calibration.toml). Pure data; loading is at the edge."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from mlxfit.errors import MlxfitError
+from mlxfit.resources import data_path
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Transient-memory constants of one MLX backend (see calibration.toml for sources)."""
+
+    fused_prefill_head_dims: tuple[int, ...]
+    fused_decode_head_dims: tuple[int, ...]
+    score_arrays: float
+    sink_score_arrays: float
+    act_hidden: float
+    act_mixer: float
+    act_mlp: float
+    act_fixed_per_token: float
+    growth_copy_layers: float
+    base_bytes: float
+
+
+@dataclass(frozen=True)
+class Decode:
+    eta: float
+    fixed_s: float
+    per_layer_s: float
+    per_moe_layer_s: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    backends: dict[str, Backend]
+    decode: Decode
+    source: str
+
+    def backend(self, name: str) -> Backend:
+        try:
+            return self.backends[name]
+        except KeyError:
+            raise MlxfitError(
+                f"--backend {name!r}: unknown backend (known: {', '.join(sorted(self.backends))})"
+            ) from None
+
+
+def _build(cls: type, table: dict[str, Any], where: str) -> Any:
+    kwargs = {}
+    for fld in fields(cls):
+        if fld.name not in table:
+            raise MlxfitError(f"{where}: missing calibration constant '{fld.name}'")
+        v = table[fld.name]
+        kwargs[fld.name] = tuple(v) if isinstance(v, list) else v
+    return cls(**kwargs)
+
+
+def parse_calibration(doc: dict[str, Any], where: str) -> Calibration:
+    backends = {
+        name: _build(Backend, tbl, f"{where} [backend.{name}]")
+        for name, tbl in doc.get("backend", {}).items()
+    }
+    decode = _build(Decode, doc.get("decode", {}), f"{where} [decode]")
+    return Calibration(backends=backends, decode=decode, source=where)
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_calibration(user_file: Path | None = None) -> Calibration:
+    """The shipped constants, with a user calibration file layered on top when present."""
+    shipped = data_path("calibration.toml")
+    doc = tomllib.loads(shipped.read_text())
+    where = str(shipped.name)
+    if user_file is not None and user_file.is_file():
+        try:
+            doc = _merge(doc, tomllib.loads(user_file.read_text()))
+        except (OSError, tomllib.TOMLDecodeError) as e:
+            raise MlxfitError(f"{user_file}: cannot read calibration file ({e})") from None
+        where = f"{where} + {user_file}"
+    return parse_calibration(doc, where)

@@ -1,0 +1,113 @@
+"""The command line: parse, call the library twin, print. No arithmetic here."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Optional
+
+import typer
+
+from mlxfit.errors import MlxfitError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="Will this model run on this Mac with MLX, at what context, how fast?",
+    pretty_exceptions_enable=False,
+)
+
+DEFAULT_MODEL = "mlx-community/Qwen3-8B-4bit"
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _fail(e: Exception) -> None:
+    # One line, exit 2: what the user gave us cannot be sized as asked.
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    print(f"mlxfit: error: {msg}", file=sys.stderr)
+    raise typer.Exit(2)
+
+
+@app.command()
+def fit(
+    model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, or catalog id."),
+    ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end (prompt + generated)."),
+    machine: Optional[str] = typer.Option(None, "--machine", help='e.g. "M4 Pro 24GB"; default: this machine.'),
+    memory_budget: Optional[float] = typer.Option(None, "--memory-budget", help="Usable GB (10^9 B); replaces the machine's envelope."),
+    macos: Optional[int] = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
+    revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit in the HF cache."),
+    gen: int = typer.Option(0, "--gen", help="How many of the --ctx tokens are generated (the rest is prompt)."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx-lm's prefill chunk."),
+    kv_bits: Optional[int] = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
+    kv_group_size: int = typer.Option(64, "--kv-group-size"),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
+    max_kv_size: Optional[int] = typer.Option(None, "--max-kv-size", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
+    backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
+    with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    explain: bool = typer.Option(False, "--explain", help="Show each term's formula and inputs."),
+) -> None:
+    """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""
+    from mlxfit import api
+    from mlxfit.render import fit_to_json, render_fit
+
+    try:
+        r = api.fit(model, ctx, machine=machine, memory_budget_gb=memory_budget, macos=macos,
+                    revision=revision, gen=gen, prefill_step_size=prefill_step_size,
+                    kv_bits=kv_bits, kv_group_size=kv_group_size,
+                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
+                    backend=backend, with_vision=with_vision)
+    except MlxfitError as e:
+        _fail(e)
+        return
+    if as_json:
+        print(json.dumps(fit_to_json(r), indent=2))
+    else:
+        render_fit(r, _console(), explain=explain)
+    raise typer.Exit(0 if r.fits else 1)
+
+
+@app.command()
+def machine(
+    spec: Optional[str] = typer.Argument(None, help='Resolve a named SKU, e.g. "M4 Max 128GB".'),
+    macos: Optional[int] = typer.Option(None, "--macos"),
+    as_json: bool = typer.Option(False, "--json"),
+) -> None:
+    """What mlxfit knows about this machine (or a named one), and where each figure came from."""
+    from dataclasses import asdict
+
+    from mlxfit import machine as mach
+
+    try:
+        m = mach.resolve_machine(spec, macos_major=macos or 26) if spec else mach.probe_machine(macos_major=macos)
+    except MlxfitError as e:
+        _fail(e)
+        return
+    if as_json:
+        print(json.dumps(asdict(m), indent=2))
+        return
+    c = _console()
+    c.print(f"[bold]{m.name}[/]")
+    c.print(f"  chip: {m.chip or 'unknown'}  GPU cores: {m.gpu_cores or 'unknown'}")
+    c.print(f"  RAM: {m.ram_bytes / 2**30:,.1f} GiB  bandwidth: "
+            f"{f'{m.bandwidth_gbs:g} GB/s' if m.bandwidth_gbs else 'unknown'}")
+    c.print(f"  usable GPU memory: {m.usable_bytes / 1e9:,.2f} GB ({m.usable_source})")
+    for n in m.notes:
+        c.print(f"  [dim]note: {n}[/]")
+
+
+def main() -> None:
+    try:
+        app()
+    except MlxfitError as e:  # pragma: no cover - commands catch their own
+        print(f"mlxfit: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

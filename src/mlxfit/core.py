@@ -1,0 +1,175 @@
+"""The pure core: (ModelConfig, weights, run, machine figures, calibration) -> FitResult.
+
+No I/O, no clock, no environment: everything arrives as arguments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from mlxfit.calibration import Calibration
+from mlxfit.config import ModelConfig
+from mlxfit.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
+from mlxfit.speed import WeightsRead, decode_seconds
+
+# Used when config.json has no max_position_embeddings: the solver needs an upper bound.
+DEFAULT_MAX_CONTEXT = 131072
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Everything at one context: the peak is weights + KV + state + transient."""
+
+    weights: int
+    kv: int
+    state: int
+    phase: Phase
+
+    @property
+    def transient(self) -> int:
+        # The peak moment's caches may differ from the final ones (a sliding window holds
+        # window-1+chunk tokens during prefill; a full cache is smaller mid-prefill).
+        return self.phase.total_over_weights - self.kv - self.state
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.phase.total_over_weights
+
+
+def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration) -> Totals:
+    be = cal.backend(run.backend)
+    return Totals(
+        weights=weights_bytes,
+        kv=kv_term(cfg, run).bytes,
+        state=cfg.state_bytes,
+        phase=peak_phase(cfg, run, be),
+    )
+
+
+def _run_at(run: Run, n: int) -> Run:
+    return replace(run, ctx=n, gen=min(run.gen, n - 1))
+
+
+def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
+                      usable: int, hi: int) -> int:
+    """Largest n in [1, hi] whose total fits (0 if even one token does not): bisection on the
+    same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not."""
+
+    def fits(n: int) -> bool:
+        return totals_at(cfg, weights_bytes, _run_at(run, n), cal).total <= usable
+
+    if not fits(1):
+        return 0
+    if fits(hi):
+        return hi
+    lo, top = 1, hi
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            top = mid
+    return lo
+
+
+@dataclass(frozen=True)
+class FitResult:
+    model: str
+    source_kind: str
+    machine_name: str
+    ram_bytes: int
+    bandwidth_gbs: float | None
+    usable_bytes: int
+    usable_source: str
+    context_tokens: int
+    weights_bytes: int
+    kv_bytes: int
+    state_bytes: int
+    transient_bytes: int
+    total_bytes: int
+    fits: bool
+    max_safe_context: int
+    context_limit: int
+    predicted_decode_tps: float | None
+    peak_phase: str
+    terms: tuple[Term, ...]
+    speed_terms: tuple[Term, ...]
+    run: Run
+    warnings: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
+
+
+def fit_core(
+    *,
+    model: str,
+    source_kind: str,
+    cfg: ModelConfig,
+    weights: WeightsRead,
+    run: Run,
+    cal: Calibration,
+    machine_name: str,
+    ram_bytes: int,
+    bandwidth_gbs: float | None,
+    usable_bytes: int,
+    usable_source: str,
+    warnings: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (),
+) -> FitResult:
+    validate_run(cfg, run)
+    warn = list(warnings) + list(cfg.warnings)
+    t = totals_at(cfg, weights.total_bytes, run, cal)
+    fits = t.total <= usable_bytes
+    if cfg.max_position:
+        limit = cfg.max_position
+    else:
+        limit = DEFAULT_MAX_CONTEXT
+        warn.append(f"config has no max_position_embeddings: max context searched up to {limit}")
+    if run.ctx > limit:
+        warn.append(f"--ctx {run.ctx} is beyond the model's max_position_embeddings ({limit})")
+    max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit)
+
+    tps = None
+    speed_terms: tuple[Term, ...] = ()
+    if bandwidth_gbs is None:
+        warn.append("memory bandwidth unknown for this machine: no decode speed (pass --machine)")
+    elif not fits:
+        warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
+    else:
+        secs, st = decode_seconds(cfg, run, weights, bandwidth_gbs, cal.decode)
+        tps = 1.0 / secs
+        speed_terms = tuple(st)
+
+    terms = (
+        Term("weights", weights.total_bytes, "sum of tensor bytes from the safetensors headers"),
+        kv_term(cfg, run),
+        state_term(cfg),
+        Term("transient", t.transient,
+             f"peak phase '{t.phase.name}': its caches minus the final caches + the terms below",
+             {"phase": t.phase.name}),
+        *t.phase.terms,
+    )
+    return FitResult(
+        model=model,
+        source_kind=source_kind,
+        machine_name=machine_name,
+        ram_bytes=ram_bytes,
+        bandwidth_gbs=bandwidth_gbs,
+        usable_bytes=usable_bytes,
+        usable_source=usable_source,
+        context_tokens=run.ctx,
+        weights_bytes=weights.total_bytes,
+        kv_bytes=t.kv,
+        state_bytes=t.state,
+        transient_bytes=t.transient,
+        total_bytes=t.total,
+        fits=fits,
+        max_safe_context=max_ctx,
+        context_limit=limit,
+        predicted_decode_tps=tps,
+        peak_phase=t.phase.name,
+        terms=terms,
+        speed_terms=speed_terms,
+        run=run,
+        warnings=tuple(warn),
+        notes=tuple(notes),
+    )

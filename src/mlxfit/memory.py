@@ -1,0 +1,351 @@
+"""Byte terms of one mlx-lm generation: KV/state caches and the prefill/decode transients.
+
+Pure functions of (ModelConfig, Run, calibration). Each term is one named function returning a
+``Term`` with its formula and inputs, so ``--explain`` prints what the total is made of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxfit import cache_sim as cs
+from mlxfit.calibration import Backend
+from mlxfit.config import Attn, ModelConfig
+from mlxfit.errors import UsageError
+
+
+@dataclass(frozen=True)
+class Run:
+    """The generation being sized (mlx_lm.generate's flags)."""
+
+    ctx: int
+    gen: int = 0
+    prefill_step: int = 2048
+    kv_bits: int | None = None
+    kv_group: int = 64
+    quantized_kv_start: int = 5000
+    max_kv_size: int | None = None
+    backend: str = "metal"
+
+    def schedule(self, ctx: int | None = None) -> cs.Schedule:
+        return cs.Schedule(ctx=self.ctx if ctx is None else ctx, gen=self.gen,
+                           chunk=self.prefill_step)
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    bytes: int
+    formula: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def validate_run(cfg: ModelConfig, run: Run) -> None:
+    if run.ctx < 1:
+        raise UsageError(f"--ctx must be at least 1 token, got {run.ctx}")
+    if run.ctx > 10**9:
+        raise UsageError(f"--ctx {run.ctx} is beyond any model's context")
+    if run.gen < 0 or run.gen >= run.ctx:
+        raise UsageError(f"--gen must be between 0 and --ctx - 1, got {run.gen}")
+    if run.prefill_step < 1:
+        raise UsageError(f"--prefill-step-size must be positive, got {run.prefill_step}")
+    if run.kv_bits is not None:
+        if run.kv_bits not in (2, 3, 4, 5, 6, 8):
+            raise UsageError(f"--kv-bits must be one of 2,3,4,5,6,8, got {run.kv_bits}")
+        if run.kv_group not in (32, 64, 128):
+            raise UsageError(f"--kv-group-size must be 32, 64 or 128, got {run.kv_group}")
+        if run.quantized_kv_start < 0:
+            raise UsageError("--quantized-kv-start must be >= 0")
+        if any(a.cache == "rotating" for a in effective_attn(cfg, run)):
+            raise UsageError(
+                "--kv-bits: this model's sliding-window layers use RotatingKVCache, which "
+                "mlx-lm cannot quantize (to_quantized raises NotImplementedError)"
+            )
+    if run.max_kv_size is not None and run.max_kv_size < 1:
+        raise UsageError(f"--max-kv-size must be positive, got {run.max_kv_size}")
+
+
+def effective_attn(cfg: ModelConfig, run: Run) -> list[Attn]:
+    """Attention layers as mlx-lm builds their caches for this run: --max-kv-size turns full
+    caches into RotatingKVCache only for models without their own make_cache()."""
+    out = []
+    for a in cfg.attention_layers:
+        if run.max_kv_size and not cfg.own_cache and a.cache == "full":
+            a = Attn("rotating", a.q_heads, a.kv_heads, a.k_dim, a.v_dim, a.head_dim,
+                     window=run.max_kv_size, sinks=a.sinks, mla=a.mla)
+        out.append(a)
+    return out
+
+
+def per_token_bytes(a: Attn, act_bytes: int) -> int:
+    """Bytes one cached token costs one layer in the activation dtype (keys + values)."""
+    return a.kv_heads * (a.k_dim + a.v_dim) * act_bytes
+
+
+def quantized_per_token_bytes(a: Attn, bits: int, group: int, act_bytes: int) -> float:
+    """QuantizedKVCache: packed uint32 (bits/8 per element) plus a scale and a bias per group
+    in the activation dtype."""
+    elems = a.kv_heads * (a.k_dim + a.v_dim)
+    return elems * bits / 8 + elems / group * 2 * act_bytes
+
+
+# --------------------------------------------------------------------------- cache tokens
+
+
+def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
+    """Tokens a layer's cache has allocated right after the n-th prefill chunk."""
+    if a.cache == "shared":
+        return 0
+    if a.cache == "rotating":
+        return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
+    cap = cs.full_capacity_prefill(s, n_chunks)
+    if a.cache == "chunked":
+        full, last, _ = s.chunks()
+        return cs.chunked_tokens(cap, a.window or 0, s.chunk if n_chunks <= full else last)
+    return cap
+
+
+def tokens_final(a: Attn, s: cs.Schedule) -> int:
+    """Tokens a layer's cache has allocated when it holds the whole context."""
+    if a.cache == "shared":
+        return 0
+    if a.cache == "rotating":
+        return cs.rotating_size_final(s, a.window or 0)
+    cap = cs.full_capacity_final(s)
+    if a.cache == "chunked":
+        return cs.chunked_tokens(cap, a.window or 0, 1)
+    return cap
+
+
+def keys_seen(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
+    """Keys the n-th chunk's queries attend over (the score matrix's width)."""
+    full, last, _ = s.chunks()
+    offset = min(n_chunks, full) * s.chunk + (last if n_chunks > full else 0)
+    if a.cache == "rotating":
+        return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
+    if a.cache == "chunked":
+        this = s.chunk if n_chunks <= full else last
+        return min(offset, (a.window or 0) + this)
+    return offset
+
+
+def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: int) -> float:
+    if quantized and a.cache == "full":
+        return tokens * quantized_per_token_bytes(a, run.kv_bits or 8, run.kv_group, act_bytes)
+    return tokens * per_token_bytes(a, act_bytes)
+
+
+def kv_bytes_final(cfg: ModelConfig, run: Run) -> int:
+    s = run.schedule()
+    quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
+    return int(sum(_layer_kv_bytes(a, tokens_final(a, s), quant, run, cfg.act_bytes)
+                   for a in effective_attn(cfg, run)))
+
+
+def kv_term(cfg: ModelConfig, run: Run) -> Term:
+    """KV cache holding the whole context, in mlx-lm's allocation steps."""
+    s = run.schedule()
+    layers = effective_attn(cfg, run)
+    kinds: dict[str, int] = {}
+    for a in layers:
+        kinds[a.cache] = kinds.get(a.cache, 0) + 1
+    quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
+    return Term(
+        "kv_cache",
+        kv_bytes_final(cfg, run),
+        "sum over attention layers: allocated tokens x kv_heads x (k_dim + v_dim) x dtype bytes"
+        + (" (quantized: bits/8 + 2*dtype/group per element)" if quant else ""),
+        {
+            "layers_by_cache": kinds,
+            "full_cache_tokens": cs.full_capacity_final(s),
+            "bytes_per_token_all_layers": sum(per_token_bytes(a, cfg.act_bytes) for a in layers),
+            "kv_bits": run.kv_bits if quant else None,
+        },
+    )
+
+
+def state_term(cfg: ModelConfig) -> Term:
+    """ArraysCache state of linear-attention / SSM / conv layers: constant in the context."""
+    kinds: dict[str, int] = {}
+    for ly in cfg.layers:
+        if ly.state_kind:
+            kinds[ly.state_kind] = kinds.get(ly.state_kind, 0) + 1
+    return Term("recurrent_state", cfg.state_bytes,
+                "sum over linear/SSM/conv layers of conv state + recurrent state", kinds)
+
+
+# --------------------------------------------------------------------------- widths
+
+
+def mixer_width(cfg: ModelConfig) -> int:
+    """Widest per-token projection output of a token mixer (attention q+k+v, or linear/SSM)."""
+    w = 0
+    for a in cfg.attention_layers:
+        if a.mla:
+            m = a.mla
+            w = max(w, m.heads * (m.qk_nope + m.qk_rope) + m.kv_lora_rank + m.qk_rope)
+        else:
+            w = max(w, a.q_heads * a.head_dim + 2 * a.kv_heads * a.head_dim)
+    if any(ly.state_kind for ly in cfg.layers):
+        w = max(w, 2 * cfg.hidden)
+    return w
+
+
+def mlp_width(cfg: ModelConfig) -> int:
+    """Per-token width alive in the widest MLP: gate, up and their product for a dense SwiGLU;
+    for a MoE layer the top_k routed copies (SwitchGLU gathers x per expert) plus shared."""
+    dense = 3 * cfg.intermediate
+    if not cfg.is_moe:
+        return dense
+    moe = 3 * cfg.top_k * cfg.moe_intermediate + 2 * cfg.top_k * cfg.hidden
+    moe += 3 * cfg.shared_intermediate
+    has_dense = any(not ly.moe for ly in cfg.layers)
+    return max(moe, dense if has_dense else 0)
+
+
+def _attn_unfused(a: Attn, be: Backend, cfg: ModelConfig, quantized: bool) -> bool:
+    if quantized or cfg.scores_always:
+        return True
+    return a.head_dim not in be.fused_prefill_head_dims
+
+
+# --------------------------------------------------------------------------- transients
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One candidate peak moment: the caches then and the transient on top."""
+
+    name: str
+    kv_bytes: int
+    terms: tuple[Term, ...]
+
+    @property
+    def transient(self) -> int:
+        return sum(t.bytes for t in self.terms)
+
+    @property
+    def total_over_weights(self) -> int:
+        return self.kv_bytes + self.transient
+
+
+def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
+    h, mx_w, mlp = cfg.hidden, mixer_width(cfg), mlp_width(cfg)
+    per_tok = cfg.act_bytes * (be.act_hidden * h + be.act_mixer * mx_w + be.act_mlp * mlp)
+    per_tok += be.act_fixed_per_token
+    return Term(
+        "activations",
+        int(c * per_tok),
+        "chunk x dtype x (act_hidden*hidden + act_mixer*mixer_width + act_mlp*mlp_width)",
+        {"chunk": c, "hidden": h, "mixer_width": mx_w, "mlp_width": mlp,
+         "bytes_per_chunk_token": round(per_tok)},
+    )
+
+
+def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
+                quantized: bool) -> Term:
+    """The largest attention intermediate of one layer: unfused score matrices (plus the mask),
+    and MLA's rebuilt per-head K/V and pe_scores."""
+    s = run.schedule()
+    best, best_in = 0, {}
+    for a in effective_attn(cfg, run):
+        k = keys_seen(a, s, n_chunk)
+        b = 0.0
+        unfused = _attn_unfused(a, be, cfg, quantized and a.cache == "full")
+        arrays = be.sink_score_arrays if a.sinks else be.score_arrays
+        if unfused:
+            b += arrays * a.q_heads * c * k * cfg.act_bytes + c * k  # scores + bool mask
+        if a.mla:
+            m = a.mla
+            # pe_scores (always materialized, used as the additive mask) and K/V rebuilt
+            # per head from the latent for the whole context.
+            b += m.heads * c * k * cfg.act_bytes
+            b += m.heads * k * (m.qk_nope + m.v_head) * cfg.act_bytes
+        if b > best:
+            best = b
+            best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
+                       "unfused": unfused, "mla": a.mla is not None,
+                       "score_arrays": arrays if unfused else 0}
+    return Term("attention_scores", int(best),
+                "unfused layers: score_arrays x q_heads x chunk x keys x dtype + chunk x keys "
+                "(mask); MLA: + heads x chunk x keys x dtype (pe_scores) + heads x keys x "
+                "(qk_nope + v_head) x dtype", best_in)
+
+
+def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
+                     quantized: bool) -> Term:
+    """A KVCache grows by concatenating: the old buffer of a layer lives beside the new one."""
+    s = run.schedule()
+    best = 0.0
+    for a in effective_attn(cfg, run):
+        old = tokens_prefill(a, s, n_chunk - 1) if n_chunk > 1 else 0
+        best = max(best, _layer_kv_bytes(a, old, quantized, run, cfg.act_bytes))
+    return Term("kv_growth_copy", int(be.growth_copy_layers * best),
+                "growth_copy_layers x one layer's cache before this chunk (concatenate copy)",
+                {"growth_copy_layers": be.growth_copy_layers})
+
+
+def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phase:
+    """Caches and transient while the n-th prefill chunk runs."""
+    s = run.schedule()
+    full, last, _ = s.chunks()
+    c = s.chunk if n_chunk <= full else last
+    offset_before = (n_chunk - 1) * s.chunk
+    offset_after = offset_before + c
+    start = run.quantized_kv_start
+    quant_now = run.kv_bits is not None and offset_before >= start
+    converting = run.kv_bits is not None and offset_before < start <= offset_after
+    layers = effective_attn(cfg, run)
+    kv = sum(_layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
+             for a in layers)
+    terms = [
+        activations_term(cfg, c, be),
+        scores_term(cfg, run, c, n_chunk, be, quant_now),
+        growth_copy_term(cfg, run, n_chunk, be, quant_now),
+    ]
+    if converting:
+        q = sum(_layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), True, run, cfg.act_bytes)
+                for a in layers)
+        terms.append(Term("kv_quantize_copy", int(q),
+                          "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
+                          "its quantized copy", {"quantized_kv_start": start}))
+    terms.append(Term("base", int(be.base_bytes), "backend allocations present in every run"))
+    return Phase(f"prefill chunk {n_chunk} ({c} tokens)", int(kv + cfg.state_bytes),
+                 tuple(terms))
+
+
+def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
+    """The last decode step: caches at the context, one layer's growth copy, the logits."""
+    s = run.schedule()
+    quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
+    layers = effective_attn(cfg, run)
+    kv = kv_bytes_final(cfg, run)
+    copy = 0.0
+    for a in layers:
+        # The step that last grew (or trimmed) the cache held the old buffer beside the new.
+        before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.chunk))
+        if a.cache == "rotating":
+            before = tokens_prefill(a, s, s.chunks()[2])
+        copy = max(copy, _layer_kv_bytes(a, before, quant, run, cfg.act_bytes))
+    logits = cfg.vocab * 4 * 2  # float32 logits and log-probs of one position
+    terms = (
+        Term("kv_growth_copy", int(be.growth_copy_layers * copy),
+             "one layer's cache buffer before its last 256-token growth",
+             {"growth_copy_layers": be.growth_copy_layers}),
+        Term("logits", logits, "vocab x 4 bytes x 2 (logits and log-probs, float32)",
+             {"vocab": cfg.vocab}),
+        Term("base", int(be.base_bytes), "backend allocations present in every run"),
+    )
+    return Phase("decode at full context", int(kv + cfg.state_bytes), terms)
+
+
+def peak_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
+    """The phase with the largest caches + transient: the last two prefill chunks (the last
+    full chunk has the most activations, the final chunk the most keys) or decode."""
+    _, _, total = run.schedule().chunks()
+    cands = [decode_phase(cfg, run, be)]
+    for n in {total, total - 1}:
+        if n >= 1:
+            cands.append(prefill_phase(cfg, run, be, n))
+    return max(cands, key=lambda p: p.total_over_weights)

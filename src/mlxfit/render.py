@@ -1,0 +1,92 @@
+"""FitResult -> JSON object or Rich report. No arithmetic beyond unit conversion."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from mlxfit.core import FitResult
+from mlxfit.memory import Term
+
+SCHEMA_VERSION = 1
+
+
+def gb(n: float) -> str:
+    """GB = 10^9 bytes, as mlx-lm prints 'Peak memory'."""
+    return f"{n / 1e9:,.2f} GB"
+
+
+def _term(t: Term) -> dict[str, Any]:
+    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": t.inputs}
+
+
+def fit_to_json(r: FitResult) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": r.model,
+        "source": r.source_kind,
+        "machine": {
+            "name": r.machine_name,
+            "ram_bytes": r.ram_bytes,
+            "bandwidth_gbs": r.bandwidth_gbs,
+            "usable_bytes": r.usable_bytes,
+            "usable_source": r.usable_source,
+        },
+        "run": asdict(r.run),
+        "context_tokens": r.context_tokens,
+        "weights_bytes": r.weights_bytes,
+        "kv_bytes": r.kv_bytes,
+        "state_bytes": r.state_bytes,
+        "transient_bytes": r.transient_bytes,
+        "total_bytes": r.total_bytes,
+        "usable_bytes": r.usable_bytes,
+        "headroom_bytes": r.usable_bytes - r.total_bytes,
+        "fits": r.fits,
+        "max_safe_context": r.max_safe_context,
+        "context_limit": r.context_limit,
+        "predicted_decode_tps": (round(r.predicted_decode_tps, 2)
+                                 if r.predicted_decode_tps is not None else None),
+        "peak_phase": r.peak_phase,
+        "terms": {t.name: t.bytes for t in r.terms},
+        "explain": [_term(t) for t in r.terms + r.speed_terms],
+        "warnings": list(r.warnings),
+        "notes": list(r.notes),
+    }
+
+
+def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
+    from rich.table import Table
+
+    verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
+    console.print(f"[bold]{r.model}[/] on [bold]{r.machine_name}[/] "
+                  f"at {r.context_tokens:,} tokens: {verdict}")
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    t.add_column("term")
+    t.add_column("GB (10^9 B)", justify="right")
+    t.add_column("what it is")
+    t.add_row("weights", gb(r.weights_bytes), "safetensors headers, exact")
+    t.add_row("KV cache", gb(r.kv_bytes), f"at {r.context_tokens:,} tokens, mlx-lm's 256-token steps")
+    if r.state_bytes:
+        t.add_row("recurrent state", gb(r.state_bytes), "linear-attention / SSM / conv layers")
+    t.add_row("transient", gb(r.transient_bytes), f"peak: {r.peak_phase}")
+    t.add_row("[bold]total (peak)[/]", f"[bold]{gb(r.total_bytes)}[/]", "")
+    t.add_row("usable", gb(r.usable_bytes), r.usable_source)
+    t.add_row("headroom", gb(r.usable_bytes - r.total_bytes), "")
+    console.print(t)
+    console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
+                  f"(model limit {r.context_limit:,})")
+    if r.predicted_decode_tps is not None:
+        console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
+                      f"at {r.bandwidth_gbs:g} GB/s")
+    if explain:
+        console.print("\n[bold]terms[/] (bytes; formula; inputs)")
+        for term in r.terms + r.speed_terms:
+            console.print(f"  [bold]{term.name}[/] = {term.bytes:,} B ({gb(term.bytes)})")
+            console.print(f"    {term.formula}", soft_wrap=True)
+            if term.inputs:
+                inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
+                console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    for n in r.notes:
+        console.print(f"[dim]note: {n}[/]")

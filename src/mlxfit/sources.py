@@ -1,0 +1,215 @@
+"""Find a model from what the user typed: a folder, the local Hugging Face cache, or the catalog.
+
+Only config.json, the shard index and safetensors headers are read: never tensor data, never
+model code, never the network.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import ConfigError, SourceError, WeightsError
+from mlxfit.safetensors_header import read_headers
+from mlxfit.tensors import TensorInfo
+
+INDEX_NAME = "model.safetensors.index.json"
+CATALOG_NOTE = "catalog descriptor: sizes from a header-only manifest, not a downloaded model"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    name: str
+    kind: str  # "folder" | "hf-cache" | "catalog"
+    location: str  # folder / snapshot path, or "built-in catalog"
+    config: dict[str, Any]
+    tensors: tuple[TensorInfo, ...]
+    files: tuple[str, ...]  # shard paths, in reading order (empty for the catalog)
+    revision: str | None = None  # commit sha of an hf-cache snapshot
+    notes: tuple[str, ...] = ()
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """config.json as a dict. Python's json accepts the bare Infinity/NaN tokens real configs
+    carry (a Nemotron config has one), so no custom parser is needed."""
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing (every model folder needs config.json)")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must be a JSON object, got a {type(data).__name__}")
+    return data
+
+
+def _check_link(path: Path) -> None:
+    # HF snapshots are symlinks into blobs/: follow them, but say so when one leads nowhere.
+    if path.is_symlink() and not path.exists():
+        raise WeightsError(f"broken symlink {path} -> {os.readlink(path)}")
+
+
+def _index_shards(folder: Path, index: Path) -> list[Path]:
+    try:
+        data = json.loads(index.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise WeightsError(f"{index}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WeightsError(f"{index}: garbled index ({e})".replace("\n", " ")) from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise WeightsError(f"{index}: garbled index (no weight_map of tensor -> file)")
+    shards: list[Path] = []
+    for fname in dict.fromkeys(weight_map.values()):  # first-seen order, no duplicates
+        rel = os.path.normpath(fname)
+        # A hostile index must not send us reading arbitrary files outside the model folder.
+        if os.path.isabs(rel) or rel == ".." or rel.startswith(".." + os.sep):
+            raise WeightsError(f"{index}: shard {fname!r} is outside the model folder")
+        shard = folder / rel
+        _check_link(shard)
+        if not shard.is_file():
+            raise WeightsError(f"missing shard {fname} listed in index {index}")
+        shards.append(shard)
+    return shards
+
+
+def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
+    """Shards to read and notes: the index decides when there is one, else every *.safetensors."""
+    index = folder / INDEX_NAME
+    _check_link(index)
+    if index.exists():
+        shards = _index_shards(folder, index)
+        listed = {p.name for p in shards}
+        # e.g. Mistral's consolidated.safetensors beside the sharded copy: counting it doubles.
+        extra = sorted(p.name for p in folder.glob("*.safetensors") if p.name not in listed)
+        notes = (f"not in {INDEX_NAME}, not counted: {', '.join(extra)}",) if extra else ()
+        return shards, notes
+    shards = []
+    for p in sorted(folder.glob("*.safetensors")):
+        _check_link(p)
+        if p.is_file():  # a directory named x.safetensors is not a shard
+            shards.append(p)
+    if not shards:
+        others = sorted(
+            p.name for p in folder.iterdir() if p.name != "config.json" and p.name[0] != "."
+        )
+        found = ", ".join(others[:10]) + (", ..." if len(others) > 10 else "")
+        raise WeightsError(f"no *.safetensors in {folder} (found: {found or 'nothing else'})")
+    return shards, ()
+
+
+def _load_folder(
+    folder: Path, name: str, kind: str, revision: str | None, notes: tuple[str, ...] = ()
+) -> ModelSource:
+    config = read_config(folder / "config.json")
+    shards, shard_notes = _folder_shards(folder)
+    tensors = read_headers(shards)
+    return ModelSource(
+        name=name,
+        kind=kind,
+        location=str(folder),
+        config=config,
+        tensors=tuple(tensors),
+        files=tuple(str(p) for p in shards),
+        revision=revision,
+        notes=notes + shard_notes,
+    )
+
+
+def hf_hub_cache_dir() -> Path:
+    """The hub cache directory for the environment as it is now.
+
+    huggingface_hub freezes constants.HF_HUB_CACHE when it is first imported, so a long-lived
+    process (or a test that sets HF_HUB_CACHE) would see a stale value; this applies the same
+    precedence as huggingface_hub.constants at call time.
+    """
+    home = os.getenv("HF_HOME") or os.path.join(
+        os.getenv("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface",
+    )
+    default = os.getenv("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    cache = os.getenv("HF_HUB_CACHE") or default
+    return Path(os.path.expandvars(os.path.expanduser(cache)))
+
+
+def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
+    """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
+    # Lazy: huggingface_hub costs ~100 ms to import, and folder specs never need it.
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.file_download import repo_folder_name
+
+    try:
+        repo_dir = cache / repo_folder_name(repo_id=repo_id, repo_type="model")
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=revision)
+    except HFValidationError:
+        return None  # not a repo id (e.g. "my model"): cannot be in the cache
+    if not repo_dir.is_dir():
+        return None
+    rev = revision or "main"
+    if not isinstance(found, str):
+        snaps = repo_dir / "snapshots"
+        refs = repo_dir / "refs"
+        sha = (refs / rev).read_text().strip() if (refs / rev).is_file() else rev
+        if not (snaps / sha).is_dir():
+            have = sorted(p.name for p in refs.rglob("*") if p.is_file()) if refs.is_dir() else []
+            have += sorted(p.name[:12] for p in snaps.iterdir()) if snaps.is_dir() else []
+            raise SourceError(
+                f"revision {rev} of {repo_id} is not in the Hugging Face cache at {cache} "
+                f"(cached: {', '.join(have) or 'nothing'})"
+            )
+        raise ConfigError(f"{snaps / sha / 'config.json'}: missing (not downloaded into the cache)")
+    snapshot = Path(found).parent
+    return _load_folder(snapshot, repo_id, "hf-cache", snapshot.name)
+
+
+def _from_catalog(spec: str, revision: str | None) -> ModelSource | None:
+    try:
+        from mlxfit.catalog import load_entry  # lazy: the catalog data is only read on demand
+    except ModuleNotFoundError as e:
+        if e.name != "mlxfit.catalog":
+            raise
+        return None
+    entry = load_entry(spec)
+    if entry is None:
+        return None
+    notes = (CATALOG_NOTE,)
+    if revision is not None:
+        notes += (f"revision {revision} ignored: the catalog has one version of each model",)
+    return ModelSource(
+        name=entry.repo_id,
+        kind="catalog",
+        location="built-in catalog",
+        config=entry.config,
+        tensors=tuple(entry.tensors),
+        files=(),
+        revision=None,
+        notes=notes,
+    )
+
+
+def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
+    """Folder path, then local Hugging Face cache, then the built-in catalog."""
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        notes = (f"revision {revision} ignored for a local folder",) if revision else ()
+        return _load_folder(path, Path(os.path.abspath(path)).name, "folder", None, notes)
+    if spec.startswith(("/", ".", "~")) or (os.sep in spec and path.exists()):
+        what = "is not a folder" if path.exists() else "does not exist"
+        raise SourceError(f"model folder {spec} {what}")
+
+    cache = hf_hub_cache_dir()
+    found = _from_hf_cache(spec, revision, cache) or _from_catalog(spec, revision)
+    if found is None:
+        raise SourceError(
+            f"{spec} not found: not a folder, not in the Hugging Face cache at {cache}, "
+            "not in the built-in catalog (reading from the Hub is not supported yet)"
+        )
+    return found

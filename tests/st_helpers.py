@@ -128,7 +128,9 @@ def make_many_shards(folder: Path, n_shards: int, per_shard: int) -> list[Path]:
             f"model.layers.{s}.block.{i}.mlp.down_proj.weight": ("BF16", [4096, 1024 + i])
             for i in range(per_shard)
         }
-        paths.append(write_sparse(folder / f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors", spec))
+        paths.append(
+            write_sparse(folder / f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors", spec)
+        )
     return paths
 
 
@@ -155,12 +157,15 @@ def _time_scan(n_shards: int, per_shard: int) -> None:
         out = []
         for p in paths:
             with safe_open(str(p), framework="numpy") as f:  # imports numpy on first open
-                for k in f.keys():
+                for k in f.keys():  # noqa: SIM118 (safe_open handles are not iterable)
                     sl = f.get_slice(k)
                     out.append(TensorInfo.of(k, sl.get_dtype(), sl.get_shape()))
-        print(f"safe_open + get_slice + TensorInfo (incl. numpy import): {len(out)} tensors in "
-              f"{time.perf_counter() - t:.3f} s")
+        print(
+            f"safe_open + get_slice + TensorInfo (incl. numpy import): {len(out)} tensors in "
+            f"{time.perf_counter() - t:.3f} s"
+        )
+
 
 if __name__ == "__main__":
     args = [int(a) for a in sys.argv[1:3]]
-    _time_scan(*(args + [1000, 200][len(args):]))
+    _time_scan(*(args + [1000, 200][len(args) :]))

@@ -88,7 +88,8 @@ def test_reads_only_the_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) 
             read_bytes.append(len(b))
             return b
 
-    monkeypatch.setattr(sh, "open", lambda *a, **k: Spy(builtins.open(*a, **k)), raising=False)
+    spy = lambda *a, **k: Spy(builtins.open(*a, **k))  # noqa: SIM115 (Spy closes it)
+    monkeypatch.setattr(sh, "open", spy, raising=False)
     assert read_header(p)[0].nbytes == 20_000_000_000
     assert sum(read_bytes) == 8 + n
 

@@ -107,7 +107,13 @@ def test_missing_shard_listed_in_index(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "content",
-    ['{"weight_map": ', '{"metadata": {}}', '{"weight_map": {"a": 3}}', "[1]", '{"weight_map": []}'],
+    [
+        '{"weight_map": ',
+        '{"metadata": {}}',
+        '{"weight_map": {"a": 3}}',
+        "[1]",
+        '{"weight_map": []}',
+    ],
 )
 def test_garbled_index(tmp_path: Path, content: str) -> None:
     folder = make_folder(tmp_path / "m", CONFIG, {"model.safetensors": {"a": ("F32", [1])}})
@@ -130,7 +136,9 @@ def test_gguf_only_folder(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "g", CONFIG, {})
     (folder / "model.gguf").write_bytes(b"GGUF")
     (folder / "pytorch_model.bin").write_bytes(b"PK")
-    with raises(WeightsError, f"no *.safetensors in {folder} (found: model.gguf, pytorch_model.bin)"):
+    with raises(
+        WeightsError, f"no *.safetensors in {folder} (found: model.gguf, pytorch_model.bin)"
+    ):
         resolve_model(str(folder))
 
 
@@ -148,7 +156,9 @@ def test_broken_symlink_shard(tmp_path: Path) -> None:
 
 
 def test_broken_symlink_listed_in_index(tmp_path: Path) -> None:
-    folder = make_folder(tmp_path / "m", CONFIG, {"model-1.safetensors": {"a": ("F32", [1])}}, index=True)
+    folder = make_folder(
+        tmp_path / "m", CONFIG, {"model-1.safetensors": {"a": ("F32", [1])}}, index=True
+    )
     (folder / "model-1.safetensors").rename(tmp_path / "moved")
     (folder / "model-1.safetensors").symlink_to(tmp_path / "gone")
     with raises(WeightsError, "broken symlink", "model-1.safetensors"):
@@ -186,7 +196,9 @@ def test_config_not_utf8(tmp_path: Path) -> None:
 
 def test_config_with_bare_infinity(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "m", None, {"model.safetensors": {"a": ("F32", [1])}})
-    (folder / "config.json").write_text('{"model_type": "nemotron_h", "time_step_limit": [0.0, Infinity]}')
+    (folder / "config.json").write_text(
+        '{"model_type": "nemotron_h", "time_step_limit": [0.0, Infinity]}'
+    )
     assert resolve_model(str(folder)).config["time_step_limit"] == [0.0, float("inf")]
 
 
@@ -212,7 +224,9 @@ def test_path_to_a_file_is_not_a_folder(tmp_path: Path) -> None:
 # --- Hugging Face cache -----------------------------------------------------------------------
 
 
-def cached_repo(cache: Path, repo: str = "org/tiny", commit: str = SHA_A, rows: int = 10, **kw) -> Path:  # type: ignore[no-untyped-def]
+def cached_repo(
+    cache: Path, repo: str = "org/tiny", commit: str = SHA_A, rows: int = 10, **kw
+) -> Path:  # type: ignore[no-untyped-def]
     return make_hf_cache(
         cache,
         repo,
@@ -374,6 +388,9 @@ def test_resolving_never_imports_model_code_or_numpy_for_folders(tmp_path: Path)
         "print(bad)"
     )
     out = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path / "m")], capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, str(tmp_path / "m")],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     assert out.stdout.strip() == "[]"

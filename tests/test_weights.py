@@ -67,7 +67,9 @@ def test_bits_per_weight_from_a_real_file(tmp_path: Path) -> None:
 
 
 def test_8bit_g64_is_8_5() -> None:
-    s = summarize_weights(qlinear("m.l", 64, 128, bits=8), {"quantization": {"group_size": 64, "bits": 8}})
+    s = summarize_weights(
+        qlinear("m.l", 64, 128, bits=8), {"quantization": {"group_size": 64, "bits": 8}}
+    )
     assert s.bits_per_weight == 8.5
 
 
@@ -112,9 +114,13 @@ def test_mode_defaults_fill_missing_fields() -> None:
 
 
 def test_quantization_config_duplicate_is_read_but_transformers_one_is_not() -> None:
-    mlx = summarize_weights(qlinear("l", 64, 64), {"quantization_config": {"group_size": 64, "bits": 4}})
+    mlx = summarize_weights(
+        qlinear("l", 64, 64), {"quantization_config": {"group_size": 64, "bits": 4}}
+    )
     assert mlx.quant_mode == "affine" and mlx.bits_per_weight == 4.5
-    fp8 = {"quantization_config": {"quant_method": "fp8", "bits": 8, "weight_block_size": [128, 128]}}
+    fp8 = {
+        "quantization_config": {"quant_method": "fp8", "bits": 8, "weight_block_size": [128, 128]}
+    }
     s = summarize_weights([T("l.weight", "F8_E4M3", [64, 64])], fp8)
     assert s.quant_mode is None and s.bits_per_weight is None and s.param_count == 4096
 

@@ -86,7 +86,9 @@ def _parse(p: Path) -> list[TensorInfo]:
     except UnicodeDecodeError:
         raise _fail(p, "header is not valid UTF-8") from None
     except json.JSONDecodeError as e:
-        raise _fail(p, f"header is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})") from None
+        raise _fail(
+            p, f"header is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})"
+        ) from None
     if not isinstance(header, dict):
         raise _fail(p, f"header is a JSON {type(header).__name__}, not an object")
 

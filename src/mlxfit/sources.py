@@ -44,7 +44,9 @@ def read_config(path: Path) -> dict[str, Any]:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid UTF-8") from None
     except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+        raise ConfigError(
+            f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}"
+        ) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: must be a JSON object, got a {type(data).__name__}")
     return data
@@ -139,6 +141,17 @@ def hf_hub_cache_dir() -> Path:
     return Path(os.path.expandvars(os.path.expanduser(cache)))
 
 
+def _listing(folder: Path, nested: bool = False) -> str:
+    # refs can be nested (refs/pr/1); snapshot names are 40-hex shas, 12 chars identify them.
+    if not folder.is_dir():
+        return "none"
+    if nested:
+        names = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
+    else:
+        names = [p.name[:12] for p in folder.iterdir()]
+    return ", ".join(sorted(names)) or "none"
+
+
 def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
     """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
     # Lazy: huggingface_hub costs ~100 ms to import, and folder specs never need it.
@@ -159,12 +172,11 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSour
         refs = repo_dir / "refs"
         sha = (refs / rev).read_text().strip() if (refs / rev).is_file() else rev
         if not (snaps / sha).is_dir():
-            have = sorted(p.name for p in refs.rglob("*") if p.is_file()) if refs.is_dir() else []
-            have += sorted(p.name[:12] for p in snaps.iterdir()) if snaps.is_dir() else []
             raise SourceError(
                 f"revision {rev} of {repo_id} is not in the Hugging Face cache at {cache} "
-                f"(cached: {', '.join(have) or 'nothing'})"
+                f"(refs: {_listing(refs, nested=True)}; snapshots: {_listing(snaps)})"
             )
+        _check_link(snaps / sha / "config.json")
         raise ConfigError(f"{snaps / sha / 'config.json'}: missing (not downloaded into the cache)")
     snapshot = Path(found).parent
     return _load_folder(snapshot, repo_id, "hf-cache", snapshot.name)
@@ -202,8 +214,9 @@ def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
         notes = (f"revision {revision} ignored for a local folder",) if revision else ()
         return _load_folder(path, Path(os.path.abspath(path)).name, "folder", None, notes)
     if spec.startswith(("/", ".", "~")) or (os.sep in spec and path.exists()):
-        what = "is not a folder" if path.exists() else "does not exist"
-        raise SourceError(f"model folder {spec} {what}")
+        if path.exists():
+            raise SourceError(f"{spec} is not a folder (give the model folder holding config.json)")
+        raise SourceError(f"model folder {spec} does not exist")
 
     cache = hf_hub_cache_dir()
     found = _from_hf_cache(spec, revision, cache) or _from_catalog(spec, revision)

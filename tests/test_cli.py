@@ -1,0 +1,180 @@
+"""The CLI end to end: catalog and folder models, JSON shape, exit codes, one-line errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mlxfit import api
+from mlxfit.cli import app
+from mlxfit.render import fit_to_json
+from st_helpers import make_folder, make_hf_cache
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+runner = CliRunner()
+M4PRO = ["--machine", "M4 Pro 24GB"]
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+def qwen3_8b_bf16_folder(root: Path) -> Path:
+    """A sparse bf16 Qwen3-8B with its real config: the tensors mlx-lm would load.
+    Sizes by hand: embed 151936 x 4096, lm_head the same, 36 layers of q(4096x4096),
+    k,v (1024x4096), o (4096x4096), gate/up (12288x4096), down (4096x12288), 2 norms + q/k norms."""
+    cfg = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+    spec: dict[str, tuple[str, list[int]]] = {
+        "model.embed_tokens.weight": ("BF16", [151936, 4096]),
+        "lm_head.weight": ("BF16", [151936, 4096]),
+        "model.norm.weight": ("BF16", [4096]),
+    }
+    for i in range(36):
+        p = f"model.layers.{i}."
+        spec.update({
+            p + "self_attn.q_proj.weight": ("BF16", [4096, 4096]),
+            p + "self_attn.k_proj.weight": ("BF16", [1024, 4096]),
+            p + "self_attn.v_proj.weight": ("BF16", [1024, 4096]),
+            p + "self_attn.o_proj.weight": ("BF16", [4096, 4096]),
+            p + "self_attn.q_norm.weight": ("BF16", [128]),
+            p + "self_attn.k_norm.weight": ("BF16", [128]),
+            p + "mlp.gate_proj.weight": ("BF16", [12288, 4096]),
+            p + "mlp.up_proj.weight": ("BF16", [12288, 4096]),
+            p + "mlp.down_proj.weight": ("BF16", [4096, 12288]),
+            p + "input_layernorm.weight": ("BF16", [4096]),
+            p + "post_attention_layernorm.weight": ("BF16", [4096]),
+        })
+    names = list(spec)
+    half = len(names) // 2
+    shards = {
+        "model-00001-of-00002.safetensors": {n: spec[n] for n in names[:half]},
+        "model-00002-of-00002.safetensors": {n: spec[n] for n in names[half:]},
+    }
+    return make_folder(root / "Qwen3-8B", cfg, shards, index=True)
+
+
+QWEN3_8B_BF16 = 2 * (2 * 151936 * 4096 + 4096 + 36 * (
+    2 * 4096 * 4096 + 2 * 1024 * 4096 + 3 * 12288 * 4096 + 2 * 128 + 2 * 4096))
+
+
+def test_catalog_model_json_shape_and_sum():
+    r = invoke("fit", "mlx-community/Qwen3-8B-4bit", "--ctx", "32768", *M4PRO, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    for key in ("schema_version", "model", "machine", "context_tokens", "weights_bytes",
+                "kv_bytes", "transient_bytes", "total_bytes", "usable_bytes", "fits",
+                "max_safe_context", "predicted_decode_tps", "terms", "warnings"):
+        assert key in d
+    assert d["schema_version"] == 1
+    assert set(d["machine"]) >= {"name", "ram_bytes", "bandwidth_gbs", "usable_bytes"}
+    assert d["weights_bytes"] == 4_607_731_712  # the real mlx-lm conversion, to the byte
+    assert d["total_bytes"] == (d["weights_bytes"] + d["kv_bytes"] + d["state_bytes"]
+                                + d["transient_bytes"])
+    assert d["kv_bytes"] == 32768 * 36 * 8 * 128 * 4
+    assert d["machine"]["bandwidth_gbs"] == 273
+    assert d["fits"] is True and d["max_safe_context"] >= 32768
+    assert any("descriptor" in n for n in d["notes"])
+
+
+def test_cli_json_equals_library_result():
+    r = invoke("fit", "mlx-community/Qwen3-30B-A3B-4bit", "--ctx", "16384",
+               "--machine", "M4 Max 64GB", "--json")
+    lib = api.fit("mlx-community/Qwen3-30B-A3B-4bit", 16384, machine="M4 Max 64GB")
+    assert json.loads(r.output) == json.loads(json.dumps(fit_to_json(lib)))
+
+
+def test_does_not_fit_exits_1_and_gives_no_speed():
+    r = invoke("fit", "mlx-community/Qwen3-8B-4bit", "--ctx", "8192",
+               "--memory-budget", "5", *M4PRO, "--json")
+    assert r.exit_code == 1
+    d = json.loads(r.output)
+    assert d["fits"] is False and d["predicted_decode_tps"] is None
+    assert d["usable_bytes"] == 5_000_000_000
+
+
+def test_folder_model_sums_headers_exactly(tmp_path):
+    folder = qwen3_8b_bf16_folder(tmp_path)
+    r = invoke("fit", str(folder), "--ctx", "4096", "--machine", "M3 Max 128GB", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["weights_bytes"] == QWEN3_8B_BF16
+    assert d["source"] == "folder"
+    # bf16 activations: 4096 tokens -> 4096 slots x 147,456 B
+    assert d["kv_bytes"] == 4096 * 147_456
+
+
+def test_hf_cache_repo_id(tmp_path, monkeypatch):
+    cfg = json.loads((CONFIGS / "Qwen__Qwen3-0.6B.json").read_text())
+    spec = {"model.embed_tokens.weight": ("BF16", [151936, 1024]),
+            "model.layers.0.mlp.up_proj.weight": ("BF16", [3072, 1024])}
+    make_hf_cache(tmp_path / "hub", "acme/tiny", {"config.json": json.dumps(cfg).encode(),
+                                                  "model.safetensors": spec}, commit="a" * 40)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    r = invoke("fit", "acme/tiny", "--ctx", "2048", *M4PRO, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["source"] == "hf-cache"
+    assert d["weights_bytes"] == 2 * (151936 * 1024 + 3072 * 1024)
+
+
+def test_explain_prints_every_term():
+    r = invoke("fit", "mlx-community/gemma-3-27b-it-4bit", "--ctx", "65536",
+               "--machine", "M4 Max 64GB", "--explain")
+    assert r.exit_code == 0
+    for name in ("weights", "kv_cache", "transient", "activations", "attention_scores",
+                 "kv_growth_copy", "weights_read_per_token"):
+        assert name in r.output
+    assert "GB (10^9 B)" in r.output
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--ctx", "0"], "--ctx"),
+    (["--ctx", "-3"], "--ctx"),
+    (["--machine", "M9 Ultra 24GB"], "M9"),
+    (["--machine", "M4 Pro 32GB"], "24"),
+    (["--kv-bits", "7"], "--kv-bits"),
+    (["--memory-budget", "-1"], "--memory-budget"),
+    (["--backend", "cuda"], "backend"),
+])
+def test_bad_flags_one_line_exit_2(args, needle):
+    r = invoke("fit", "mlx-community/Qwen3-8B-4bit", *M4PRO[:0], *args)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.output
+
+
+def test_bad_models_one_line_exit_2(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
+    garbled = tmp_path / "garbled"
+    garbled.mkdir()
+    (garbled / "config.json").write_text("{not json")
+    ggufonly = tmp_path / "gguf"
+    ggufonly.mkdir()
+    (ggufonly / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (ggufonly / "model.gguf").write_bytes(b"GGUF")
+    unknown = make_folder(tmp_path / "unknown", {"model_type": "zzz"},
+                          {"model.safetensors": {"w": ("BF16", [4])}})
+    cases = [
+        (str(tmp_path / "nope"), "nope"),
+        ("acme/not-there", "not-there"),
+        (str(garbled), "config.json"),
+        (str(ggufonly), "model.gguf"),
+        (str(unknown), "zzz"),
+    ]
+    for model, needle in cases:
+        r = invoke("fit", model, *M4PRO)
+        assert r.exit_code == 2, (model, r.output)
+        lines = [ln for ln in r.output.strip().splitlines() if ln]
+        assert len(lines) == 1 and needle in lines[0], (model, r.output)
+
+
+def test_python_dash_m_entry_point():
+    p = subprocess.run([sys.executable, "-m", "mlxfit", "fit", "mlx-community/Qwen3-8B-4bit",
+                        "--ctx", "1024", *M4PRO, "--json"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["context_tokens"] == 1024

@@ -77,20 +77,24 @@ def test_sharded_folder_with_index(tmp_path: Path) -> None:
     folder = make_folder(tmp_path / "sharded", CONFIG, shards, index=True)
     write_sparse(folder / "consolidated.safetensors", {"x": ("BF16", [100, 64, 2])})
     src = resolve_model(str(folder))
-    assert [Path(f).name for f in src.files] == list(shards)  # the index's order
+    # mlx-lm globs model*.safetensors (sorted here), never the index's order.
+    assert [Path(f).name for f in src.files] == sorted(shards)
     assert sum(t.nbytes for t in src.tensors) == 12800 + 12800 + 256
     assert any("consolidated.safetensors" in n and "not counted" in n for n in src.notes)
 
 
-def test_folder_without_index_reads_every_shard_sorted(tmp_path: Path) -> None:
+def test_folder_without_index_reads_model_star_shards_sorted(tmp_path: Path) -> None:
+    """mlx-lm loads model*.safetensors only: adapters.safetensors is not the model."""
     folder = make_folder(
         tmp_path / "m",
         CONFIG,
-        {"b.safetensors": {"y": ("U8", [3])}, "a.safetensors": {"x": ("U8", [2])}},
+        {"model-b.safetensors": {"y": ("U8", [3])}, "model-a.safetensors": {"x": ("U8", [2])},
+         "adapters.safetensors": {"z": ("U8", [5])}},
     )
-    (folder / "sub.safetensors").mkdir()  # not a file: skipped
+    (folder / "model-sub.safetensors").mkdir()  # not a file: skipped
     src = resolve_model(str(folder))
     assert [t.name for t in src.tensors] == ["x", "y"]
+    assert any("adapters.safetensors" in n for n in src.notes)
 
 
 def test_missing_shard_listed_in_index(tmp_path: Path) -> None:
@@ -113,6 +117,7 @@ def test_missing_shard_listed_in_index(tmp_path: Path) -> None:
         '{"weight_map": {"a": 3}}',
         "[1]",
         '{"weight_map": []}',
+        '{"weight_map": {}}',
     ],
 )
 def test_garbled_index(tmp_path: Path, content: str) -> None:
@@ -137,7 +142,7 @@ def test_gguf_only_folder(tmp_path: Path) -> None:
     (folder / "model.gguf").write_bytes(b"GGUF")
     (folder / "pytorch_model.bin").write_bytes(b"PK")
     with raises(
-        WeightsError, f"no *.safetensors in {folder} (found: model.gguf, pytorch_model.bin)"
+        WeightsError, f"no model*.safetensors in {folder} (found: model.gguf, pytorch_model.bin)"
     ):
         resolve_model(str(folder))
 
@@ -298,8 +303,15 @@ def test_cached_repo_without_config(isolated_cache: Path) -> None:
     make_hf_cache(
         isolated_cache, "org/noconf", {"model.safetensors": {"a": ("F32", [1])}}, commit=SHA_A
     )
-    with raises(ConfigError, "config.json", SHA_A):
+    with raises(ConfigError, "config.json", SHA_A, "missing"):
         resolve_model("org/noconf")
+
+
+def test_cached_config_blob_deleted(isolated_cache: Path) -> None:
+    snap = cached_repo(isolated_cache)
+    (snap / "config.json").resolve().unlink()  # e.g. a half-finished `hf cache delete`
+    with raises(ConfigError, str(snap / "config.json"), "broken symlink"):
+        resolve_model("org/tiny")
 
 
 def test_cached_snapshot_with_a_missing_shard(isolated_cache: Path) -> None:
@@ -322,7 +334,7 @@ def test_existing_folder_wins_over_the_cache(
     tmp_path: Path, isolated_cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     cached_repo(isolated_cache)
-    make_folder(tmp_path / "work" / "org" / "tiny", CONFIG, {"m.safetensors": {"a": ("U8", [1])}})
+    make_folder(tmp_path / "work" / "org" / "tiny", CONFIG, {"model.safetensors": {"a": ("U8", [1])}})
     monkeypatch.chdir(tmp_path / "work")
     assert resolve_model("org/tiny").kind == "folder"
 

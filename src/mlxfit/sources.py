@@ -35,6 +35,8 @@ class ModelSource:
 def read_config(path: Path) -> dict[str, Any]:
     """config.json as a dict. Python's json accepts the bare Infinity/NaN tokens real configs
     carry (a Nemotron config has one), so no custom parser is needed."""
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{path}: broken symlink -> {os.readlink(path)}")
     if not path.is_file():
         raise ConfigError(f"{path}: missing (every model folder needs config.json)")
     try:
@@ -66,7 +68,11 @@ def _index_shards(folder: Path, index: Path) -> list[Path]:
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WeightsError(f"{index}: garbled index ({e})".replace("\n", " ")) from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
-    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(v, str) for v in weight_map.values())
+    ):
         raise WeightsError(f"{index}: garbled index (no weight_map of tensor -> file)")
     shards: list[Path] = []
     for fname in dict.fromkeys(weight_map.values()):  # first-seen order, no duplicates
@@ -83,28 +89,37 @@ def _index_shards(folder: Path, index: Path) -> list[Path]:
 
 
 def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
-    """Shards to read and notes: the index decides when there is one, else every *.safetensors."""
+    """Shards mlx-lm loads: it globs ``model*.safetensors`` (mlx_lm/utils.py load_model) and
+    never reads the index; the index, when present, tells us whether a shard is missing."""
     index = folder / INDEX_NAME
     _check_link(index)
+    listed: set[str] = set()
     if index.exists():
-        shards = _index_shards(folder, index)
-        listed = {p.name for p in shards}
-        # e.g. Mistral's consolidated.safetensors beside the sharded copy: counting it doubles.
-        extra = sorted(p.name for p in folder.glob("*.safetensors") if p.name not in listed)
-        notes = (f"not in {INDEX_NAME}, not counted: {', '.join(extra)}",) if extra else ()
-        return shards, notes
+        listed = {p.name for p in _index_shards(folder, index)}  # raises on a missing shard
     shards = []
-    for p in sorted(folder.glob("*.safetensors")):
+    for p in sorted(folder.glob("model*.safetensors")):
         _check_link(p)
-        if p.is_file():  # a directory named x.safetensors is not a shard
+        if p.is_file():  # a directory named model.safetensors is not a shard
             shards.append(p)
+    notes: tuple[str, ...] = ()
+    # e.g. Mistral's consolidated.safetensors beside the sharded copy: mlx-lm skips it.
+    others = sorted(p.name for p in folder.glob("*.safetensors")
+                    if not p.name.startswith("model") and p.name != INDEX_NAME)
+    if shards and others:
+        notes = (f"not loaded by mlx-lm (it reads model*.safetensors), not counted: "
+                 f"{', '.join(others)}",)
+    extra = sorted({p.name for p in shards} - listed) if listed else []
+    if extra:
+        notes += (f"not in {INDEX_NAME} but loaded by mlx-lm's glob: {', '.join(extra)}",)
     if not shards:
-        others = sorted(
+        names = sorted(
             p.name for p in folder.iterdir() if p.name != "config.json" and p.name[0] != "."
         )
-        found = ", ".join(others[:10]) + (", ..." if len(others) > 10 else "")
-        raise WeightsError(f"no *.safetensors in {folder} (found: {found or 'nothing else'})")
-    return shards, ()
+        found = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        raise WeightsError(
+            f"no model*.safetensors in {folder} (found: {found or 'nothing else'})"
+        )
+    return shards, notes
 
 
 def _load_folder(
@@ -154,7 +169,10 @@ def _listing(folder: Path, nested: bool = False) -> str:
 
 def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
     """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
-    # Lazy: huggingface_hub costs ~100 ms to import, and folder specs never need it.
+    # The hub's folder name for a model repo; checked before importing huggingface_hub
+    # (~150 ms), so a catalog or missing model never pays for it.
+    if not (cache / ("models--" + repo_id.replace("/", "--"))).is_dir():
+        return None
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.file_download import repo_folder_name
@@ -176,8 +194,7 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSour
                 f"revision {rev} of {repo_id} is not in the Hugging Face cache at {cache} "
                 f"(refs: {_listing(refs, nested=True)}; snapshots: {_listing(snaps)})"
             )
-        _check_link(snaps / sha / "config.json")
-        raise ConfigError(f"{snaps / sha / 'config.json'}: missing (not downloaded into the cache)")
+        read_config(snaps / sha / "config.json")  # raises: missing or a broken symlink
     snapshot = Path(found).parent
     return _load_folder(snapshot, repo_id, "hf-cache", snapshot.name)
 

@@ -65,9 +65,8 @@ class WeightsSummary:
     quant_mode: str | None  # "affine", "mxfp4", "nvfp4", "mxfp8"; None when not quantized
     quant_bits: int | None
     quant_group_size: int | None
-    quant_overrides: dict[str, dict[str, int]] = field(
-        default_factory=dict
-    )  # path -> {bits, group_size}
+    # module path -> {"bits", "group_size"} for per-path overrides (e.g. an 8-bit MoE router)
+    quant_overrides: dict[str, dict[str, int]] = field(default_factory=dict)
     bits_per_weight: float | None = None  # over quantized modules only; None if there are none
     with_vision: bool = False
 

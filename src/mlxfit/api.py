@@ -97,9 +97,30 @@ def fit(
         model=src.name, source_kind=src.kind, cfg=cfg, weights=wr, run=run, cal=cal,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
         usable_bytes=m.usable_bytes, usable_source=m.usable_source,
-        warnings=tuple(warnings), notes=tuple(notes),
+        warnings=tuple(warnings), notes=tuple(notes), weights_detail=weights_detail(w),
     )
     return result
+
+
+def weights_detail(w) -> dict:
+    """The weights breakdown the report and JSON show (all exact, from headers)."""
+    return {
+        "total_bytes": w.total_bytes,
+        "by_dtype": dict(w.by_dtype),
+        "expert_bytes": w.expert_bytes,
+        "vision_bytes": w.vision_bytes,
+        "vision_counted": w.with_vision,
+        "embedding_bytes": w.embedding_bytes,
+        "lm_head_bytes": w.lm_head_bytes,
+        "tied_embeddings": w.tied_embeddings,
+        "param_count": w.param_count,
+        "n_tensors": w.n_tensors,
+        "quantization": None if w.quant_mode is None else {
+            "mode": w.quant_mode, "bits": w.quant_bits, "group_size": w.quant_group_size,
+            "overrides": len(w.quant_overrides),
+            "bits_per_weight": round(w.bits_per_weight, 4) if w.bits_per_weight else None,
+        },
+    }
 
 
 def weights_summary(model: str, revision: str | None = None, with_vision: bool = False):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import sys
 from typing import Optional
 
 import typer
 
+from mlxfit.cli_common import console, fail
 from mlxfit.errors import MlxfitError
 
 app = typer.Typer(
@@ -20,17 +22,8 @@ app = typer.Typer(
 DEFAULT_MODEL = "mlx-community/Qwen3-8B-4bit"
 
 
-def _console(stderr: bool = False):
-    from rich.console import Console
-
-    return Console(stderr=stderr, highlight=False)
-
-
-def _fail(e: Exception) -> None:
-    # One line, exit 2: what the user gave us cannot be sized as asked.
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-    print(f"mlxfit: error: {msg}", file=sys.stderr)
-    raise typer.Exit(2)
+_console = console
+_fail = fail
 
 
 @app.command()
@@ -99,6 +92,19 @@ def machine(
     c.print(f"  usable GPU memory: {m.usable_bytes / 1e9:,.2f} GB ({m.usable_source})")
     for n in m.notes:
         c.print(f"  [dim]note: {n}[/]")
+
+
+# Other verbs live in mlxfit/cli_<verb>.py, each with register(app); the list is fixed so
+# start-up does not scan the package.
+VERB_MODULES = ("matrix", "pick", "measure", "calibrate", "cluster")
+for _verb in VERB_MODULES:
+    try:
+        _mod = importlib.import_module(f"mlxfit.cli_{_verb}")
+    except ModuleNotFoundError as _e:
+        if _e.name != f"mlxfit.cli_{_verb}":
+            raise
+        continue
+    _mod.register(app)
 
 
 def main() -> None:

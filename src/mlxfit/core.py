@@ -97,6 +97,7 @@ class FitResult:
     run: Run
     warnings: tuple[str, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
+    weights_detail: dict = field(default_factory=dict)
 
 
 def fit_core(
@@ -114,6 +115,7 @@ def fit_core(
     usable_source: str,
     warnings: tuple[str, ...] = (),
     notes: tuple[str, ...] = (),
+    weights_detail: dict | None = None,
 ) -> FitResult:
     validate_run(cfg, run)
     warn = list(warnings) + list(cfg.warnings)
@@ -172,4 +174,5 @@ def fit_core(
         run=run,
         warnings=tuple(warn),
         notes=tuple(notes),
+        weights_detail=dict(weights_detail or {}),
     )

@@ -48,10 +48,26 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
                                  if r.predicted_decode_tps is not None else None),
         "peak_phase": r.peak_phase,
         "terms": {t.name: t.bytes for t in r.terms},
+        "weights": r.weights_detail,
         "explain": [_term(t) for t in r.terms + r.speed_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
     }
+
+
+def _weights_note(d: dict[str, Any]) -> str:
+    parts = ["exact from headers"]
+    q = d.get("quantization")
+    if q:
+        bpw = f", {q['bits_per_weight']:.2f} bits/weight" if q.get("bits_per_weight") else ""
+        parts.append(f"{q['mode']} {q['bits']}-bit g{q['group_size']}{bpw}")
+    elif d.get("by_dtype"):
+        parts.append("/".join(k.lower() for k in d["by_dtype"]))
+    if d.get("expert_bytes"):
+        parts.append(f"experts {gb(d['expert_bytes'])}")
+    if d.get("param_count"):
+        parts.append(f"{d['param_count'] / 1e9:.2f}B params")
+    return "; ".join(parts)
 
 
 def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
@@ -64,7 +80,7 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     t.add_column("term")
     t.add_column("GB (10^9 B)", justify="right")
     t.add_column("what it is")
-    t.add_row("weights", gb(r.weights_bytes), "safetensors headers, exact")
+    t.add_row("weights", gb(r.weights_bytes), _weights_note(r.weights_detail))
     t.add_row("KV cache", gb(r.kv_bytes), f"at {r.context_tokens:,} tokens, mlx-lm's 256-token steps")
     if r.state_bytes:
         t.add_row("recurrent state", gb(r.state_bytes), "linear-attention / SSM / conv layers")

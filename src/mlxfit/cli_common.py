@@ -1,0 +1,21 @@
+"""Helpers every CLI verb shares: the console and the one-line error exit."""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+import typer
+
+
+def console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def fail(e: Exception) -> NoReturn:
+    """One line on stderr, exit 2: what the user gave us cannot be sized as asked."""
+    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    print(f"mlxfit: error: {msg}", file=sys.stderr)
+    raise typer.Exit(2)

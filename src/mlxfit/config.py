@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Callable
 
 from mlxfit.errors import ConfigError
@@ -99,7 +100,16 @@ class ModelConfig:
     def attention_layers(self) -> list[Attn]:
         return [ly.attn for ly in self.layers if ly.attn is not None]
 
-    @property
+    @cached_property
+    def attn_groups(self) -> tuple[tuple[Attn, int], ...]:
+        """Distinct attention layouts with their layer counts: the byte terms loop over these
+        (a handful) instead of every layer, which keeps the solver's probes cheap."""
+        counts: dict[Attn, int] = {}
+        for a in self.attention_layers:
+            counts[a] = counts.get(a, 0) + 1
+        return tuple(counts.items())
+
+    @cached_property
     def state_bytes(self) -> int:
         return sum(ly.state_bytes for ly in self.layers)
 

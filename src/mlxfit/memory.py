@@ -57,7 +57,7 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
             raise UsageError(f"--kv-group-size must be 32, 64 or 128, got {run.kv_group}")
         if run.quantized_kv_start < 0:
             raise UsageError("--quantized-kv-start must be >= 0")
-        if any(a.cache == "rotating" for a in effective_attn(cfg, run)):
+        if any(a.cache == "rotating" for a, _ in attn_groups(cfg, run)):
             raise UsageError(
                 "--kv-bits: this model's sliding-window layers use RotatingKVCache, which "
                 "mlx-lm cannot quantize (to_quantized raises NotImplementedError)"
@@ -66,16 +66,23 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
         raise UsageError(f"--max-kv-size must be positive, got {run.max_kv_size}")
 
 
+def _as_run_sees(a: Attn, cfg: ModelConfig, run: Run) -> Attn:
+    # --max-kv-size turns full caches into RotatingKVCache only for models without their own
+    # make_cache() (mlx_lm.models.cache.make_prompt_cache).
+    if run.max_kv_size and not cfg.own_cache and a.cache == "full":
+        return Attn("rotating", a.q_heads, a.kv_heads, a.k_dim, a.v_dim, a.head_dim,
+                    window=run.max_kv_size, sinks=a.sinks, mla=a.mla)
+    return a
+
+
 def effective_attn(cfg: ModelConfig, run: Run) -> list[Attn]:
-    """Attention layers as mlx-lm builds their caches for this run: --max-kv-size turns full
-    caches into RotatingKVCache only for models without their own make_cache()."""
-    out = []
-    for a in cfg.attention_layers:
-        if run.max_kv_size and not cfg.own_cache and a.cache == "full":
-            a = Attn("rotating", a.q_heads, a.kv_heads, a.k_dim, a.v_dim, a.head_dim,
-                     window=run.max_kv_size, sinks=a.sinks, mla=a.mla)
-        out.append(a)
-    return out
+    """Attention layers, one per layer, with the caches mlx-lm builds for this run."""
+    return [_as_run_sees(a, cfg, run) for a in cfg.attention_layers]
+
+
+def attn_groups(cfg: ModelConfig, run: Run) -> list[tuple[Attn, int]]:
+    """Distinct attention layouts for this run with their layer counts."""
+    return [(_as_run_sees(a, cfg, run), n) for a, n in cfg.attn_groups]
 
 
 def per_token_bytes(a: Attn, act_bytes: int) -> int:
@@ -139,17 +146,17 @@ def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: 
 def kv_bytes_final(cfg: ModelConfig, run: Run) -> int:
     s = run.schedule()
     quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
-    return int(sum(_layer_kv_bytes(a, tokens_final(a, s), quant, run, cfg.act_bytes)
-                   for a in effective_attn(cfg, run)))
+    return int(sum(n * _layer_kv_bytes(a, tokens_final(a, s), quant, run, cfg.act_bytes)
+                   for a, n in attn_groups(cfg, run)))
 
 
 def kv_term(cfg: ModelConfig, run: Run) -> Term:
     """KV cache holding the whole context, in mlx-lm's allocation steps."""
     s = run.schedule()
-    layers = effective_attn(cfg, run)
+    groups = attn_groups(cfg, run)
     kinds: dict[str, int] = {}
-    for a in layers:
-        kinds[a.cache] = kinds.get(a.cache, 0) + 1
+    for a, n in groups:
+        kinds[a.cache] = kinds.get(a.cache, 0) + n
     quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
     return Term(
         "kv_cache",
@@ -159,7 +166,8 @@ def kv_term(cfg: ModelConfig, run: Run) -> Term:
         {
             "layers_by_cache": kinds,
             "full_cache_tokens": cs.full_capacity_final(s),
-            "bytes_per_token_all_layers": sum(per_token_bytes(a, cfg.act_bytes) for a in layers),
+            "bytes_per_token_all_layers": sum(n * per_token_bytes(a, cfg.act_bytes)
+                                              for a, n in groups),
             "kv_bits": run.kv_bits if quant else None,
         },
     )
@@ -181,7 +189,7 @@ def state_term(cfg: ModelConfig) -> Term:
 def mixer_width(cfg: ModelConfig) -> int:
     """Widest per-token projection output of a token mixer (attention q+k+v, or linear/SSM)."""
     w = 0
-    for a in cfg.attention_layers:
+    for a, _ in cfg.attn_groups:
         if a.mla:
             m = a.mla
             w = max(w, m.heads * (m.qk_nope + m.qk_rope) + m.kv_lora_rank + m.qk_rope)
@@ -249,7 +257,7 @@ def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
     and MLA's rebuilt per-head K/V and pe_scores."""
     s = run.schedule()
     best, best_in = 0, {}
-    for a in effective_attn(cfg, run):
+    for a, _ in attn_groups(cfg, run):
         k = keys_seen(a, s, n_chunk)
         b = 0.0
         unfused = _attn_unfused(a, be, cfg, quantized and a.cache == "full")
@@ -278,7 +286,7 @@ def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     """A KVCache grows by concatenating: the old buffer of a layer lives beside the new one."""
     s = run.schedule()
     best = 0.0
-    for a in effective_attn(cfg, run):
+    for a, _ in attn_groups(cfg, run):
         old = tokens_prefill(a, s, n_chunk - 1) if n_chunk > 1 else 0
         best = max(best, _layer_kv_bytes(a, old, quantized, run, cfg.act_bytes))
     return Term("kv_growth_copy", int(be.growth_copy_layers * best),
@@ -296,17 +304,17 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phas
     start = run.quantized_kv_start
     quant_now = run.kv_bits is not None and offset_before >= start
     converting = run.kv_bits is not None and offset_before < start <= offset_after
-    layers = effective_attn(cfg, run)
-    kv = sum(_layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
-             for a in layers)
+    groups = attn_groups(cfg, run)
+    kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
+             for a, n in groups)
     terms = [
         activations_term(cfg, c, be),
         scores_term(cfg, run, c, n_chunk, be, quant_now),
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
     ]
     if converting:
-        q = sum(_layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), True, run, cfg.act_bytes)
-                for a in layers)
+        q = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), True, run, cfg.act_bytes)
+                for a, n in groups)
         terms.append(Term("kv_quantize_copy", int(q),
                           "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
                           "its quantized copy", {"quantized_kv_start": start}))
@@ -319,10 +327,9 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     """The last decode step: caches at the context, one layer's growth copy, the logits."""
     s = run.schedule()
     quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
-    layers = effective_attn(cfg, run)
     kv = kv_bytes_final(cfg, run)
     copy = 0.0
-    for a in layers:
+    for a, _ in attn_groups(cfg, run):
         # The step that last grew (or trimmed) the cache held the old buffer beside the new.
         before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.chunk))
         if a.cache == "rotating":

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from mlxfit.calibration import Decode
 from mlxfit.config import ModelConfig
-from mlxfit.memory import Run, Term, _layer_kv_bytes, effective_attn
+from mlxfit.memory import Run, Term, _layer_kv_bytes, attn_groups
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,11 @@ def kv_read_term(cfg: ModelConfig, run: Run) -> Term:
     state is read and written once per token."""
     quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
     total = 0.0
-    for a in effective_attn(cfg, run):
+    for a, count in attn_groups(cfg, run):
         if a.cache == "shared":
             continue
-        if a.cache == "full":
-            n = run.ctx
-        else:
-            n = min(run.ctx, a.window or run.ctx)
-        total += _layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
+        n = run.ctx if a.cache == "full" else min(run.ctx, a.window or run.ctx)
+        total += count * _layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
     total += 2 * cfg.state_bytes
     return Term("cache_read_per_token", int(total),
                 "attended tokens x per-token KV bytes + 2 x recurrent state",

@@ -110,6 +110,17 @@ class ModelConfig:
         return tuple(counts.items())
 
     @cached_property
+    def attn_groups_computed_in_prefill(self) -> tuple[tuple[Attn, int], ...]:
+        """Attention layouts whose attention runs during a prefill chunk. mlx-lm evaluates only
+        the caches after each chunk, and the last layer's output feeds nothing but the logits,
+        so MLX never computes the last layer's attention (or MLP) there."""
+        counts: dict[Attn, int] = {}
+        for ly in self.layers[:-1]:
+            if ly.attn is not None:
+                counts[ly.attn] = counts.get(ly.attn, 0) + 1
+        return tuple(counts.items())
+
+    @cached_property
     def state_bytes(self) -> int:
         return sum(ly.state_bytes for ly in self.layers)
 
@@ -410,16 +421,38 @@ def _mamba_state(c: _Ctx, heads: int, head_dim: int, d_state: int, groups: int,
     return conv + heads * head_dim * d_state * 4
 
 
+# nemotron_h.py ModelArgs: layers_block_type / layer_types names -> pattern characters.
+_NEMOTRON_BLOCKS = {"full_attention": "*", "attention": "*", "linear_attention": "M",
+                    "mamba": "M", "conv": "M", "moe": "E", "mlp": "-"}
+
+
+def _nemotron_pattern(f: _Fields) -> list[str]:
+    """The block pattern as mlx-lm normalizes it; its length is the layer count."""
+    raw = f.d.get("hybrid_override_pattern")
+    if raw is None:
+        types = f.d.get("layers_block_type") or f.d.get("layer_types")
+        if not isinstance(types, list) or not all(isinstance(t, str) for t in types):
+            raise ConfigError(f"{f.where}: nemotron_h needs 'hybrid_override_pattern' or "
+                              "'layers_block_type'")
+        unknown = sorted(set(types) - _NEMOTRON_BLOCKS.keys())
+        if unknown:
+            raise ConfigError(f"{f.where}: unknown nemotron_h block types {unknown}")
+        return [_NEMOTRON_BLOCKS[t] for t in types]
+    if isinstance(raw, str):
+        return list(raw)
+    if isinstance(raw, list) and all(isinstance(x, str) and len(x) == 1 for x in raw):
+        return list(raw)
+    raise ConfigError(f"{f.where}: 'hybrid_override_pattern' must be a string of block characters")
+
+
 def _nemotron_h(c: _Ctx) -> list[Layer]:
     f = c.f
-    pattern = f.d.get("hybrid_override_pattern")
-    if not isinstance(pattern, str) or len(pattern) < c.n:
-        raise ConfigError(f"{f.where}: nemotron_h needs 'hybrid_override_pattern' of {c.n} chars")
+    pattern = _nemotron_pattern(f)
     state = _mamba_state(c, f.int("mamba_num_heads"), f.int("mamba_head_dim"),
                          f.int("ssm_state_size"), f.int("n_groups", 1), f.int("conv_kernel", 4))
     hd = f.int("attention_head_dim", c.head_dim) if f.has("attention_head_dim") else c.head_dim
     layers = []
-    for ch in pattern[: c.n]:
+    for ch in pattern:
         if ch == "M":
             layers.append(Layer(None, state_bytes=state, state_kind="mamba"))
         elif ch == "*":
@@ -602,7 +635,8 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         family = Family(_standard, own_cache=False)
         family_name = raw_type
 
-    n_layers = f.int("num_hidden_layers", minimum=1)
+    n_layers = f.int("num_hidden_layers", 0 if family_name == "nemotron_h" else None,
+                     minimum=0 if family_name == "nemotron_h" else 1)
     if n_layers > 100_000:
         raise ConfigError(f"{where}: num_hidden_layers {n_layers} is implausible")
     hidden = f.int("hidden_size", minimum=1) if f.has("hidden_size") else f.int("d_model", minimum=1)
@@ -617,6 +651,7 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     n_exp, top_k = _experts(f)
     c = _Ctx(f, n_layers, hidden, heads, kv_heads, head_dim, act_bytes, warnings)
     layers = family.build(c)
+    n_layers = c.n = len(layers)  # a block pattern may define the depth (nemotron_h)
     flags = _moe_layer_flags(c, n_exp)
     layers = [
         Layer(ly.attn, ly.state_bytes, ly.state_kind, moe=ly.moe or flags[i])

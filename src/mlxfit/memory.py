@@ -80,9 +80,12 @@ def effective_attn(cfg: ModelConfig, run: Run) -> list[Attn]:
     return [_as_run_sees(a, cfg, run) for a in cfg.attention_layers]
 
 
-def attn_groups(cfg: ModelConfig, run: Run) -> list[tuple[Attn, int]]:
-    """Distinct attention layouts for this run with their layer counts."""
-    return [(_as_run_sees(a, cfg, run), n) for a, n in cfg.attn_groups]
+def attn_groups(cfg: ModelConfig, run: Run, *, prefill_compute: bool = False
+                ) -> list[tuple[Attn, int]]:
+    """Distinct attention layouts for this run with their layer counts (with prefill_compute,
+    only the layers whose attention a prefill chunk actually computes)."""
+    groups = cfg.attn_groups_computed_in_prefill if prefill_compute else cfg.attn_groups
+    return [(_as_run_sees(a, cfg, run), n) for a, n in groups]
 
 
 def per_token_bytes(a: Attn, act_bytes: int) -> int:
@@ -257,7 +260,7 @@ def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
     and MLA's rebuilt per-head K/V and pe_scores."""
     s = run.schedule()
     best, best_in = 0, {}
-    for a, _ in attn_groups(cfg, run):
+    for a, _ in attn_groups(cfg, run, prefill_compute=True):
         k = keys_seen(a, s, n_chunk)
         b = 0.0
         unfused = _attn_unfused(a, be, cfg, quantized and a.cache == "full")

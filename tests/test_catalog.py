@@ -22,12 +22,102 @@ from mlxfit.errors import SourceError
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 
-# total_size of real model.safetensors.index.json files (see scripts/catalog_configs/).
+# Real published totals of the very repos the entries stand for, to the byte: the
+# safetensors index total_size, or a storage size that public model cards quote for a pinned
+# revision of the repo (the sum of its tensor bytes).
 KNOWN_SIZES = {
+    # Shared fixtures (/work/shared/fixtures/configs/README.md).
     "mlx-community/Qwen3-8B-4bit": 4_607_731_712,  # = georgehenney/Qwen3-8B-heretic-mlx-4bit
     "LiquidAI/LFM2.5-1.2B-Instruct-mlx-4bit": 658_503_168,
     "meta-llama/Llama-3.2-3B": 6_425_499_648,
+    # exo-explore/exo tests pin these model cards to verified snapshots (storage_size in bytes):
+    # Llama-3.2-1B rev 08231374, Llama-3.2-3B rev 7f0dc925, Llama-3.1-8B rev 90215b22,
+    # gpt-oss-20b rev 773a7da7, Qwen3-Coder-30B-A3B rev 6e302ea6, Llama-3.3-70B rev de2dfaf5,
+    # Qwen3-Coder-Next rev 7b9321ea.
+    "mlx-community/Llama-3.2-1B-Instruct-4bit": 695_242_752,
+    "mlx-community/Llama-3.2-3B-Instruct-4bit": 1_807_423_488,
+    "mlx-community/Llama-3.1-8B-Instruct-4bit": 4_517_404_672,
+    "mlx-community/gpt-oss-20b-MXFP4-Q8": 12_076_119_168,
+    "mlx-community/Qwen3-Coder-30B-A3B-Instruct-4bit": 17_180_913_664,
+    "mlx-community/Llama-3.3-70B-Instruct-4bit": 39_688_355_840,
+    "mlx-community/Qwen3-Coder-Next-4bit": 44_844_060_160,
+    # exo model cards (resources/inference_model_cards/, main at b5375f8c; DeepSeek as quoted
+    # from exo's card in a public DeepSeek advisor doc).
+    "mlx-community/NVIDIA-Nemotron-Nano-9B-v2-4bits": 5_002_791_936,
+    "mlx-community/NVIDIA-Nemotron-Nano-9B-v2-6bit": 7_224_298_496,
+    "mlx-community/DeepSeek-V3-0324-4bit": 377_606_822_912,
 }
+
+# A different real repo with the same architecture and quantization, hence the same tensors:
+# (twin repo, its published total). exo model cards, as above.
+TWIN_SIZES = {
+    # Llama-3.1-Nemotron-70B-Instruct is a Llama 3.1 70B fine-tune (same dims as Llama 3.3 70B).
+    "mlx-community/Llama-3.3-70B-Instruct-4bit": (
+        "mlx-community/Llama-3.1-Nemotron-70B-Instruct-HF-4bit",
+        39_688_355_840,
+    ),
+    "mlx-community/Llama-3.3-70B-Instruct-8bit": (
+        "mlx-community/Llama-3.1-Nemotron-70B-Instruct-HF-8bit",
+        74_964_549_632,
+    ),
+    "mlx-community/Qwen3-30B-A3B-4bit": (
+        "mlx-community/Qwen3-Coder-30B-A3B-Instruct-4bit",
+        17_180_913_664,
+    ),
+    "mlx-community/Qwen3-30B-A3B-Instruct-2507-4bit": (
+        "mlx-community/Qwen3-Coder-30B-A3B-Instruct-4bit",
+        17_180_913_664,
+    ),
+    "mlx-community/Qwen3-Next-80B-A3B-Instruct-4bit": (
+        "mlx-community/Qwen3-Coder-Next-4bit",
+        44_844_060_160,
+    ),
+}
+
+# total_size of the bf16 source checkpoint (model.safetensors.index.json) that each entry was
+# converted from: an entry unpacked back to bf16 must hold exactly those tensors. This checks
+# every tensor name/shape of the architecture; the quantization on top is mlx-lm's own.
+# Sources: public files quoting the index (weight-size tables, test fixtures, tutorials).
+HF_CHECKPOINT_SIZES = {
+    "mlx-community/Qwen3-4B-Instruct-2507-bf16": 8_044_936_192,  # Qwen/Qwen3-4B
+    "mlx-community/Qwen3-8B-bf16": 16_381_470_720,  # Qwen/Qwen3-8B (399 tensors)
+    "mlx-community/Qwen3-32B-4bit": 65_524_246_528,  # Qwen/Qwen3-32B
+    "mlx-community/Qwen3-30B-A3B-8bit": 61_064_245_248,  # Qwen/Qwen3-30B-A3B(-Instruct-2507)
+    "mlx-community/Qwen3-235B-A22B-4bit": 470_187_269_120,  # Qwen/Qwen3-235B-A22B
+    "mlx-community/Qwen2.5-7B-Instruct-4bit": 15_231_233_024,  # Qwen/Qwen2.5-7B-Instruct
+    "mlx-community/Qwen2.5-72B-Instruct-4bit": 145_412_407_296,  # Qwen/Qwen2.5-72B-Instruct
+    "mlx-community/Meta-Llama-3.1-8B-Instruct-bf16": 16_060_522_496,  # meta-llama/Llama-3.1-8B
+    "mlx-community/Llama-3.3-70B-Instruct-8bit": 141_107_412_992,  # meta-llama/Llama-3.1-70B
+    "mlx-community/Mistral-7B-Instruct-v0.3-4bit": 14_496_047_104,  # mistralai/Mistral-7B-v0.3
+    # mistralai/Devstral-Small-2507: the Mistral Small 3 24B architecture (params.json dims).
+    "mlx-community/Mistral-Small-24B-Instruct-2501-4bit": 47_144_806_400,
+    "mlx-community/Mixtral-8x7B-Instruct-v0.1-4bit": 93_405_585_408,  # Mixtral-8x7B
+    "mlx-community/Phi-3-mini-4k-instruct-4bit": 7_642_159_104,  # microsoft/Phi-3-mini-4k
+    "mlx-community/phi-4-8bit": 29_319_014_400,  # microsoft/phi-4
+    "mlx-community/gemma-2-9b-it-4bit": 18_483_411_968,  # google/gemma-2-9b-it
+    "mlx-community/DeepSeek-V2-Lite-Chat-4bit-mlx": 31_412_968_448,  # deepseek-ai/DeepSeek-V2-Lite
+    # NVIDIA-Nemotron-Nano-9B-v2 bf16 weight bytes quoted by a public NIM benchmark script;
+    # it also confirms the reconstructed Nemotron config.
+    "mlx-community/NVIDIA-Nemotron-Nano-9B-v2-4bits": 17_776_454_656,
+}
+
+# Not confirmed against any published total (sizes follow from mlx-lm's classes and
+# quantizer applied to a real config, and most architectures are checked above):
+#   Qwen3-0.6B-4bit/-8bit/-bf16, Qwen3-8B-6bit/-8bit, Qwen3-32B-8bit, Qwen3-30B-A3B-6bit/
+#   -8bit, Qwen3-30B-A3B-Instruct-2507-8bit, Qwen3-235B-A22B-4bit/-8bit,
+#   Qwen3-Next-80B-A3B-Instruct-8bit, Qwen3-4B-Instruct-2507-4bit/-8bit,
+#   Qwen2.5-7B-Instruct-4bit/-8bit, Qwen2.5-72B-Instruct-4bit, Meta-Llama-3.1-8B-Instruct-8bit,
+#   Mistral-7B-Instruct-v0.3-4bit, Mistral-Small-24B-Instruct-2501-4bit/-8bit,
+#   Mixtral-8x7B-Instruct-v0.1-4bit, Phi-3-mini-4k-instruct-4bit, phi-4-4bit/-8bit,
+#   SmolLM3-3B-4bit/-8bit, DeepSeek-V2-Lite-Chat-4bit-mlx, Kimi-K2-Instruct-4bit,
+#   gpt-oss-120b-MXFP4-Q8, GLM-4.5-Air-4bit, Qwen3-30B-A3B-4bit (twin only),
+#   Qwen3-Next-80B-A3B-Instruct-4bit (twin only).
+# mlx-vlm conversions on the Hub hold a vision tower mlx-lm drops, so their published totals
+# are larger than these text-only descriptors: gemma-3-12b-it-4bit, gemma-3-27b-it-4bit/-8bit
+# (text part checked via medgemma below), gemma-4-26b-a4b-it-4bit (exo's card: 15,608,614,044,
+# not reproduced), Llama-4-Scout-17B-16E-Instruct-4bit. Sizes exo lists as round MiB values
+# (e.g. Qwen3-0.6B-4bit 327 MiB) are estimates and were not used.
+
 REQUIRED = [
     "mlx-community/Qwen3-8B-4bit",
     "mlx-community/Llama-3.1-8B-Instruct-4bit",
@@ -80,6 +170,49 @@ def test_known_real_sizes(repo_id: str, size: int) -> None:
     assert entry(repo_id).total_bytes == size
 
 
+@pytest.mark.parametrize(("repo_id", "twin"), TWIN_SIZES.items())
+def test_same_architecture_twin_sizes(repo_id: str, twin: tuple[str, int]) -> None:
+    assert entry(repo_id).total_bytes == twin[1], f"differs from {twin[0]}"
+
+
+@pytest.mark.parametrize(("repo_id", "size"), HF_CHECKPOINT_SIZES.items())
+def test_unpacked_to_bf16_matches_source_checkpoint(repo_id: str, size: int) -> None:
+    assert _unquantized_bytes(entry(repo_id)) == size
+
+
+def test_smollm3_matches_published_shard_files() -> None:
+    """HuggingFaceTB/SmolLM3-3B's two shards are 4,966,315,264 + 1,183,919,744 bytes (a public
+    mirror's file listing). A safetensors file is its tensor bytes plus an 8-byte length and a
+    JSON header of a few hundred bytes per tensor, so the tensor total sits just below."""
+    e = entry("mlx-community/SmolLM3-3B-8bit")
+    headers = 4_966_315_264 + 1_183_919_744 - _unquantized_bytes(e)
+    n_tensors = sum(1 for t in e.tensors if not t.name.endswith((".scales", ".biases")))
+    assert 0 < headers < 200 * n_tensors
+
+
+def test_catalog_breadth() -> None:
+    """30+ models across the families mlxfit models: dense, MoE, sliding window, MLA, hybrid."""
+    ids = catalog_ids()
+    assert len(ids) >= 30
+    types = {entry(i).config["model_type"] for i in ids}
+    assert {"llama", "qwen3", "qwen3_moe", "gemma2", "gemma3", "deepseek_v3", "qwen3_next"} <= types
+    assert {"nemotron_h", "lfm2", "gpt_oss", "glm4_moe", "phi3", "mixtral"} <= types
+    # pick --catalog shows one row per quant: the main families come in several.
+    for stem, tags in [
+        ("mlx-community/Qwen3-8B-", ("4bit", "6bit", "8bit", "bf16")),
+        ("mlx-community/Qwen3-0.6B-", ("4bit", "8bit", "bf16")),
+        ("mlx-community/Qwen3-30B-A3B-", ("4bit", "6bit", "8bit")),
+        ("mlx-community/Llama-3.3-70B-Instruct-", ("4bit", "8bit")),
+    ]:
+        assert {stem + t for t in tags} <= set(ids)
+    bits = {
+        (entry(i).config.get("quantization") or {}).get("bits")
+        for i in ids
+        if i.startswith("mlx-community/Qwen3-8B-")
+    }
+    assert bits == {4, 6, 8, None}
+
+
 def test_quantization_layout() -> None:
     # Qwen3 MoE routers stay 8-bit (mlx-lm's quant_predicate); experts are 4-bit.
     q = entry("mlx-community/Qwen3-30B-A3B-4bit").config["quantization"]
@@ -112,7 +245,9 @@ def _base_config(name: str) -> dict[str, Any]:
 
 def _unquantized_bytes(e: CatalogEntry, elem_bytes: int = 2) -> int:
     """Bytes of the same tensors before quantization (bf16), from the packed shapes."""
-    q = e.config["quantization"]
+    q = e.config.get("quantization")
+    if q is None:
+        return e.total_bytes
     names = {t.name for t in e.tensors}
     total = 0
     for t in e.tensors:
@@ -150,8 +285,16 @@ def test_medgemma_bf16_is_text_plus_siglip() -> None:
     assert text + 2 * vision == 54_864_813_280
 
 
-def test_qwen35_mlx_8bit_is_text_plus_bf16_vision() -> None:
-    """mlx-community/Qwen3.5-9B-MLX-8bit (10,426,433,504 B) = mlx-lm's 8-bit text model +
+@pytest.mark.parametrize(
+    ("repo_id", "published"),
+    [
+        ("mlx-community/Qwen3.5-9B-MLX-8bit", 10_426_433_504),
+        # exo's model card for mlx-community/Qwen3.5-9B-4bit (and -8bit: 10,426,433,504 too).
+        ("mlx-community/Qwen3.5-9B-4bit", 5_950_062_560),
+    ],
+)
+def test_qwen35_mlx_is_text_plus_bf16_vision(repo_id: str, published: int) -> None:
+    """The published mlx-community Qwen3.5-9B repos = mlx-lm's quantized text model +
     the bf16 Qwen3-VL-style vision tower its converter kept (mlx-lm drops it on load)."""
     v = _base_config("mlx-community__Qwen3.5-9B-MLX-8bit.json")["vision_config"]
     h, i, m = v["hidden_size"], v["intermediate_size"], v["spatial_merge_size"]
@@ -168,8 +311,8 @@ def test_qwen35_mlx_8bit_is_text_plus_bf16_vision() -> None:
         + v["out_hidden_size"] * merged
         + v["out_hidden_size"]
     )
-    text = entry("mlx-community/Qwen3.5-9B-MLX-8bit").total_bytes
-    assert text + 2 * vision == 10_426_433_504
+    text = entry(repo_id).total_bytes
+    assert text + 2 * vision == published
 
 
 def test_lookup_is_case_insensitive() -> None:

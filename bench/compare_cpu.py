@@ -43,6 +43,8 @@ def main() -> None:
     rows = [json.loads(line) for line in open(args.file)]
     print(f"{'run':58s} {'kv ok':>5s} {'meas GB':>8s} {'pred GB':>8s} {'err %':>6s}")
     for rec in rows:
+        if rec.get("error"):
+            continue  # mlx-lm itself failed on this run (kept in the file as a fact)
         try:
             kv, total, _ = predict(rec, cal)
         except Exception as e:  # noqa: BLE001 - a benchmark reports, it does not stop

@@ -303,8 +303,7 @@ def campaign() -> list[dict]:
     add("bf16", "gpt_oss", GPT_OSS, 1100, prefill_step_size=2048, dtype="bfloat16")  # error
     add("bf16", "qwen3_moe", QWEN3_MOE, 1100, prefill_step_size=2048, dtype="bfloat16")  # error
     add("bf16", "nemotron_h", NEMOTRON_H, 1100, prefill_step_size=512, dtype="bfloat16")
-    add("bf16", "qwen3_next_dense", QWEN3_NEXT_DENSE, 1100, prefill_step_size=512,
-        dtype="bfloat16")
+    add("bf16", "qwen3_next_dense", QWEN3_NEXT_DENSE, 1100, prefill_step_size=512, dtype="bfloat16")
     add("q4", "llama_hd64_q4", _q4(LLAMA64), 1100, prefill_step_size=512, dtype="bfloat16")
     add("q4", "llama_hd64_q4", _q4(LLAMA64), 2100, prefill_step_size=2048, dtype="float32")
     add("q4", "qwen3_moe_q4", _q4(QWEN3_MOE), 1100, prefill_step_size=2048, dtype="float32")
@@ -362,8 +361,17 @@ def campaign() -> list[dict]:
     add("decode", "qwen3", QWEN3, 2100, prefill_step_size=512, max_kv_size=512)
     add("decode", "qwen3", QWEN3, 2100, prefill_step_size=2048, max_kv_size=512, gen_tokens=20)
     add("decode", "qwen3", QWEN3, 300, prefill_step_size=2048, max_kv_size=512, gen_tokens=20)
+    # A short prompt and a long generation: the decode phase holds the peak.
+    add("decode", "llama_hd64", LLAMA64, 1500, prefill_step_size=2048, gen_tokens=1400)
     add("decode", "gemma3_text", GEMMA3, 1100, prefill_step_size=512, gen_tokens=40)
     add("decode", "qwen3_next", QWEN3_NEXT, 1100, prefill_step_size=2048, gen_tokens=40)
+
+    # Repeats: the run-to-run spread of the CPU backend's peaks (its scheduler runs ahead of
+    # the kernels by a variable amount).
+    for rep in (1, 2, 3):
+        add("repeat", f"llama_hd64_rep{rep}", LLAMA64, 2100, prefill_step_size=512)
+        add("repeat", f"gemma3_text_rep{rep}", GEMMA3, 2100, prefill_step_size=2048)
+        add("repeat", f"nemotron_h_rep{rep}", NEMOTRON_H, 2100, prefill_step_size=512)
     return runs
 
 
@@ -394,19 +402,32 @@ def _transient(rec: dict) -> dict:
     for c in rec["chunks"]:
         t = c["peak_bytes"] - weights - c["cache_bytes_after"]
         if best is None or c["peak_bytes"] > best["peak"]:
-            best = {"peak": c["peak_bytes"], "cache": c["cache_bytes_after"], "transient": t,
-                    "chunk": c["tokens"], "keys": c["processed"], "phase": "prefill"}
+            best = {
+                "peak": c["peak_bytes"],
+                "cache": c["cache_bytes_after"],
+                "transient": t,
+                "chunk": c["tokens"],
+                "keys": c["processed"],
+                "phase": "prefill",
+            }
     if rec["decode_peak_bytes"] > best["peak"]:
-        best = {"peak": rec["decode_peak_bytes"], "cache": rec["cache_bytes_end"],
-                "transient": rec["decode_peak_bytes"] - weights - rec["cache_bytes_end"],
-                "chunk": 1, "keys": rec["ctx"], "phase": "decode"}
+        best = {
+            "peak": rec["decode_peak_bytes"],
+            "cache": rec["cache_bytes_end"],
+            "transient": rec["decode_peak_bytes"] - weights - rec["cache_bytes_end"],
+            "chunk": 1,
+            "keys": rec["ctx"],
+            "phase": "decode",
+        }
     return best
 
 
 def summarize(path: Path) -> None:
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    hdr = (f"{'run':58s} {'peak MB':>8s} {'wts MB':>7s} {'cache MB':>8s} {'trans MB':>8s} "
-           f"{'B/chunk tok':>11s} {'phase':>7s} {'pf tok/s':>8s}")
+    hdr = (
+        f"{'run':58s} {'peak MB':>8s} {'wts MB':>7s} {'cache MB':>8s} {'trans MB':>8s} "
+        f"{'B/chunk tok':>11s} {'phase':>7s} {'pf tok/s':>8s}"
+    )
     print(hdr)
     for r in rows:
         if "error" in r:
@@ -414,9 +435,11 @@ def summarize(path: Path) -> None:
             continue
         b = _transient(r)
         per_tok = b["transient"] / b["chunk"]
-        print(f"{r['name']:58s} {_mb(r['peak_bytes']):>8s} {_mb(r['active_after_load_bytes']):>7s} "
-              f"{_mb(b['cache']):>8s} {_mb(b['transient']):>8s} {per_tok:11.0f} {b['phase']:>7s} "
-              f"{r['prefill_tok_s'] or 0:8.0f}")
+        print(
+            f"{r['name']:58s} {_mb(r['peak_bytes']):>8s} {_mb(r['active_after_load_bytes']):>7s} "
+            f"{_mb(b['cache']):>8s} {_mb(b['transient']):>8s} {per_tok:11.0f} {b['phase']:>7s} "
+            f"{r['prefill_tok_s'] or 0:8.0f}"
+        )
 
 
 def main(argv=None) -> int:
@@ -452,18 +475,28 @@ def main(argv=None) -> int:
             try:
                 rec = measure_run(run["config"], run["ctx"], **run["kw"])
                 rec = {**base, **rec}
-                status = (f"peak {_mb(rec['peak_bytes'])} MB, weights "
-                          f"{_mb(rec['active_after_load_bytes'])} MB, cache "
-                          f"{_mb(rec['cache_bytes_end'])} MB")
+                status = (
+                    f"peak {_mb(rec['peak_bytes'])} MB, weights "
+                    f"{_mb(rec['active_after_load_bytes'])} MB, cache "
+                    f"{_mb(rec['cache_bytes_end'])} MB"
+                )
             except Exception as e:  # noqa: BLE001 - an mlx-lm failure is a result too
-                rec = {**base, "config": run["config"], "ctx": run["ctx"], **run["kw"],
-                       "error": f"{type(e).__name__}: {e}"}
+                rec = {
+                    **base,
+                    "config": run["config"],
+                    "ctx": run["ctx"],
+                    **run["kw"],
+                    "error": f"{type(e).__name__}: {e}",
+                }
                 status = "ERROR " + rec["error"][:100]
             rec["wall_seconds"] = time.perf_counter() - t0
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
-            print(f"[{i:3d}/{len(runs)} {time.perf_counter() - t_start:6.1f}s] "
-                  f"{run['name']}: {status}", flush=True)
+            print(
+                f"[{i:3d}/{len(runs)} {time.perf_counter() - t_start:6.1f}s] "
+                f"{run['name']}: {status}",
+                flush=True,
+            )
             gc.collect()
     print(f"done: {len(runs)} runs in {time.perf_counter() - t_start:.1f}s -> {args.out}")
     return 0

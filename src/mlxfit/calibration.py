@@ -25,10 +25,17 @@ class Backend:
     fused_decode_head_dims: tuple[int, ...]
     score_arrays: float
     sink_score_arrays: float
+    mla_score_arrays: float
+    mla_kv_arrays: float
     act_hidden: float
-    act_mixer: float
-    act_mlp: float
-    act_fixed_per_token: float
+    act_ffn: float
+    act_q: float
+    act_moe: float
+    act_kv: float
+    bf16_act_bytes: float
+    ssd_square: float
+    ssd_token: float
+    linear_fallback: float
     growth_copy_layers: float
     base_bytes: float
 

@@ -91,6 +91,14 @@ class ModelConfig:
     scores_always: bool  # hand-written attention (Gemma 2): scores always materialized
     act_bytes: int  # activation / KV dtype width (bf16 = 2)
     warnings: tuple[str, ...] = field(default=())
+    # Non-attention mixer widths (0 when absent): Mamba2 SSD heads / head dim, gated-delta
+    # linear attention value heads and key/value head dims.
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    linear_v_heads: int = 0
+    linear_k_dim: int = 0
+    linear_v_dim: int = 0
+    gated_q: bool = False  # q_proj also produces an output gate (Qwen3-Next / Qwen3.5)
 
     @property
     def is_moe(self) -> bool:
@@ -220,6 +228,8 @@ class _Ctx:
     head_dim: int
     act_bytes: int
     warnings: list[str]
+    # Widths of non-attention mixers, for the prefill transient: filled by the builders.
+    mixer: dict[str, int] = field(default_factory=dict)
 
     def attn(self, cache: str = "full", **kw: Any) -> Attn:
         kv = kw.pop("kv_heads", self.kv_heads)
@@ -394,6 +404,7 @@ def _linear_state_bytes(c: _Ctx) -> int:
     kernel = f.int("linear_conv_kernel_dim", 4, minimum=1)
     conv = (kernel - 1) * (2 * kh * kd + vh * vd) * c.act_bytes
     recurrent = vh * vd * kd * 4  # gated_delta.py: float32 state (B, Hv, Dv, Dk)
+    c.mixer.update(linear_v_heads=vh, linear_k_dim=kd, linear_v_dim=vd)
     return conv + recurrent
 
 
@@ -418,6 +429,7 @@ def _mamba_state(c: _Ctx, heads: int, head_dim: int, d_state: int, groups: int,
     # heads x head_dim x d_state in float32.
     inner = heads * head_dim
     conv = (kernel - 1) * (inner + 2 * groups * d_state) * c.act_bytes
+    c.mixer.update(ssm_heads=heads, ssm_head_dim=head_dim)
     return conv + heads * head_dim * d_state * 4
 
 
@@ -648,6 +660,9 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
             raise ConfigError(f"{where}: missing 'num_attention_heads'")
         kv_heads = f.int("num_key_value_heads", heads, minimum=1)
         head_dim = f.int("head_dim", 0) or hidden // heads
+        if head_dim < 1:  # else every cache would silently size to 0 bytes
+            raise ConfigError(f"{where}: hidden_size {hidden} < num_attention_heads {heads} "
+                              "and no head_dim: cannot size the attention")
     n_exp, top_k = _experts(f)
     c = _Ctx(f, n_layers, hidden, heads, kv_heads, head_dim, act_bytes, warnings)
     layers = family.build(c)
@@ -683,4 +698,10 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         scores_always=family.scores_always,
         act_bytes=act_bytes,
         warnings=tuple(warnings),
+        ssm_heads=c.mixer.get("ssm_heads", 0),
+        ssm_head_dim=c.mixer.get("ssm_head_dim", 0),
+        linear_v_heads=c.mixer.get("linear_v_heads", 0),
+        linear_k_dim=c.mixer.get("linear_k_dim", 0),
+        linear_v_dim=c.mixer.get("linear_v_dim", 0),
+        gated_q=family_name in ("qwen3_next", "qwen3_5") or f.bool("attn_output_gate", False),
     )

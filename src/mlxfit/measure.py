@@ -44,7 +44,7 @@ def build_model(config: dict, dtype: str = "float32", seed: int = 0):
     applies to the rest.
     """
     import mlx.core as mx
-    import mlx.nn as nn
+    from mlx import nn
     from mlx.utils import tree_map_with_path
     from mlx_lm.utils import _get_classes
 
@@ -125,7 +125,9 @@ def describe_cache(cache) -> dict:
         return d
     if hasattr(cache, "cache") and isinstance(cache.cache, list):
         d["arrays"] = [
-            None if a is None else {"shape": list(a.shape), "dtype": str(a.dtype), "nbytes": a.nbytes}
+            None
+            if a is None
+            else {"shape": list(a.shape), "dtype": str(a.dtype), "nbytes": a.nbytes}
             for a in cache.cache
         ]
         return d

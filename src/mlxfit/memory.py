@@ -189,30 +189,31 @@ def state_term(cfg: ModelConfig) -> Term:
 # --------------------------------------------------------------------------- widths
 
 
-def mixer_width(cfg: ModelConfig) -> int:
-    """Widest per-token projection output of a token mixer (attention q+k+v, or linear/SSM)."""
+def q_width(cfg: ModelConfig) -> int:
+    """Widest query projection output per token (x2 where q_proj also carries an output gate;
+    MLA: heads x (nope + rope))."""
     w = 0
     for a, _ in cfg.attn_groups:
         if a.mla:
-            m = a.mla
-            w = max(w, m.heads * (m.qk_nope + m.qk_rope) + m.kv_lora_rank + m.qk_rope)
+            w = max(w, a.mla.heads * (a.mla.qk_nope + a.mla.qk_rope))
         else:
-            w = max(w, a.q_heads * a.head_dim + 2 * a.kv_heads * a.head_dim)
-    if any(ly.state_kind for ly in cfg.layers):
-        w = max(w, 2 * cfg.hidden)
+            w = max(w, a.q_heads * a.head_dim * (2 if cfg.gated_q else 1))
     return w
 
 
-def mlp_width(cfg: ModelConfig) -> int:
-    """Per-token width alive in the widest MLP: gate, up and their product for a dense SwiGLU;
-    for a MoE layer the top_k routed copies (SwitchGLU gathers x per expert) plus shared."""
-    dense = 3 * cfg.intermediate
+def ffn_width(cfg: ModelConfig) -> int:
+    """Per-token MLP width a chunk computes: the dense intermediate, or for MoE layers the
+    top_k routed experts' intermediates plus the shared experts (the number of experts does
+    not matter: only the routed copies are materialized)."""
+    dense = cfg.intermediate if any(not ly.moe for ly in cfg.layers) or not cfg.is_moe else 0
     if not cfg.is_moe:
         return dense
-    moe = 3 * cfg.top_k * cfg.moe_intermediate + 2 * cfg.top_k * cfg.hidden
-    moe += 3 * cfg.shared_intermediate
-    has_dense = any(not ly.moe for ly in cfg.layers)
-    return max(moe, dense if has_dense else 0)
+    return max(dense, cfg.top_k * cfg.moe_intermediate + cfg.shared_intermediate)
+
+
+def _act_dtype_bytes(cfg: ModelConfig, be: Backend) -> float:
+    # The CPU backend upcasts norms and RoPE to float32, so bf16 costs more than 2 bytes.
+    return be.bf16_act_bytes if cfg.act_bytes == 2 else float(cfg.act_bytes)
 
 
 def _attn_unfused(a: Attn, be: Backend, cfg: ModelConfig, quantized: bool) -> bool:
@@ -242,46 +243,80 @@ class Phase:
 
 
 def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
-    h, mx_w, mlp = cfg.hidden, mixer_width(cfg), mlp_width(cfg)
-    per_tok = cfg.act_bytes * (be.act_hidden * h + be.act_mixer * mx_w + be.act_mlp * mlp)
-    per_tok += be.act_fixed_per_token
+    """A chunk's activations: linear in the chunk and in the model's widths."""
+    h, f, q = cfg.hidden, ffn_width(cfg), q_width(cfg)
+    moe_copies = cfg.top_k * cfg.hidden if cfg.is_moe else 0
+    if cfg.num_layers == 1:
+        # The only layer's attention and MLP feed nothing a cache needs: never computed.
+        f = q = moe_copies = 0
+    elems = be.act_hidden * h + be.act_ffn * f + be.act_q * q + be.act_moe * moe_copies
+    per_tok = _act_dtype_bytes(cfg, be) * elems
     return Term(
         "activations",
         int(c * per_tok),
-        "chunk x dtype x (act_hidden*hidden + act_mixer*mixer_width + act_mlp*mlp_width)",
-        {"chunk": c, "hidden": h, "mixer_width": mx_w, "mlp_width": mlp,
+        "chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
+        "+ act_moe*top_k*hidden)",
+        {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
          "bytes_per_chunk_token": round(per_tok)},
     )
 
 
 def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
                 quantized: bool) -> Term:
-    """The largest attention intermediate of one layer: unfused score matrices (plus the mask),
-    and MLA's rebuilt per-head K/V and pe_scores."""
+    """The largest attention intermediate of one layer: unfused score matrices (plus the bool
+    mask) and MLA's pe_scores and rebuilt per-head K/V; plus, added, a state-space mixer's
+    chunked-scan intermediates."""
     s = run.schedule()
-    best, best_in = 0, {}
+    b = cfg.act_bytes
+    best, best_in = 0.0, {}
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
         k = keys_seen(a, s, n_chunk)
-        b = 0.0
+        v = 0.0
         unfused = _attn_unfused(a, be, cfg, quantized and a.cache == "full")
         arrays = be.sink_score_arrays if a.sinks else be.score_arrays
-        if unfused:
-            b += arrays * a.q_heads * c * k * cfg.act_bytes + c * k  # scores + bool mask
         if a.mla:
             m = a.mla
-            # pe_scores (always materialized, used as the additive mask) and K/V rebuilt
-            # per head from the latent for the whole context.
-            b += m.heads * c * k * cfg.act_bytes
-            b += m.heads * k * (m.qk_nope + m.v_head) * cfg.act_bytes
-        if b > best:
-            best = b
+            arrays = be.mla_score_arrays if unfused else 1.0  # pe_scores is always built
+            v += arrays * m.heads * c * k * b + c * k
+            v += be.mla_kv_arrays * m.heads * k * (m.qk_nope + m.v_head) * b
+        elif unfused:
+            v += arrays * a.q_heads * c * k * b + c * k
+        if v > best:
+            best = v
             best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
                        "unfused": unfused, "mla": a.mla is not None,
-                       "score_arrays": arrays if unfused else 0}
-    return Term("attention_scores", int(best),
+                       "score_arrays": arrays if (unfused or a.mla) else 0}
+    if cfg.linear_v_heads and be.linear_fallback:
+        # Gated delta rule without a fused kernel (CPU): per-token (Hv, Dv, Dk) float32; it
+        # runs in other layers than the attention, so the larger of the two is alive.
+        lin = (be.linear_fallback * c * cfg.linear_v_heads * cfg.linear_k_dim
+               * cfg.linear_v_dim * 4)
+        if lin > best:
+            best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c}
+    mixer = 0.0
+    if cfg.ssm_heads:
+        # Mamba2 SSD (mlx_lm/models/ssm.py ssm_attn): float32 (heads, s, s) decay/attention
+        # matrices per 256-token step, plus per-token float32 copies of x.
+        step = min(c, 256)
+        mixer = (be.ssd_square * cfg.ssm_heads * step * step * 4
+                 + be.ssd_token * c * cfg.ssm_heads * cfg.ssm_head_dim * 4)
+    if mixer:
+        best_in["state_space_scan"] = int(mixer)
+    return Term("attention_scores", int(best + mixer),
                 "unfused layers: score_arrays x q_heads x chunk x keys x dtype + chunk x keys "
-                "(mask); MLA: + heads x chunk x keys x dtype (pe_scores) + heads x keys x "
-                "(qk_nope + v_head) x dtype", best_in)
+                "(mask); MLA: pe_scores + heads x keys x (qk_nope + v_head) x dtype; "
+                "+ SSM chunked-scan intermediates", best_in)
+
+
+def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend) -> Term:
+    """Keys and values gathered for the chunk's attention: proportional to the keys seen and
+    one layer's KV bytes per token."""
+    s = run.schedule()
+    best = 0.0
+    for a, _ in attn_groups(cfg, run, prefill_compute=True):
+        best = max(best, keys_seen(a, s, n_chunk) * per_token_bytes(a, cfg.act_bytes))
+    return Term("kv_keys_copy", int(be.act_kv * best),
+                "act_kv x keys x one layer's KV bytes per token", {"act_kv": be.act_kv})
 
 
 def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
@@ -313,6 +348,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phas
     terms = [
         activations_term(cfg, c, be),
         scores_term(cfg, run, c, n_chunk, be, quant_now),
+        keys_copy_term(cfg, run, n_chunk, be),
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
     ]
     if converting:

@@ -40,7 +40,8 @@ def main() -> None:
     args = ap.parse_args()
     cal = load_calibration()
     errs, kv_bad = [], 0
-    rows = [json.loads(line) for line in open(args.file)]
+    with open(args.file) as fh:
+        rows = [json.loads(line) for line in fh]
     print(f"{'run':58s} {'kv ok':>5s} {'meas GB':>8s} {'pred GB':>8s} {'err %':>6s}")
     for rec in rows:
         if rec.get("error"):

@@ -118,9 +118,9 @@ def test_bad_runs_are_usage_errors():
     from mlxfit.speed import WeightsRead
 
     c = cfg("Qwen__Qwen3-8B.json")
-    kw = dict(model="m", source_kind="folder", cfg=c,
-              weights=WeightsRead(WEIGHTS, 0, 0, False), cal=CAL, machine_name="x",
-              ram_bytes=1, bandwidth_gbs=None, usable_bytes=1, usable_source="x")
+    kw = {"model": "m", "source_kind": "folder", "cfg": c,
+              "weights": WeightsRead(WEIGHTS, 0, 0, False), "cal": CAL, "machine_name": "x",
+              "ram_bytes": 1, "bandwidth_gbs": None, "usable_bytes": 1, "usable_source": "x"}
     for run in (Run(ctx=0), Run(ctx=-5), Run(ctx=100, gen=100), Run(ctx=100, prefill_step=0),
                 Run(ctx=100, kv_bits=7)):
         with pytest.raises(UsageError):

@@ -5,7 +5,9 @@ No I/O, no clock, no environment: everything arrives as arguments.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from mlxfit.calibration import Calibration
 from mlxfit.config import ModelConfig
@@ -14,6 +16,11 @@ from mlxfit.speed import WeightsRead, decode_seconds
 
 # Used when config.json has no max_position_embeddings: the solver needs an upper bound.
 DEFAULT_MAX_CONTEXT = 131072
+
+# Terms beyond one generation's (serving budgets: more sequences, cached prompts, a draft
+# model): a function of the run at the probed context and of that run's peak phase, so the
+# solver and the fit add exactly the same bytes. See mlxfit/serving.py.
+ExtraTerms = Callable[[Run, Phase], tuple[Term, ...]]
 
 
 @dataclass(frozen=True)
@@ -24,6 +31,7 @@ class Totals:
     kv: int
     state: int
     phase: Phase
+    extra: tuple[Term, ...] = ()  # serving terms (empty for one mlx_lm.generate run)
 
     @property
     def transient(self) -> int:
@@ -32,17 +40,24 @@ class Totals:
         return self.phase.total_over_weights - self.kv - self.state
 
     @property
+    def extra_bytes(self) -> int:
+        return sum(t.bytes for t in self.extra)
+
+    @property
     def total(self) -> int:
-        return self.weights + self.phase.total_over_weights
+        return self.weights + self.phase.total_over_weights + self.extra_bytes
 
 
-def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration) -> Totals:
+def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
+              extra: ExtraTerms | None = None) -> Totals:
     be = cal.backend(run.backend)
+    phase = peak_phase(cfg, run, be)
     return Totals(
         weights=weights_bytes,
         kv=kv_term(cfg, run).bytes,
         state=cfg.state_bytes,
-        phase=peak_phase(cfg, run, be),
+        phase=phase,
+        extra=tuple(extra(run, phase)) if extra is not None else (),
     )
 
 
@@ -51,12 +66,12 @@ def _run_at(run: Run, n: int) -> Run:
 
 
 def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
-                      usable: int, hi: int) -> int:
+                      usable: int, hi: int, extra: ExtraTerms | None = None) -> int:
     """Largest n in [1, hi] whose total fits (0 if even one token does not): bisection on the
     same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not."""
 
     def fits(n: int) -> bool:
-        return totals_at(cfg, weights_bytes, _run_at(run, n), cal).total <= usable
+        return totals_at(cfg, weights_bytes, _run_at(run, n), cal, extra).total <= usable
 
     if not fits(1):
         return 0
@@ -98,6 +113,28 @@ class FitResult:
     warnings: tuple[str, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
     weights_detail: dict = field(default_factory=dict)
+    # Serving budgets (--parallel, --prompt-cache, --draft-model): named terms included in
+    # total_bytes, and a summary of the serving set-up (empty for a plain generate run).
+    extra_terms: tuple[Term, ...] = field(default=())
+    serving: dict = field(default_factory=dict)
+    # Single arrays checked against the GPU's maxBufferLength (mlxfit.serving.Buffer), largest
+    # first, and the limit (None when unknown).
+    buffers: tuple[Any, ...] = field(default=())
+    max_buffer_bytes: int | None = None
+    advice: Any = None  # mlxfit.advise.Advice when asked for (fit(advise=...))
+    chart: Any = None  # mlxfit.chart.ChartData when asked for (fit(chart=True))
+
+    @property
+    def oversize_buffers(self) -> tuple[Any, ...]:
+        """Arrays larger than maxBufferLength: Metal cannot allocate them, whatever the total."""
+        if self.max_buffer_bytes is None:
+            return ()
+        return tuple(b for b in self.buffers if b.bytes > self.max_buffer_bytes)
+
+    @property
+    def runs(self) -> bool:
+        """Fits in memory and no single array exceeds the GPU's largest buffer."""
+        return self.fits and not self.oversize_buffers
 
 
 def fit_core(
@@ -116,10 +153,11 @@ def fit_core(
     warnings: tuple[str, ...] = (),
     notes: tuple[str, ...] = (),
     weights_detail: dict | None = None,
+    extra_terms: ExtraTerms | None = None,
 ) -> FitResult:
     validate_run(cfg, run)
     warn = list(warnings) + list(cfg.warnings)
-    t = totals_at(cfg, weights.total_bytes, run, cal)
+    t = totals_at(cfg, weights.total_bytes, run, cal, extra_terms)
     fits = t.total <= usable_bytes
     if cfg.max_position:
         limit = cfg.max_position
@@ -128,7 +166,8 @@ def fit_core(
         warn.append(f"config has no max_position_embeddings: max context searched up to {limit}")
     if run.ctx > limit:
         warn.append(f"--ctx {run.ctx} is beyond the model's max_position_embeddings ({limit})")
-    max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit)
+    max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
+                                extra_terms)
 
     tps = None
     speed_terms: tuple[Term, ...] = ()
@@ -149,6 +188,7 @@ def fit_core(
              f"peak phase '{t.phase.name}': its caches minus the final caches + the terms below",
              {"phase": t.phase.name}),
         *t.phase.terms,
+        *t.extra,
     )
     return FitResult(
         model=model,
@@ -175,4 +215,5 @@ def fit_core(
         warnings=tuple(warn),
         notes=tuple(notes),
         weights_detail=dict(weights_detail or {}),
+        extra_terms=t.extra,
     )

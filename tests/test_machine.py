@@ -567,3 +567,51 @@ def test_module_import_is_cheap():
     code = "import sys, mlxfit.machine; print('psutil' in sys.modules, 'subprocess' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Where each figure came from (what `mlxfit machine` shows as "probed from")
+# ---------------------------------------------------------------------------------------------
+
+
+def test_probe_says_where_each_figure_came_from(table):
+    m = probe_machine(recorded_runner("m4_pro_24gb"), platform="darwin", table=table)
+    assert m.sources == {
+        "platform": "sys.platform = 'darwin'",
+        "chip": "sysctl -n machdep.cpu.brand_string = 'Apple M4 Pro'",
+        "ram_bytes": "sysctl -n hw.memsize = 25769803776",
+        "macos_major": "sw_vers -productVersion: major 26",
+        "wired_limit_mb": "sysctl -n iogpu.wired_limit_mb = 0 (unset: the default working set)",
+        "gpu_cores": "ioreg -rc AGXAccelerator: gpu-core-count = 16",
+        "bandwidth_gbs": "apple_skus.toml, M4 Pro 16-core",
+        "usable_bytes": m.usable_source,
+    }
+
+
+def test_probe_sources_when_things_fail_or_are_overridden(table):
+    m = probe_machine(recorded_runner("m4_pro_24gb_degraded"), platform="darwin", table=table)
+    assert m.sources["wired_limit_mb"] == "unreadable: assumed unset"
+    assert m.sources["gpu_cores"] == ("unknown: no gpu-core-count in ioreg -rc AGXAccelerator; "
+                                      "apple_skus.toml: the M4 Pro bin sold with 24GB")
+    assert m.sources["macos_major"].startswith("unknown")
+    m = probe_machine(recorded_runner("m4_max_128gb_wired"), platform="darwin", table=table,
+                      macos_major=15)
+    assert m.sources["macos_major"] == "--macos 15"
+    assert m.sources["usable_bytes"] == "iogpu.wired_limit_mb=114688" == m.usable_source
+    m = probe_machine(recorded_runner("m1_virtual_vm"), platform="darwin", table=table)
+    assert m.sources["bandwidth_gbs"] == "unknown (no SKU table entry)"
+    m = probe_machine(failing_runner, platform="linux", table=table, total_ram=lambda: 8 * GIB)
+    assert m.sources["ram_bytes"] == f"psutil.virtual_memory().total = {8 * GIB}"
+    assert m.sources["bandwidth_gbs"] == "unknown (not Apple Silicon)"
+
+
+def test_resolved_and_budgeted_machines_say_where_too(table):
+    m = resolve_machine("M3 Max 96GB", table=table)
+    assert m.sources["chip"] == "--machine 'M3 Max 96GB'"
+    assert m.sources["gpu_cores"] == "apple_skus.toml: the M3 Max bin sold with 96GB"
+    assert m.sources["bandwidth_gbs"] == "apple_skus.toml, M3 Max 30-core"
+    b = machine_with_budget(m, 50 * 10**9)
+    assert b.usable_source.startswith("--memory-budget")
+    assert b.sources["usable_bytes"] == b.usable_source
+    assert b.sources["chip"] == m.sources["chip"]
+    assert all(s.sources["bandwidth_gbs"].startswith("apple_skus.toml") for s in all_skus(table=table))

@@ -383,7 +383,7 @@ def test_not_found_anywhere(spec: str, isolated_cache: Path) -> None:
     with raises(
         SourceError,
         f"{spec} not found: not a folder, not in the Hugging Face cache at {isolated_cache}",
-        "not in the built-in catalog (reading from the Hub is not supported yet)",
+        "not in the built-in catalog",
     ):
         resolve_model(spec)
 

@@ -4,13 +4,15 @@ machine, calibration) and calls the pure core."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from mlxfit.calibration import Calibration, load_calibration
-from mlxfit.config import parse_config
+from mlxfit.config import ModelConfig, parse_config
 from mlxfit.core import FitResult, fit_core
 from mlxfit.errors import MachineError, UsageError
 from mlxfit.memory import Run
+from mlxfit.serving import Serving
 from mlxfit.speed import WeightsRead
 from mlxfit.tensors import DTYPE_BYTES, TensorInfo
 
@@ -37,7 +39,9 @@ def activation_bytes(tensors: tuple[TensorInfo, ...] | list[TensorInfo]) -> int:
     return DTYPE_BYTES[counts.most_common(1)[0][0]] if counts else 2
 
 
-def _machine(machine: str | None, memory_budget_gb: float | None, macos: int | None):
+def machine_for(machine: str | None, memory_budget_gb: float | None = None,
+                macos: int | None = None):
+    """The named Mac (``--machine``), else this one probed; ``--memory-budget`` replaces usable."""
     from mlxfit import machine as mach
 
     if machine:
@@ -49,6 +53,9 @@ def _machine(machine: str | None, memory_budget_gb: float | None, macos: int | N
             raise UsageError(f"--memory-budget must be a positive number of GB, got {memory_budget_gb}")
         m = mach.machine_with_budget(m, int(memory_budget_gb * 1e9))
     return m
+
+
+_machine = machine_for
 
 
 def fit(
@@ -68,38 +75,278 @@ def fit(
     backend: str = "metal",
     with_vision: bool = False,
     calibration: Calibration | None = None,
+    progress: bool = False,
+    verbose: bool = False,
+    parallel: int | None = None,
+    prompt_cache: int | None = None,
+    draft_model: str | None = None,
+    wired_limit_mb: int | None = None,
+    advise: bool | str = False,
+    chart: bool = False,
 ) -> FitResult:
-    """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?"""
-    from mlxfit.sources import resolve_model
-    from mlxfit.weights import summarize_weights
+    """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
 
+    ``progress``: a transient progress display on stderr while a Hub model's headers are read;
+    ``verbose``: a note saying what reading it from the Hub cost (requests, bytes).
+
+    Serving budgets (mlxfit.serving): ``parallel`` sequences in mlx_lm.server's batch,
+    ``prompt_cache`` cached prompts (mlx_lm.server's default 10 when serving), a speculative
+    ``draft_model``. ``wired_limit_mb``: size as if ``sudo sysctl iogpu.wired_limit_mb=N`` were
+    set. ``advise``: True, or "auto" (only when the run does not fit): attach an
+    ``mlxfit.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.chart)."""
+    from mlxfit.sources import resolve_model
+
+    if advise not in (False, None, "auto", True):
+        raise UsageError(f"advise must be True, False or 'auto', got {advise!r}")
     run = Run(ctx=ctx, gen=gen, prefill_step=prefill_step_size, kv_bits=kv_bits,
               kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
               max_kv_size=max_kv_size, backend=backend)
-    src = resolve_model(model, revision=revision)
+    src = resolve_model(model, revision=revision, progress=progress)
+    if verbose and src.transfer is not None:
+        from dataclasses import replace
+
+        src = replace(src, notes=src.notes + (src.transfer.describe(),))
+    inputs = model_inputs(src, with_vision=with_vision)
+    m = machine_for(machine, memory_budget_gb, macos)
+    if wired_limit_mb is not None:
+        m = machine_with_wired_limit(m, wired_limit_mb, memory_budget_gb is not None)
+    cal = calibration or load_calibration(USER_CALIBRATION.expanduser())
+    arrays = model_arrays(src, with_vision)
+    draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
+    serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
+    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
+    if advise is True or (advise == "auto" and not r.runs):
+        from mlxfit import advise as adv
+
+        ev = _Evaluator(model, inputs, arrays, m, cal, with_vision=with_vision,
+                        budget=memory_budget_gb is not None)
+        r = _with(r, advice=adv.advise(r, ev, serving))
+    if chart:
+        r = _with(r, chart=chart_data(inputs, r.run, m, cal, serving))
+    return r
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """What fit_core needs from a model, built once from its source: the matrix and pick verbs
+    reuse it for many machines (the numbers are then those of ``fit`` by construction)."""
+
+    name: str
+    source_kind: str
+    cfg: ModelConfig
+    weights: WeightsRead
+    weights_detail: dict
+    vision_bytes: int
+    with_vision: bool
+    source_notes: tuple[str, ...] = ()
+
+
+def model_inputs(src, with_vision: bool = False) -> ModelInputs:
+    """A ModelSource (folder, hf-cache snapshot or catalog entry) -> the model's fit inputs."""
+    from mlxfit.weights import summarize_weights
+
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     w = summarize_weights(src.tensors, src.config, with_vision=with_vision)
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
-    m = _machine(machine, memory_budget_gb, macos)
-    cal = calibration or load_calibration(USER_CALIBRATION.expanduser())
-    warnings: list[str] = []
-    notes = list(src.notes) + list(m.notes)
-    if w.vision_bytes and not with_vision:
-        notes.append(f"vision/audio towers ({w.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
+    wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
+                     embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings)
+    return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
+                       weights_detail=weights_detail(w), vision_bytes=w.vision_bytes,
+                       with_vision=with_vision, source_notes=tuple(src.notes))
+
+
+def fit_inputs(inputs: ModelInputs, run: Run, m, cal: Calibration,
+               extra_terms=None, extra_warnings: tuple[str, ...] = ()) -> FitResult:
+    """One model on one machine: the notes and warnings of ``fit``, then the pure core.
+    ``extra_terms`` (core.ExtraTerms): serving terms added to the total (mlxfit.serving)."""
+    warnings: list[str] = list(extra_warnings)
+    notes = list(inputs.source_notes) + list(m.notes)
+    if inputs.vision_bytes and not inputs.with_vision:
+        notes.append(f"vision/audio towers ({inputs.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
                      "drops them for text generation (--with-vision to count them)")
     if cal.source != "calibration.toml":
         notes.append(f"calibration: {cal.source}")
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
-    wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
-                     embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings)
-    result = fit_core(
-        model=src.name, source_kind=src.kind, cfg=cfg, weights=wr, run=run, cal=cal,
+    return fit_core(
+        model=inputs.name, source_kind=inputs.source_kind, cfg=inputs.cfg,
+        weights=inputs.weights, run=run, cal=cal,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
         usable_bytes=m.usable_bytes, usable_source=m.usable_source,
-        warnings=tuple(warnings), notes=tuple(notes), weights_detail=weights_detail(w),
+        warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
+        extra_terms=extra_terms,
     )
-    return result
+
+
+_with = replace  # fit() binds the name `replace` locally
+
+
+# --------------------------------------------------------------------------- serving, advice,
+# chart: one generation's fit plus the serving terms and the single-buffer check (serving.py),
+# the advisor's evaluator (advise.py) and the chart series (chart.py).
+
+
+def model_arrays(src, with_vision: bool = False) -> tuple:
+    """The model's largest weight arrays (for the maxBufferLength check)."""
+    from mlxfit.serving import weight_buffers
+    from mlxfit.weights import is_vision
+
+    return weight_buffers(src.tensors, keep=lambda n: with_vision or not is_vision(n))
+
+
+def load_draft(spec: str, revision: str | None = None, with_vision: bool = False):
+    """A --draft-model: resolved like the model (folder, HF cache, catalog)."""
+    from mlxfit.serving import DraftModel
+    from mlxfit.sources import resolve_model
+
+    src = resolve_model(spec, revision=revision)
+    inp = model_inputs(src, with_vision=with_vision)
+    return DraftModel(name=spec, cfg=inp.cfg, weights_bytes=inp.weights.total_bytes,
+                      arrays=model_arrays(src, with_vision))
+
+
+def machine_with_wired_limit(m, wired_limit_mb: int, budget: bool = False):
+    """The machine as if ``sudo sysctl iogpu.wired_limit_mb=N`` were set."""
+    from mlxfit import machine as mach
+
+    if budget:
+        raise UsageError("--memory-budget and a wired limit both set the usable memory: give one")
+    if not m.is_apple_silicon:
+        raise UsageError("iogpu.wired_limit_mb exists only on Apple Silicon Macs")
+    usable, source = mach.usable_bytes_for(m.ram_bytes, m.macos_major, wired_limit_mb)
+    return replace(m, usable_bytes=usable, usable_source=source)
+
+
+def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
+               arrays: tuple = (), model_ref: str | None = None) -> FitResult:
+    """``fit_inputs`` plus the serving terms (``serving.Serving``), the mlx-lm command line,
+    a batched-decode estimate and the arrays checked against the GPU's maxBufferLength."""
+    from mlxfit import serving as sv
+    from mlxfit.advise import command_line
+
+    serving = serving or sv.Serving()
+    run2, warns = sv.validate_serving(inputs.cfg, run, serving)
+    r = fit_inputs(inputs, run2, m, cal, extra_terms=sv.extra_terms_fn(inputs.cfg, cal, serving),
+                   extra_warnings=tuple(warns))
+    info = sv.summary(serving, run2, inputs.cfg)
+    info["command"] = command_line(model_ref or inputs.name, run2, serving)
+    extra_warn: list[str] = []
+    if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
+        info["batched_decode"] = sv.batched_decode(inputs.cfg, run2, inputs.weights,
+                                                   m.bandwidth_gbs, cal.decode,
+                                                   serving.sequences)
+    if serving.draft is not None:
+        extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
+                          "depends on how many draft tokens are accepted")
+    buffers: tuple = ()
+    limit = getattr(m, "max_buffer_bytes", None)
+    safe = r.max_safe_context
+    if run2.backend == "metal" and limit:
+        buffers = sv.all_buffers(inputs.cfg, run2, cal, serving, arrays)
+        safe = sv.max_context_within_buffer(inputs.cfg, run2, cal, serving, arrays, limit, safe)
+        if safe < r.max_safe_context:
+            extra_warn.append(f"largest safe context {safe:,} (not {r.max_safe_context:,}): "
+                              "beyond it one array would exceed the GPU's largest buffer")
+        for b in buffers:
+            if b.bytes > limit:
+                extra_warn.append(
+                    f"{b.name}: {b.bytes / 1e9:,.2f} GB in one array, over this GPU's largest "
+                    f"buffer ({limit / 1e9:,.2f} GB, maxBufferLength): Metal cannot allocate it "
+                    "even though the total fits" if r.fits else
+                    f"{b.name}: {b.bytes / 1e9:,.2f} GB in one array, over this GPU's largest "
+                    f"buffer ({limit / 1e9:,.2f} GB, maxBufferLength)")
+    return replace(r, serving=info, buffers=buffers, max_buffer_bytes=limit,
+                   max_safe_context=safe, warnings=r.warnings + tuple(extra_warn))
+
+
+class _Evaluator:
+    """advise.Evaluator: re-runs the same fit for a changed run, serving set-up, a sibling
+    quantization or a wired limit."""
+
+    def __init__(self, model_ref: str, inputs: ModelInputs, arrays: tuple, m, cal: Calibration,
+                 *, with_vision: bool, budget: bool):
+        self.model_ref = model_ref
+        self.cfg = inputs.cfg
+        self.ram_bytes = m.ram_bytes
+        self._inputs = inputs
+        self._arrays = arrays
+        self._m = m
+        self._cal = cal
+        self._with_vision = with_vision
+        self._models: dict[str, tuple[ModelInputs, tuple]] = {}
+        if budget:
+            self.wired_refusal = "raising the wired limit: --memory-budget sets the usable memory"
+        elif not m.is_apple_silicon:
+            self.wired_refusal = "raising the wired limit: not an Apple Silicon Mac"
+        else:
+            self.wired_refusal = None
+        self._siblings: list[str] | None = None
+
+    @property
+    def siblings(self) -> list[str]:
+        """Smaller quantizations of the same model (catalog, HF cache), largest first."""
+        if self._siblings is None:
+            from mlxfit.advise import sibling_candidates
+
+            sibs = []
+            for rid in sibling_candidates(self._inputs.name):
+                try:
+                    loaded = self._load(rid)
+                except Exception:  # noqa: BLE001 - an unreadable sibling is simply not offered
+                    continue
+                if loaded[0].weights.total_bytes < self._inputs.weights.total_bytes:
+                    sibs.append((loaded[0].weights.total_bytes, rid))
+            self._siblings = [rid for _, rid in sorted(sibs, reverse=True)]
+        return self._siblings
+
+    def _load(self, rid: str) -> tuple[ModelInputs, tuple]:
+        if rid not in self._models:
+            from mlxfit.sources import resolve_model
+
+            src = resolve_model(rid)
+            self._models[rid] = (model_inputs(src, with_vision=self._with_vision),
+                                 model_arrays(src, self._with_vision))
+        return self._models[rid]
+
+    def __call__(self, run: Run, serving, *, model: str | None = None,
+                 wired_limit_mb: int | None = None) -> FitResult:
+        inputs, arrays = (self._inputs, self._arrays) if model is None else self._load(model)
+        m = self._m
+        if wired_limit_mb is not None:
+            m = machine_with_wired_limit(m, wired_limit_mb)
+        return fit_served(inputs, run, m, self._cal, serving, arrays,
+                          model_ref=model or self.model_ref)
+
+
+def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None):
+    """Total memory and decode tok/s against the context (mlxfit.chart), from the same core."""
+    from mlxfit import chart as ch
+    from mlxfit import serving as sv
+    from mlxfit.core import DEFAULT_MAX_CONTEXT, totals_at
+    from mlxfit.speed import decode_seconds
+
+    serving = serving or sv.Serving()
+    run, _ = sv.validate_serving(inputs.cfg, run, serving)
+    extra = sv.extra_terms_fn(inputs.cfg, cal, serving)
+    cfg, w = inputs.cfg, inputs.weights
+
+    def at(n: int) -> Run:
+        return replace(run, ctx=n, gen=min(run.gen, n - 1))
+
+    def total_at(n: int) -> int:
+        return totals_at(cfg, w.total_bytes, at(n), cal, extra).total
+
+    def tps_at(n: int) -> float | None:
+        if not m.bandwidth_gbs:
+            return None
+        return 1.0 / decode_seconds(cfg, at(n), w, m.bandwidth_gbs, cal.decode)[0]
+
+    limit = cfg.max_position or DEFAULT_MAX_CONTEXT
+    safe = fit_inputs(inputs, run, m, cal, extra_terms=extra).max_safe_context
+    return ch.build_chart(
+        title=f"{inputs.name} on {m.name}", limit=limit, requested_ctx=run.ctx,
+        max_safe_context=safe, usable_bytes=m.usable_bytes, total_at=total_at, tps_at=tps_at,
+        kinks=ch.kinks_for(cfg, run))
 
 
 def weights_detail(w) -> dict:
@@ -132,4 +379,18 @@ def weights_summary(model: str, revision: str | None = None, with_vision: bool =
     return src, summarize_weights(src.tensors, src.config, with_vision=with_vision)
 
 
-__all__ = ["fit", "weights_summary", "activation_bytes", "MachineError"]
+__all__ = [
+    "MachineError",
+    "ModelInputs",
+    "activation_bytes",
+    "chart_data",
+    "fit",
+    "fit_inputs",
+    "fit_served",
+    "load_draft",
+    "machine_for",
+    "machine_with_wired_limit",
+    "model_arrays",
+    "model_inputs",
+    "weights_summary",
+]

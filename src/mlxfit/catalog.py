@@ -60,7 +60,7 @@ def load_entry(repo_id: str) -> CatalogEntry | None:
     try:
         doc = json.loads(gzip.decompress(path.read_bytes()))
         return _parse(doc, _repo_id(path))
-    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, RecursionError) as e:
         # json.JSONDecodeError and gzip.BadGzipFile are ValueError / OSError subclasses.
         raise SourceError(f"built-in catalog file {path.name} is corrupt: {e}") from None
 
@@ -76,7 +76,7 @@ def _parse(doc: dict[str, Any], expected_id: str) -> CatalogEntry:
     for name, dtype, shape in doc["tensors"]:
         if not isinstance(name, str) or dtype not in DTYPE_BYTES:
             raise ValueError(f"bad tensor record {name!r} {dtype!r}")
-        if not all(isinstance(d, int) and d >= 0 for d in shape):
+        if not all(type(d) is int and d >= 0 for d in shape):  # bool is no dimension
             raise ValueError(f"bad shape for {name}: {shape!r}")
         tensors.append(TensorInfo.of(name, dtype, shape))
     total = sum(t.nbytes for t in tensors)

@@ -22,7 +22,7 @@ import math
 import re
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,10 @@ class Machine:
     unverified: bool  # some figure rests on a weak source (see notes)
     notes: tuple[str, ...] = ()
     max_buffer_bytes: int | None = None  # Metal maxBufferLength: the largest single array
+    # figure -> where it came from ("chip": "sysctl -n machdep.cpu.brand_string = 'Apple M4
+    # Pro'", "bandwidth_gbs": "apple_skus.toml, M4 Pro 16-core", ...): what `mlxfit machine`
+    # shows as "probed from". Provenance, not identity: left out of ==, and of the hash.
+    sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
 
     @property
     def ram_gb(self) -> float:
@@ -135,7 +139,11 @@ def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None
     builtin = data_path("apple_skus.toml")
     user = (user_path if user_path is not None else USER_TABLE).expanduser()
     paths = [builtin]
-    if user.is_file():
+    try:
+        user_exists = user.is_file()
+    except OSError as e:  # e.g. ~/.config unreadable: Path.is_file raises on EACCES
+        raise MachineError(f"cannot read the SKU table {user}: {e.strerror or e}") from None
+    if user_exists:
         paths.append(user)
     if extra_path is not None:
         extra = Path(extra_path).expanduser()
@@ -325,8 +333,13 @@ def _apple_machine(
     unverified: bool,
     notes: list[str],
     table: SkuTable,
+    sources: dict[str, str] | None = None,
 ) -> Machine:
     usable, source = usable_bytes_for(ram_bytes, macos_major, wired_limit_mb, table)
+    src = dict(sources or {})
+    src["bandwidth_gbs"] = (f"apple_skus.toml, {chip} {variant['gpu_cores']}-core"
+                            if variant is not None else "unknown (no SKU table entry)")
+    src["usable_bytes"] = source
     return Machine(
         name=name,
         chip=chip,
@@ -340,6 +353,7 @@ def _apple_machine(
         unverified=unverified,
         notes=tuple(notes),
         max_buffer_bytes=max_buffer_bytes_for(ram_bytes, table),
+        sources=src,
     )
 
 
@@ -411,6 +425,7 @@ def resolve_machine(spec: str, macos_major: int = 26, table: SkuTable | None = N
         notes.append(
             f"{chip} {variant['gpu_cores']}-core {ram_gb}GB rests on a weak source (see apple_skus.toml)"
         )
+    given = f"--machine {spec.strip()!r}"
     return _apple_machine(
         name=_bin_name(chip, variants, variant["gpu_cores"], ram_gb, cores is not None),
         chip=chip,
@@ -422,6 +437,13 @@ def resolve_machine(spec: str, macos_major: int = 26, table: SkuTable | None = N
         unverified=unverified,
         notes=notes,
         table=t,
+        sources={
+            "chip": given,
+            "ram_bytes": f"{given} ({ram_gb} GiB)",
+            "gpu_cores": given if cores is not None
+            else f"apple_skus.toml: the {chip} bin sold with {ram_gb}GB",
+            "macos_major": f"macOS {macos_major} (--macos, default 26)",
+        },
     )
 
 
@@ -434,11 +456,13 @@ def machine_with_budget(m: Machine, budget_bytes: int) -> Machine:
         notes = notes + (
             f"--memory-budget {_fmt_gib(budget_bytes)} GiB exceeds the {_fmt_gib(m.ram_bytes)} GiB of RAM",
         )
+    source = f"--memory-budget {_fmt_gib(budget_bytes)} GiB"
     return replace(
         m,
         usable_bytes=budget_bytes,
-        usable_source=f"--memory-budget {_fmt_gib(budget_bytes)} GiB",
+        usable_source=source,
         notes=notes,
+        sources={**m.sources, "usable_bytes": source},
     )
 
 
@@ -465,6 +489,9 @@ def all_skus(macos_major: int = 26, table: SkuTable | None = None) -> list[Machi
                         if unverified
                         else [],
                         table=t,
+                        sources={k: "apple_skus.toml" for k in ("chip", "ram_bytes",
+                                                                 "gpu_cores")}
+                        | {"macos_major": f"macOS {macos_major}"},
                     )
                 )
     return out
@@ -565,10 +592,20 @@ _BRAND_RE = re.compile(
 
 
 def _non_apple(
-    what: str, ram_bytes: int, macos_major: int | None, notes: list[str], table: SkuTable
+    what: str,
+    ram_bytes: int,
+    macos_major: int | None,
+    notes: list[str],
+    table: SkuTable,
+    sources: dict[str, str] | None = None,
 ) -> Machine:
     frac = float(table["non_apple"]["usable_fraction"])
     notes = [f"not Apple Silicon: figures are for an unknown GPU; {_MACHINE_HINT}"] + notes
+    usable_source = (
+        f"not Apple Silicon: assumed {frac:g} of {_fmt_gib(ram_bytes)} GiB RAM (an assumption)"
+    )
+    src = dict(sources or {})
+    src.update(bandwidth_gbs="unknown (not Apple Silicon)", usable_bytes=usable_source)
     return Machine(
         name=f"{what}, {_fmt_gib(ram_bytes)} GiB RAM",
         chip=None,
@@ -576,12 +613,13 @@ def _non_apple(
         ram_bytes=ram_bytes,
         bandwidth_gbs=None,
         usable_bytes=int(ram_bytes * frac),
-        usable_source=f"not Apple Silicon: assumed {frac:g} of {_fmt_gib(ram_bytes)} GiB RAM (an assumption)",
+        usable_source=usable_source,
         is_apple_silicon=False,
         macos_major=macos_major,
         unverified=True,
         notes=tuple(notes),
         max_buffer_bytes=None,
+        sources=src,
     )
 
 
@@ -612,30 +650,51 @@ def probe_machine(
             )
         return n
 
+    # Where each figure came from, for `mlxfit machine` ("probed from").
+    src: dict[str, str] = {"platform": f"sys.platform = {platform!r}"}
     if platform != "darwin":
+        ram = fallback_ram()
+        src.update(chip="none: not macOS", ram_bytes=f"psutil.virtual_memory().total = {ram}")
         return _non_apple(
-            platform.capitalize() if platform else "unknown OS", fallback_ram(), None, notes, t
+            platform.capitalize() if platform else "unknown OS", ram, None, notes, t, src
         )
 
     brand = probe_brand(runner, notes)
+    src["chip"] = (f"sysctl -n machdep.cpu.brand_string = {brand!r}" if brand is not None
+                   else "unknown: sysctl -n machdep.cpu.brand_string gave nothing")
     ram_bytes = probe_memsize(runner, notes)
     if ram_bytes is None:
         ram_bytes = fallback_ram()
         notes.append("RAM read through psutil instead of hw.memsize")
+        src["ram_bytes"] = f"psutil.virtual_memory().total = {ram_bytes} (hw.memsize failed)"
+    else:
+        src["ram_bytes"] = f"sysctl -n hw.memsize = {ram_bytes}"
     if macos_major is None:
         macos_major = probe_macos_major(runner, notes)
+        src["macos_major"] = (f"sw_vers -productVersion: major {macos_major}" if macos_major
+                              else "unknown: sw_vers -productVersion gave nothing")
         if macos_major is None:
             notes.append(
                 "macOS version unknown: used the pre-26 working-set fraction (the smaller)"
             )
+    else:
+        src["macos_major"] = f"--macos {macos_major}"
 
     if brand is not None and not brand.lower().startswith("apple"):
-        return _non_apple(f"Mac ({brand})", ram_bytes, macos_major, notes, t)
+        return _non_apple(f"Mac ({brand})", ram_bytes, macos_major, notes, t, src)
 
     wired = probe_wired_limit_mb(runner, notes)
+    src["wired_limit_mb"] = (
+        "unreadable: assumed unset" if wired is None
+        else f"sysctl -n iogpu.wired_limit_mb = {wired}"
+        + ("" if wired else " (unset: the default working set)")
+    )
     if wired:
         notes.append(f"iogpu.wired_limit_mb={wired} is set: it replaces the default working set")
     gpu_cores = probe_gpu_cores(runner, notes)
+    src["gpu_cores"] = (f"ioreg -rc AGXAccelerator: gpu-core-count = {gpu_cores}"
+                        if gpu_cores is not None
+                        else "unknown: no gpu-core-count in ioreg -rc AGXAccelerator")
     ram_txt = _fmt_gib(ram_bytes)
 
     def unknown(name: str, why: str, chip: str | None = None) -> Machine:
@@ -650,6 +709,7 @@ def probe_machine(
             unverified=True,
             notes=[why] + notes,
             table=t,
+            sources=src,
         )
 
     if brand is None:
@@ -717,6 +777,8 @@ def probe_machine(
                 )
     unverified = unverified or _ram_unverified(variant, ram_gb)
     cores = gpu_cores if gpu_cores is not None else variant["gpu_cores"]
+    if gpu_cores is None:
+        src["gpu_cores"] += f"; apple_skus.toml: the {chip} bin sold with {ram_gb}GB"
     return _apple_machine(
         name=_bin_name(
             chip, variants, variant["gpu_cores"], ram_gb, gpu_cores == variant["gpu_cores"]
@@ -732,4 +794,5 @@ def probe_machine(
         unverified=unverified,
         notes=notes,
         table=t,
+        sources=src,
     )

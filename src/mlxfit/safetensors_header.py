@@ -46,7 +46,10 @@ def _read_raw_header(path: Path) -> tuple[bytes, int]:
             size = os.fstat(f.fileno()).st_size
             if size < 8:
                 raise _fail(path, f"too short for a safetensors file ({size} bytes)")
-            n = int.from_bytes(f.read(8), "little")
+            prefix = f.read(8)
+            if len(prefix) != 8:  # shrank since fstat
+                raise _fail(path, f"changed size while being read (was {size} bytes)")
+            n = int.from_bytes(prefix, "little")
             if n == 0:
                 raise _fail(path, "header length is 0")
             if n > MAX_HEADER_BYTES:
@@ -54,10 +57,13 @@ def _read_raw_header(path: Path) -> tuple[bytes, int]:
             if 8 + n > size:
                 raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes)")
             raw = f.read(n)
+            now = os.fstat(f.fileno()).st_size
     except OSError as e:
         raise _fail(path, f"cannot read: {e.strerror or e}") from None
     if len(raw) != n:  # the file shrank while we read it
         raise _fail(path, f"header cut short ({len(raw)} of {n} bytes)")
+    if now != size:  # resized while we read: the data region we would size is not there
+        raise _fail(path, f"changed size while being read ({size} bytes, then {now})")
     return raw, size - 8 - n
 
 
@@ -90,6 +96,10 @@ def _parse(p: Path) -> list[TensorInfo]:
         raise _fail(
             p, f"header is not valid JSON (line {e.lineno} column {e.colno}: {e.msg})"
         ) from None
+    except RecursionError:  # e.g. 100,000 nested "[": the C decoder recurses per level
+        raise _fail(p, "header JSON is nested too deeply") from None
+    except ValueError:  # an integer literal past sys.get_int_max_str_digits() (4,300 digits)
+        raise _fail(p, "header has a number with too many digits") from None
     if not isinstance(header, dict):
         raise _fail(p, f"header is a JSON {type(header).__name__}, not an object")
 
@@ -107,7 +117,7 @@ def _parse(p: Path) -> list[TensorInfo]:
         dtype = entry.get("dtype")
         shape = entry.get("shape")
         offsets = entry.get("data_offsets")
-        if dtype not in sizes:
+        if type(dtype) is not str or dtype not in sizes:  # a list or dict is unhashable
             raise _fail(p, f"tensor {name!r} has unknown dtype {dtype!r}")
         if type(shape) is not list:
             raise _fail(p, f"tensor {name!r} has invalid shape {shape!r}")

@@ -1,7 +1,8 @@
-"""Find a model from what the user typed: a folder, the local Hugging Face cache, or the catalog.
+"""Find a model from what the user typed: a folder, the local Hugging Face cache, the catalog,
+or the Hugging Face Hub (mlxfit.hub: headers over Range requests, cached).
 
 Only config.json, the shard index and safetensors headers are read: never tensor data, never
-model code, never the network.
+model code; the network only for the Hub, and never under HF_HUB_OFFLINE=1.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxfit.errors import ConfigError, SourceError, WeightsError
 from mlxfit.safetensors_header import read_headers
 from mlxfit.tensors import TensorInfo
+
+if TYPE_CHECKING:
+    from mlxfit.hub import HubTransfer
 
 INDEX_NAME = "model.safetensors.index.json"
 CATALOG_NOTE = "catalog descriptor: sizes from a header-only manifest, not a downloaded model"
@@ -23,13 +27,14 @@ CATALOG_NOTE = "catalog descriptor: sizes from a header-only manifest, not a dow
 @dataclass(frozen=True)
 class ModelSource:
     name: str
-    kind: str  # "folder" | "hf-cache" | "catalog"
-    location: str  # folder / snapshot path, or "built-in catalog"
+    kind: str  # "folder" | "hf-cache" | "catalog" | "hub"
+    location: str  # folder / snapshot path, "built-in catalog", or the Hub URL of the commit
     config: dict[str, Any]
     tensors: tuple[TensorInfo, ...]
-    files: tuple[str, ...]  # shard paths, in reading order (empty for the catalog)
-    revision: str | None = None  # commit sha of an hf-cache snapshot
+    files: tuple[str, ...]  # shard paths / Hub resolve URLs, in reading order (catalog: empty)
+    revision: str | None = None  # commit sha of an hf-cache snapshot or of the Hub model read
     notes: tuple[str, ...] = ()
+    transfer: HubTransfer | None = None  # hub only: requests and bytes it took (for --verbose)
 
 
 def read_config(path: Path) -> dict[str, Any]:
@@ -49,6 +54,10 @@ def read_config(path: Path) -> dict[str, Any]:
         raise ConfigError(
             f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}"
         ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply") from None
+    except ValueError:  # an integer literal past sys.get_int_max_str_digits() (4,300 digits)
+        raise ConfigError(f"{path}: a number with too many digits") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: must be a JSON object, got a {type(data).__name__}")
     return data
@@ -67,6 +76,8 @@ def _index_shards(folder: Path, index: Path) -> list[Path]:
         raise WeightsError(f"{index}: cannot read: {e.strerror or e}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WeightsError(f"{index}: garbled index ({e})".replace("\n", " ")) from None
+    except (RecursionError, ValueError):  # nested too deeply; a 4,300+ digit integer
+        raise WeightsError(f"{index}: garbled index (nested too deeply or a huge number)") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if (
         not isinstance(weight_map, dict)
@@ -122,12 +133,19 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
     return shards, notes
 
 
+def _unreadable(e: OSError, where: Path) -> SourceError:
+    return SourceError(f"{e.filename or where}: cannot read: {e.strerror or e}")
+
+
 def _load_folder(
     folder: Path, name: str, kind: str, revision: str | None, notes: tuple[str, ...] = ()
 ) -> ModelSource:
-    config = read_config(folder / "config.json")
-    shards, shard_notes = _folder_shards(folder)
-    tensors = read_headers(shards)
+    try:
+        config = read_config(folder / "config.json")
+        shards, shard_notes = _folder_shards(folder)
+        tensors = read_headers(shards)
+    except OSError as e:  # a folder we may not list or search (chmod 000): stat, glob, iterdir
+        raise _unreadable(e, folder) from None
     return ModelSource(
         name=name,
         kind=kind,
@@ -167,6 +185,11 @@ def _listing(folder: Path, nested: bool = False) -> str:
     return ", ".join(sorted(names)) or "none"
 
 
+def _refs_error(repo_id: str, cache: Path, e: Exception) -> SourceError:
+    return SourceError(f"{repo_id} in the Hugging Face cache at {cache}: cannot read its refs "
+                       f"({getattr(e, 'strerror', None) or e})")
+
+
 def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
     """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
     # The hub's folder name for a model repo; checked before importing huggingface_hub
@@ -182,13 +205,18 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSour
         found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=revision)
     except HFValidationError:
         return None  # not a repo id (e.g. "my model"): cannot be in the cache
+    except (OSError, UnicodeDecodeError) as e:  # refs/<rev> unreadable or not text
+        raise _refs_error(repo_id, cache, e) from None
     if not repo_dir.is_dir():
         return None
     rev = revision or "main"
     if not isinstance(found, str):
         snaps = repo_dir / "snapshots"
         refs = repo_dir / "refs"
-        sha = (refs / rev).read_text().strip() if (refs / rev).is_file() else rev
+        try:
+            sha = (refs / rev).read_text().strip() if (refs / rev).is_file() else rev
+        except (OSError, UnicodeDecodeError) as e:
+            raise _refs_error(repo_id, cache, e) from None
         if not (snaps / sha).is_dir():
             raise SourceError(
                 f"revision {rev} of {repo_id} is not in the Hugging Face cache at {cache} "
@@ -224,10 +252,20 @@ def _from_catalog(spec: str, revision: str | None) -> ModelSource | None:
     )
 
 
-def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
-    """Folder path, then local Hugging Face cache, then the built-in catalog."""
-    path = Path(spec).expanduser()
-    if path.is_dir():
+def resolve_model(spec: str, revision: str | None = None, *, progress: bool = False) -> ModelSource:
+    """Folder path, then local Hugging Face cache, then the built-in catalog, then the Hub
+    (mlxfit's metadata cache first; under HF_HUB_OFFLINE=1 only that cache, never the network).
+    ``progress`` shows a transient progress display on stderr while the Hub is read."""
+    if not spec.strip():  # Path("") is ".": never size the current folder by accident
+        raise SourceError("no model given (the name is empty)")
+    try:
+        path = Path(spec).expanduser()
+        is_dir = path.is_dir()
+    except RuntimeError:  # "~nosuchuser/model": no such user
+        raise SourceError(f"model folder {spec} does not exist (no such user's home)") from None
+    except OSError as e:  # a parent we may not search
+        raise _unreadable(e, path) from None
+    if is_dir:
         notes = (f"revision {revision} ignored for a local folder",) if revision else ()
         return _load_folder(path, Path(os.path.abspath(path)).name, "folder", None, notes)
     if spec.startswith(("/", ".", "~")) or (os.sep in spec and path.exists()):
@@ -236,10 +274,32 @@ def resolve_model(spec: str, revision: str | None = None) -> ModelSource:
         raise SourceError(f"model folder {spec} does not exist")
 
     cache = hf_hub_cache_dir()
-    found = _from_hf_cache(spec, revision, cache) or _from_catalog(spec, revision)
-    if found is None:
-        raise SourceError(
-            f"{spec} not found: not a folder, not in the Hugging Face cache at {cache}, "
-            "not in the built-in catalog (reading from the Hub is not supported yet)"
-        )
-    return found
+    try:
+        found = _from_hf_cache(spec, revision, cache)
+    except OSError as e:  # a cache directory we may not search or list
+        raise SourceError(f"cannot read the Hugging Face cache at {cache}: "
+                          f"{e.filename}: {e.strerror or e}") from None
+    except SourceError:
+        # The repo is cached but not this revision: the Hub can still tell its headers.
+        from mlxfit import hub
+
+        if revision is None or hub.is_offline():
+            raise
+        found = None
+    found = found or _from_catalog(spec, revision)
+    if found is not None:
+        return found
+
+    from mlxfit import hub  # only now: a folder, cached or catalog model never pays for it
+
+    where = (f"{spec} not found: not a folder, not in the Hugging Face cache at {cache}, "
+             "not in the built-in catalog")
+    if not hub.is_repo_id(spec):
+        raise SourceError(f"{where}, and not a Hugging Face repo id (org/name)")
+    if hub.is_offline():
+        cached = hub.load_cached(spec, revision)
+        if cached is not None:
+            return cached
+        raise SourceError(f"{where}, not in mlxfit's Hub metadata cache at {hub.hub_cache_dir()}; "
+                          "HF_HUB_OFFLINE=1 is set, so the Hub was not asked")
+    return hub.fetch_model(spec, revision, progress=progress)

@@ -130,7 +130,7 @@ def parse_quantization(config: dict[str, Any]) -> _Quant | None:
     if not isinstance(block, dict):
         raise ConfigError(f"config.json: quantization must be an object, got {block!r}")
     mode = block.get("mode", "affine")  # files written before modes existed are affine
-    if mode not in MODE_DEFAULTS:
+    if not isinstance(mode, str) or mode not in MODE_DEFAULTS:  # a list/dict is unhashable
         raise ConfigError(f"config.json: unknown quantization mode {mode!r}")
     d_bits, d_group = MODE_DEFAULTS[mode]
     bits = _int_field(block, "bits", d_bits, "quantization")

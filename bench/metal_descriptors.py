@@ -1,0 +1,162 @@
+"""Descriptors (config + exact tensor list) for the models of metal_published.jsonl.
+
+Each descriptor is what `mlx_lm.convert --q-bits N --q-group-size G` would write, built with
+scripts/gen_catalog.py's own machinery (mlx-lm's model classes and quantize_model, lazily on the
+CPU): imported, not copied. Models already in the built-in catalog are read from there; the
+others are written to bench/results/metal_descriptors/<org>__<name>.json.gz in the catalog's
+schema. Base configs that are not in scripts/catalog_configs live in
+bench/results/metal_descriptors/configs/ (sources in that folder's README.md).
+
+Usage:  /work/devenv/bin/python bench/metal_descriptors.py [--force] [name ...]
+"""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "bench" / "results" / "metal_descriptors"
+MY_CONFIGS = OUT / "configs"
+CATALOG = ROOT / "scripts" / "catalog_configs"
+
+
+def _gen_catalog():
+    spec = importlib.util.spec_from_file_location("gen_catalog", ROOT / "scripts" / "gen_catalog.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gen_catalog"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One converted model: base config, quantization, and what the description says."""
+
+    name: str  # descriptor id (org/name); used as the file name
+    base: str  # file name in scripts/catalog_configs or bench/results/metal_descriptors/configs
+    bits: int | None
+    group: int = 64
+    note: str = ""
+    float32: tuple[str, ...] = ()
+    lacks: tuple[str, ...] = ()
+    overrides: dict[str, Any] = field(default_factory=dict)
+
+    def base_path(self) -> Path:
+        p = MY_CONFIGS / self.base
+        return p if p.exists() else CATALOG / self.base
+
+
+def _q(stem: str, base: str, bits_list, note: str = "", **kw) -> list[Spec]:
+    return [Spec(f"{stem}-Q{b}", base, b, note=note, **kw) for b in bits_list]
+
+
+QWEN3_4B_2507 = {"max_position_embeddings": 262144, "rope_theta": 5000000, "tie_word_embeddings": True}
+QWEN3_30B_2507 = {"max_position_embeddings": 262144, "rope_theta": 10000000}
+A_LOG = ("A_log",)
+
+SPECS: list[Spec] = [
+    # guruswami-ai/mlx-benchmarks local conversions (mlx_lm.convert --q-bits N, group 64 assumed).
+    *_q("local/DeepSeek-Coder-6.7B-Instruct", "deepseek-ai__deepseek-coder-6.7b-instruct.json",
+        (2, 3, 4, 6, 8)),
+    *_q("local/Gemma-2-9B-It", "google__gemma-2-9b-it.json", (2, 3, 4, 6, 8)),
+    *_q("local/Llama-3.1-405B-Instruct", "meta-llama__Llama-3.1-405B-Instruct.json", (2, 3, 4, 5, 6)),
+    *_q("local/Meta-Llama-3.1-8B-Instruct", "meta-llama__Meta-Llama-3.1-8B.json", (2, 3, 4, 5, 6, 8)),
+    *_q("local/Mistral-7B-Instruct-v0.3", "mistralai__Mistral-7B-Instruct-v0.3__variant.json",
+        (2, 3, 4, 6, 8)),
+    *_q("local/Mixtral-8x7B-Instruct", "mistralai__Mixtral-8x7B-v0.1.json", (2, 3, 4, 6, 8)),
+    *_q("local/Qwen2.5-14B-Instruct", "Qwen__Qwen2.5-14B-Instruct.json", (2, 3, 4, 6, 8)),
+    *_q("local/Qwen2.5-32B", "Qwen__Qwen2.5-32B.json", (2, 3, 4, 6, 8)),
+    *_q("local/DeepSeek-V3.2", "deepseek-ai__DeepSeek-V3.2.json", (4,)),
+    # mlx-community repos not in the catalog.
+    Spec("mlx-community/Qwen3-4B-Instruct-2507-6bit", "Qwen__Qwen3-4B__variant.json", 6,
+         overrides=QWEN3_4B_2507),
+    Spec("mlx-community/Qwen3-4B-Instruct-2507-5bit", "Qwen__Qwen3-4B__variant.json", 5,
+         overrides=QWEN3_4B_2507),
+    Spec("mlx-community/Qwen3-4B-Instruct-2507-5bit-g32", "Qwen__Qwen3-4B__variant.json", 5, 32,
+         overrides=QWEN3_4B_2507),
+    Spec("mlx-community/Qwen3-4B-Instruct-2507-4bit-g32", "Qwen__Qwen3-4B__variant.json", 4, 32,
+         overrides=QWEN3_4B_2507),
+    Spec("mlx-community/Qwen3-4B-4bit", "Qwen__Qwen3-4B__variant.json", 4),
+    Spec("mlx-community/Qwen3-30B-A3B-Instruct-2507-6bit", "Qwen__Qwen3-30B-A3B.json", 6,
+         overrides=QWEN3_30B_2507),
+    Spec("mlx-community/Qwen3-30B-A3B-Instruct-2507-5bit", "Qwen__Qwen3-30B-A3B.json", 5,
+         overrides=QWEN3_30B_2507),
+    Spec("mlx-community/Qwen2.5-72B-Instruct-6bit", "Qwen__Qwen2.5-72B-Instruct.json", 6),
+    *[Spec(f"mlx-community/Qwen3.6-27B-{b}bit", "Qwen__Qwen3.6-27B.json", b, float32=A_LOG)
+      for b in (4, 5, 6, 8)],
+    Spec("mlx-community/Qwen3.8-27B-4bit", "Qwen__Qwen3.6-27B.json", 4, float32=A_LOG,
+         note="Qwen3.8-27B text model: the Qwen3.5/3.6-27B dimensions (public configs agree)"),
+    *[Spec(f"mlx-community/Qwen3.6-35B-A3B-{b}bit", "Qwen__Qwen3.6-35B-A3B.json", b, float32=A_LOG)
+      for b in (4, 5, 6, 8)],
+    *[Spec(f"mlx-community/gemma-4-e2b-it-{b}bit", "google__gemma-4-E2B-it.json", b) for b in (4, 5, 6, 8)],
+    *[Spec(f"mlx-community/gemma-4-e4b-it-{b}bit", "google__gemma-4-E4B-it.json", b) for b in (4, 6)],
+    *[Spec(f"mlx-community/gemma-4-31b-it-{b}bit", "google__gemma-4-31B-it.json", b) for b in (4, 6)],
+    Spec("mlx-community/gemma-4-26b-a4b-it-6bit", "google__gemma-4-26B-A4B.json", 6),
+    Spec("mlx-community/GLM-4.7-Flash-4bit", "zai-org__GLM-4.7-Flash.json", 4),
+]
+
+
+def _path(name: str) -> Path:
+    return OUT / (name.replace("/", "__") + ".json.gz")
+
+
+def build_spec(gc, s: Spec) -> Path:
+    entry = gc.Entry(
+        repo_id=s.name,
+        base=str(s.base_path()),  # absolute: CONFIGS / abs == abs
+        description=(f"{s.name}: mlx_lm.convert affine {s.bits}-bit group {s.group} "
+                     f"(built by bench/metal_descriptors.py from {s.base}). {s.note}").strip(),
+        bits=s.bits,
+        group_size=s.group if s.bits else None,
+        float32_in_checkpoint=s.float32,
+        checkpoint_lacks=s.lacks,
+        overrides=dict(s.overrides),
+    )
+    config, tensors, total = gc.build(entry)
+    import mlx.core as mx
+    import mlx_lm
+
+    doc = {"schema": 1, "repo_id": s.name, "description": entry.description,
+           "generated_by": {"mlx": mx.__version__, "mlx_lm": mlx_lm.__version__},
+           "config": config, "tensors": tensors, "total_bytes": total}
+    p = _path(s.name)
+    with open(p, "wb") as f, gzip.GzipFile(fileobj=f, mode="wb", compresslevel=9, mtime=0) as gz:
+        gz.write(json.dumps(doc, separators=(",", ":")).encode())
+    return p
+
+
+def load_descriptor(name: str) -> dict[str, Any]:
+    """A descriptor by id: ours first, else the built-in catalog's."""
+    p = _path(name)
+    if not p.exists():
+        p = ROOT / "src" / "mlxfit" / "catalog_data" / (name.replace("/", "__") + ".json.gz")
+    return json.loads(gzip.decompress(p.read_bytes()))
+
+
+def main(argv: list[str]) -> int:
+    force = "--force" in argv
+    wanted = {a for a in argv if not a.startswith("--")}
+    import mlx.core as mx
+
+    mx.set_default_device(mx.cpu)
+    gc = _gen_catalog()
+    OUT.mkdir(parents=True, exist_ok=True)
+    for s in SPECS:
+        if wanted and s.name not in wanted:
+            continue
+        if _path(s.name).exists() and not force:
+            continue
+        p = build_spec(gc, s)
+        doc = load_descriptor(s.name)
+        print(f"{s.name:55s} {len(doc['tensors']):6d} tensors {doc['total_bytes']:>16,d} B  {p.name}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

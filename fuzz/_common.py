@@ -1,0 +1,84 @@
+"""Shared by the fuzz targets: where seeds come from and the one-line error contract.
+
+Imported by fuzz_header.py / fuzz_config.py (run as scripts) and by seeds.py; stdlib only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+CONFIG_FIXTURES = REPO / "tests" / "fixtures" / "configs"
+
+
+def scratch_dir(target: str) -> str:
+    """Where a target writes its per-input files: $MLXFIT_FUZZ_SCRATCH (the CI runner points it
+    at pytest's tmp_path), else a fixed directory per target on tmpfs when there is one
+    (rewriting a file on ext4 costs milliseconds, a flush on truncate; on tmpfs microseconds).
+    libFuzzer ends the process without running Python's atexit, so the fixed directory is
+    reused rather than leaked; file names carry the pid, so -jobs/-fork workers do not collide.
+    """
+    explicit = os.environ.get("MLXFIT_FUZZ_SCRATCH")
+    if explicit:
+        d = Path(explicit)
+    else:
+        base = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+        d = Path(base) / f"mlxfit-fuzz-{target}"
+    d.mkdir(parents=True, exist_ok=True)
+    return str(d)
+
+
+def check_one_line(msg: str, must_start: str | None = None) -> None:
+    """The CLI prints str(error) as its single stderr line: it must be one non-empty line."""
+    assert msg, "empty error message"
+    assert "\n" not in msg and "\r" not in msg, f"multi-line error: {msg!r}"
+    if must_start is not None:
+        assert msg.startswith(must_start), f"error does not name the file: {msg!r}"
+
+
+def seed_configs() -> list[dict]:
+    """Real config.json files of every family the tests know (tests/fixtures/configs)."""
+    return [json.loads(p.read_text()) for p in sorted(CONFIG_FIXTURES.glob("*.json"))]
+
+
+def frame(header: bytes | dict, data_size: int) -> bytes:
+    """A safetensors file: 8-byte little-endian length, the header, data_size zero bytes."""
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    return struct.pack("<Q", len(raw)) + raw + b"\0" * data_size
+
+
+def seed_headers() -> list[bytes]:
+    """Small valid files covering each dtype, zero-sized tensors, metadata and MLX's packed
+    4-bit layout; the fuzzer mutates from these."""
+    out = [frame({}, 0), frame({"__metadata__": {"format": "mlx"}}, 0)]
+    from itertools import accumulate
+
+    specs = [
+        [("w", "BF16", [4, 8]), ("b", "F32", [8])],
+        [("model.layers.0.mlp.down_proj.weight", "U32", [8, 2]),
+         ("model.layers.0.mlp.down_proj.scales", "BF16", [8, 1]),
+         ("model.layers.0.mlp.down_proj.biases", "BF16", [8, 1])],
+        [("empty", "F16", [0, 3]), ("x", "I8", [3]), ("y", "F8_E4M3", [1, 1, 2])],
+        [(f"t{i}", d, [i + 1]) for i, d in enumerate(
+            ["BOOL", "U8", "U16", "I16", "U32", "I32", "U64", "I64", "F64", "C64"])],
+    ]
+    from mlxfit.tensors import DTYPE_BYTES
+
+    for spec in specs:
+        sizes = []
+        for _, dtype, shape in spec:
+            n = DTYPE_BYTES[dtype]
+            for d in shape:
+                n *= d
+            sizes.append(n)
+        ends = list(accumulate(sizes))
+        header = {
+            name: {"dtype": dtype, "shape": shape, "data_offsets": [end - size, end]}
+            for (name, dtype, shape), size, end in zip(spec, sizes, ends)
+        }
+        out.append(frame(header, ends[-1]))
+    return out

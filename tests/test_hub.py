@@ -1,0 +1,700 @@
+"""Reading models from the Hugging Face Hub: a real HTTP server on 127.0.0.1 (tests/hub_server.py)
+serving models built here, huggingface_hub pointed at it with HF_ENDPOINT.
+
+Asserted from the server's side: which requests were made, the bytes it sent (headers and small
+JSON, never tensor data), that a second run makes none, and each fault: 404, private, gated,
+no safetensors, 429 then 200, 500 forever, slow answers, refused connections, a header longer
+than its file, a connection cut mid-header. The token never appears in any output.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import struct
+import time
+from pathlib import Path
+
+import pytest
+from hub_server import FakeHub
+from st_helpers import make_folder, make_hf_cache, write_raw
+from typer.testing import CliRunner
+
+from mlxfit import api
+from mlxfit import hub as mhub
+from mlxfit.cli import app
+from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
+from mlxfit.safetensors_header import read_headers
+from mlxfit.sources import resolve_model
+
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+SENTINEL = "hf_SENTINELtokenZZZ0123456789abcdef"
+M4PRO = ["--machine", "M4 Pro 24GB"]
+runner = CliRunner()
+
+
+# --- environment ------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No real cache, token or offline flag leaks in; retries back off in milliseconds."""
+    import huggingface_hub.constants as hfc
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HOME", "HUGGINGFACE_HUB_CACHE",
+                "XDG_CACHE_HOME", "HF_OIDC_RESOURCE", "HF_HUB_DOWNLOAD_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "mlxfit-cache"))
+    # huggingface_hub froze these at import, perhaps while another test had set them.
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hfc, "HF_TOKEN_PATH", str(tmp_path / "stored-token"))
+    monkeypatch.setattr(mhub, "BACKOFF_SECONDS", 0.005)
+    monkeypatch.setattr(mhub, "MAX_WAIT_SECONDS", 0.02)
+    return tmp_path
+
+
+@pytest.fixture
+def server(env: Path, monkeypatch: pytest.MonkeyPatch):
+    from huggingface_hub.utils import close_session
+
+    with FakeHub() as s:
+        monkeypatch.setenv("HF_ENDPOINT", s.url)
+        yield s
+        close_session()  # drop pooled keep-alive connections to this server
+
+
+# --- models -----------------------------------------------------------------------------------
+
+
+def qwen_tiny(root: Path, *, n_shards: int = 3, index: bool = True, kv_config: bool = True,
+              width: int = 1024) -> Path:
+    """A Qwen3-0.6B-shaped model cut to two layers, sharded, with its real config."""
+    cfg = json.loads((CONFIGS / "Qwen__Qwen3-0.6B.json").read_text())
+    cfg["num_hidden_layers"] = 2
+    tensors = {"model.embed_tokens.weight": ("BF16", [151936, width]),
+               "model.norm.weight": ("BF16", [width])}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        tensors.update({p + "self_attn.q_proj.weight": ("BF16", [2048, width]),
+                        p + "self_attn.k_proj.weight": ("BF16", [1024, width]),
+                        p + "self_attn.v_proj.weight": ("BF16", [1024, width]),
+                        p + "self_attn.o_proj.weight": ("BF16", [width, 2048]),
+                        p + "mlp.up_proj.weight": ("BF16", [3072, width]),
+                        p + "mlp.gate_proj.weight": ("BF16", [3072, width]),
+                        p + "mlp.down_proj.weight": ("BF16", [width, 3072]),
+                        p + "input_layernorm.weight": ("BF16", [width])})
+    names = list(tensors)
+    shards: dict = {}
+    for s in range(n_shards):
+        fname = (f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors" if n_shards > 1
+                 else "model.safetensors")
+        shards[fname] = {n: tensors[n] for n in names[s::n_shards]}
+    make_folder(root, cfg, shards, index=index)
+    if kv_config:
+        (root / "kv_config.json").write_text(json.dumps({"kv_bits": 8, "kv_group_size": 64}))
+    (root / "README.md").write_text("# tiny\n")
+    return root
+
+
+def qwen3_8b_bf16(root: Path, n_shards: int = 4) -> Path:
+    """Qwen3-8B in bf16 (16.4 GB) as sparse shards: only headers occupy disk."""
+    cfg = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+    spec: dict = {"model.embed_tokens.weight": ("BF16", [151936, 4096]),
+                  "lm_head.weight": ("BF16", [151936, 4096]),
+                  "model.norm.weight": ("BF16", [4096])}
+    for i in range(36):
+        p = f"model.layers.{i}."
+        spec.update({p + "self_attn.q_proj.weight": ("BF16", [4096, 4096]),
+                     p + "self_attn.k_proj.weight": ("BF16", [1024, 4096]),
+                     p + "self_attn.v_proj.weight": ("BF16", [1024, 4096]),
+                     p + "self_attn.o_proj.weight": ("BF16", [4096, 4096]),
+                     p + "self_attn.q_norm.weight": ("BF16", [128]),
+                     p + "self_attn.k_norm.weight": ("BF16", [128]),
+                     p + "mlp.gate_proj.weight": ("BF16", [12288, 4096]),
+                     p + "mlp.up_proj.weight": ("BF16", [12288, 4096]),
+                     p + "mlp.down_proj.weight": ("BF16", [4096, 12288]),
+                     p + "input_layernorm.weight": ("BF16", [4096]),
+                     p + "post_attention_layernorm.weight": ("BF16", [4096])})
+    names = list(spec)
+    per = -(-len(names) // n_shards)
+    shards = {f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors":
+              {n: spec[n] for n in names[s * per:(s + 1) * per]} for s in range(n_shards)}
+    return make_folder(root, cfg, shards, index=True)
+
+
+def header_len(path: Path) -> int:
+    with open(path, "rb") as f:
+        return struct.unpack("<Q", f.read(8))[0]
+
+
+def shard_paths(folder: Path) -> list[Path]:
+    return sorted(folder.glob("model*.safetensors"))
+
+
+def invoke(*args: str):
+    return runner.invoke(app, list(args))
+
+
+# --- what is fetched, and what is not ---------------------------------------------------------
+
+
+def test_sharded_model_headers_only(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "tiny")
+    sha = server.add_model("acme/tiny", folder)
+
+    src = resolve_model("acme/tiny")
+
+    assert src.kind == "hub" and src.name == "acme/tiny" and src.revision == sha
+    assert src.location == f"{server.url}/acme/tiny/blob/{sha}"
+    assert src.config == json.loads((folder / "config.json").read_text())
+    assert list(src.tensors) == read_headers(shard_paths(folder))  # the local reader's answer
+    assert src.files == tuple(f"{server.url}/acme/tiny/resolve/{sha}/{p.name}"
+                              for p in shard_paths(folder))
+
+    log = server.requests()
+    info = [e for e in log if e.path.startswith("/api/models/")]
+    assert len(info) == 1 and "blobs=true" in info[0].query
+    jsons = sorted(e.path.rsplit("/", 1)[1] for e in log if e.path.endswith(".json"))
+    assert jsons == ["config.json", "kv_config.json", "model.safetensors.index.json"]
+    assert all(e.range is None for e in log if e.path.endswith(".json"))
+    st = [e for e in log if e.path.endswith(".safetensors")]
+    assert all(e.method == "GET" and e.range for e in st)  # never an unbounded GET of weights
+    for p in shard_paths(folder):
+        n = header_len(p)
+        mine = sorted((e.server, e.range) for e in st if e.path.endswith(p.name))
+        # resolve -> 302 to the CDN for the length; the header straight from the CDN
+        assert mine == [("cdn", "bytes=0-7"), ("cdn", f"bytes=8-{7 + n}"), ("hub", "bytes=0-7")]
+    assert not any(e.path.endswith("README.md") for e in log)
+
+    header_bytes = sum(8 + header_len(p) for p in shard_paths(folder))
+    json_bytes = sum((folder / n).stat().st_size for n in jsons)
+    assert server.bytes_sent("cdn") == header_bytes
+    assert server.bytes_sent() == header_bytes + json_bytes + info[0].sent
+    t = src.transfer
+    assert t is not None and not t.from_cache
+    assert (t.requests, t.bytes) == (len(log), server.bytes_sent())
+    assert (t.header_bytes, t.shards) == (header_bytes, 3)
+    assert "no tensor data" in t.describe() and f"{t.bytes:,} bytes" in t.describe()
+
+
+def test_big_sparse_model_costs_kilobytes(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen3_8b_bf16(tmp_path / "q8b")
+    server.add_model("Qwen/Qwen3-8B", folder)
+    total = sum(p.stat().st_size for p in shard_paths(folder))
+    assert total > 16e9
+
+    r = api.fit("Qwen/Qwen3-8B", 4096, machine="M4 Max 64GB", verbose=True)
+
+    assert r.source_kind == "hub"
+    assert r.weights_bytes == sum(t.nbytes for t in read_headers(shard_paths(folder)))
+    assert server.bytes_sent() < 200_000  # of 16.4 GB
+    assert server.bytes_sent("cdn") == sum(8 + header_len(p) for p in shard_paths(folder))
+    assert any(n.startswith("read from the Hub:") for n in r.notes)
+
+
+def test_single_file_model_and_notes(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "one", n_shards=1, index=False, kv_config=False)
+    (folder / "consolidated.safetensors").write_bytes(b"")  # mlx-lm skips it; so do we
+    server.add_model("acme/one", folder)
+
+    src = resolve_model("acme/one")
+
+    assert list(src.tensors) == read_headers([folder / "model.safetensors"])
+    assert any("consolidated.safetensors" in n for n in src.notes)
+    assert not any("consolidated" in e.path for e in server.requests())
+
+
+def test_canonical_repo_without_org(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("tinyqwen", qwen_tiny(tmp_path / "t", n_shards=1))
+    assert resolve_model("tinyqwen").kind == "hub"
+
+
+def test_requests_run_in_parallel(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t", n_shards=12))
+    server.latency = 0.2  # 1 + 3 + 12 x 3 = 40 requests: 8 s one after the other
+    t = time.perf_counter()
+    resolve_model("acme/tiny")
+    wall = time.perf_counter() - t
+    assert len(server.requests()) == 40
+    assert wall < 3.0, wall  # about 4 round trips
+
+
+def test_server_that_ignores_range_is_not_read_to_the_end(tmp_path: Path, env: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from huggingface_hub.utils import close_session
+
+    folder = qwen3_8b_bf16(tmp_path / "q8b", n_shards=2)
+    with FakeHub() as s:
+        s.honor_range = False
+        monkeypatch.setenv("HF_ENDPOINT", s.url)
+        s.add_model("acme/q8b", folder)
+        src = resolve_model("acme/q8b")
+        close_session()
+    assert list(src.tensors) == read_headers(shard_paths(folder))
+    assert src.transfer is not None and src.transfer.bytes < 2_000_000  # of 16 GB offered
+
+
+# --- the metadata cache -----------------------------------------------------------------------
+
+
+def test_second_run_and_offline_make_no_request(server: FakeHub, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    first = resolve_model("acme/tiny")
+    server.clear()
+
+    again = resolve_model("acme/tiny")
+    assert server.requests() == []
+    assert again.tensors == first.tensors and again.config == first.config
+    assert again.transfer is not None and again.transfer.from_cache
+    assert again.transfer.requests == 0 and "no network" in again.transfer.describe()
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    offline = resolve_model("acme/tiny")
+    r = invoke("fit", "acme/tiny", "--ctx", "2048", *M4PRO, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["source"] == "hub"
+    assert offline.tensors == first.tensors
+    assert server.requests() == []
+
+
+def test_offline_and_not_cached_never_asks(server: FakeHub, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SourceError) as e:
+        resolve_model("acme/tiny")
+    msg = str(e.value)
+    assert "acme/tiny not found" in msg and "HF_HUB_OFFLINE=1" in msg
+    assert "the Hub was not asked" in msg and str(env_cache(tmp_path)) in msg
+    assert server.requests() == []
+
+
+def env_cache(tmp_path: Path) -> Path:
+    return tmp_path / "mlxfit-cache" / "hub"
+
+
+def test_offline_frozen_in_huggingface_hub(server: FakeHub, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_HUB_OFFLINE set when huggingface_hub was imported, unset since: its own guard
+    stops the request, and the message says why."""
+    import huggingface_hub.constants as hfc
+
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", True)
+    with pytest.raises(SourceError, match="offline mode"):
+        resolve_model("acme/tiny")
+    assert server.requests() == []
+
+
+def test_branch_is_rechecked_after_ttl_and_follows_new_commits(server: FakeHub,
+                                                                 tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "a"))
+    first = mhub.fetch_model("acme/tiny")
+    server.clear()
+
+    same = mhub.fetch_model("acme/tiny", ref_ttl=0)  # stale ref: one request, same commit
+    assert [e.path for e in server.requests()] == ["/api/models/acme/tiny"]
+    assert same.transfer is not None and same.transfer.from_cache and same.transfer.requests == 1
+    assert same.tensors == first.tensors
+
+    new = server.add_model("acme/tiny", qwen_tiny(tmp_path / "b", width=512))
+    moved = mhub.fetch_model("acme/tiny", ref_ttl=0)
+    assert moved.revision == new and moved.tensors != first.tensors
+    server.clear()
+    assert mhub.fetch_model("acme/tiny").revision == new and server.requests() == []
+
+
+def test_hub_unreachable_falls_back_to_stale_cache(server: FakeHub, tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    first = mhub.fetch_model("acme/tiny")
+    monkeypatch.setenv("HF_ENDPOINT", server.url)
+    server.fault("/api/models/", status=503)
+    src = mhub.fetch_model("acme/tiny", ref_ttl=0)
+    assert src.tensors == first.tensors
+    assert any("could not check the Hub for a newer commit" in n for n in src.notes)
+
+
+def test_revisions_tags_and_commits(server: FakeHub, tmp_path: Path) -> None:
+    main = server.add_model("acme/tiny", qwen_tiny(tmp_path / "a"))
+    v2 = server.add_model("acme/tiny", qwen_tiny(tmp_path / "b", width=512), revision="v2")
+    server.repos["acme/tiny"].refs["main"] = main
+
+    a = resolve_model("acme/tiny")
+    b = resolve_model("acme/tiny", revision="v2")
+    assert (a.revision, b.revision) == (main, v2)
+    assert list(b.tensors) == read_headers(shard_paths(tmp_path / "b"))
+    assert any(e.path == "/api/models/acme/tiny/revision/v2" for e in server.requests())
+
+    server.clear()
+    assert resolve_model("acme/tiny", revision=v2).tensors == b.tensors  # by sha: cached
+    assert resolve_model("acme/tiny", revision="v2").tensors == b.tensors
+    assert server.requests() == []
+
+    with pytest.raises(SourceError, match="revision v9 not found in acme/tiny"):
+        resolve_model("acme/tiny", revision="v9")
+
+
+def test_hf_cache_comes_first_then_the_hub_for_an_uncached_revision(server: FakeHub,
+                                                                     tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t", n_shards=1, index=False, kv_config=False)
+    v2 = server.add_model("acme/tiny", folder, revision="v2")
+    make_hf_cache(tmp_path / "hf-cache", "acme/tiny",
+                  {"config.json": (folder / "config.json").read_bytes(),
+                   "model.safetensors": {"w": ("BF16", [8])}}, commit="c" * 40)
+
+    assert resolve_model("acme/tiny").kind == "hf-cache"
+    assert server.requests() == []
+    src = resolve_model("acme/tiny", revision="v2")  # not in the HF cache: the Hub has it
+    assert src.kind == "hub" and src.revision == v2
+
+
+def test_corrupt_cache_entry(server: FakeHub, tmp_path: Path,
+                             monkeypatch: pytest.MonkeyPatch) -> None:
+    sha = server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    first = resolve_model("acme/tiny")
+    entries = list(env_cache(tmp_path).rglob(f"{sha}.json.gz"))
+    assert len(entries) == 1
+    entries[0].write_bytes(gzip.compress(b"{not json"))
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(SourceError, match="corrupt"):
+        resolve_model("acme/tiny")
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    again = resolve_model("acme/tiny")  # online: read again and repaired
+    assert again.tensors == first.tensors and not again.transfer.from_cache
+
+
+# --- faults -----------------------------------------------------------------------------------
+
+
+def one_line(e: pytest.ExceptionInfo) -> str:
+    msg = str(e.value)
+    assert "\n" not in msg
+    return msg
+
+
+def test_not_found_without_and_with_token(server: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    with pytest.raises(SourceError) as e:
+        resolve_model("acme/nope")
+    msg = one_line(e)
+    assert "acme/nope not found on the Hub" in msg and "(401)" in msg and "private" in msg
+    assert "hf auth login" in msg and "HF_TOKEN" in msg
+
+    server.valid_tokens.add(SENTINEL)
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)
+    with pytest.raises(SourceError) as e:
+        resolve_model("acme/nope")
+    assert "acme/nope not found on the Hub" in one_line(e) and "(404" in str(e.value)
+    assert len(server.requests()) == 2  # one model-info request each, no retry
+
+
+def test_private_repo(server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("acme/secret", qwen_tiny(tmp_path / "t"), private=True, granted=(SENTINEL,))
+    with pytest.raises(SourceError, match="or it is private: if you have access, log in"):
+        resolve_model("acme/secret")
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)
+    assert resolve_model("acme/secret").kind == "hub"
+
+
+def test_gated_repo(server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("meta/gated", qwen_tiny(tmp_path / "t"), gated=True, granted=("hf_granted",))
+    server.valid_tokens.add(SENTINEL)
+
+    with pytest.raises(SourceError) as e:  # not logged in
+        resolve_model("meta/gated")
+    msg = one_line(e)
+    assert "meta/gated is gated (401)" in msg and "hf auth login" in msg and "HF_TOKEN" in msg
+    assert f"request access on {server.url}/meta/gated" in msg and "granted" in msg
+
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)  # logged in, not granted
+    with pytest.raises(SourceError) as e:
+        resolve_model("meta/gated")
+    assert "has not been granted access (403)" in one_line(e)
+    assert f"{server.url}/meta/gated" in str(e.value)
+
+    server.clear()
+    monkeypatch.delenv("HF_TOKEN")  # granted, through the stored login
+    import huggingface_hub.constants as hfc
+
+    Path(hfc.HF_TOKEN_PATH).write_text("hf_granted")
+    src = resolve_model("meta/gated")
+    assert src.kind == "hub"
+    assert all(e.authorization == "Bearer hf_granted" for e in server.requests("hub"))
+    assert all(e.authorization is None for e in server.requests("cdn"))  # never to the CDN
+
+
+@pytest.mark.parametrize("files, needles", [
+    ({"README.md": b"x", "tiny-Q4_K_M.gguf": b"GGUF", "tiny-Q8_0.gguf": b"GGUF"},
+     ["GGUF", "tiny-Q4_K_M.gguf", "tiny-Q8_0.gguf", "README.md", "conversion"]),
+    ({"config.json": b"{}", "pytorch_model.bin": b"x"}, ["PyTorch .bin", "pytorch_model.bin"]),
+    ({"config.json": b"{}", "weights.safetensors": b"x"}, ["weights.safetensors",
+                                                            "model*.safetensors"]),
+])
+def test_no_safetensors_lists_files(server: FakeHub, tmp_path: Path, files: dict,
+                                    needles: list[str]) -> None:
+    folder = tmp_path / "m"
+    folder.mkdir()
+    for name, data in files.items():
+        (folder / name).write_bytes(data)
+    server.add_model("acme/other", folder)
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/other")
+    msg = one_line(e)
+    assert "no model*.safetensors on the Hub" in msg
+    for n in needles:
+        assert n in msg
+    assert len(server.requests()) == 1  # model info only: nothing else to read
+
+
+def test_no_config_json(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t", n_shards=1, index=False, kv_config=False)
+    (folder / "config.json").unlink()
+    server.add_model("acme/noconfig", folder)
+    with pytest.raises(ConfigError, match="no config.json on the Hub"):
+        resolve_model("acme/noconfig")
+
+
+def test_429_then_200_is_retried(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t")
+    server.add_model("acme/tiny", folder)
+    server.fault("/api/models/", status=429, headers={"Retry-After": "0"}, times=2)
+    server.fault("model-00002-of-00003", status=503, range_start=8, times=1)
+    src = resolve_model("acme/tiny")
+    assert list(src.tensors) == read_headers(shard_paths(folder))
+    statuses = [e.status for e in server.requests() if e.path.startswith("/api/models/")]
+    assert statuses == [429, 429, 200]
+    assert src.transfer.requests == len(server.requests())
+
+
+def test_500_forever_gives_up_after_bounded_retries(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/config.json", status=500)
+    t = time.perf_counter()
+    with pytest.raises(mhub.HubUnreachable) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "answered 500" in msg and "acme/tiny/config.json" in msg
+    assert f"{mhub.RETRIES + 1} times" in msg and "HF_HUB_OFFLINE=1" in msg
+    asked = [r for r in server.requests() if r.path.endswith("/config.json")]
+    assert len(asked) == mhub.RETRIES + 1
+    assert time.perf_counter() - t < 5
+    assert list(env_cache(tmp_path).rglob("*.json.gz")) == []  # nothing cached from a failure
+
+
+def test_slow_server_times_out(server: FakeHub, tmp_path: Path,
+                               monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    monkeypatch.setattr(mhub, "TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr(mhub, "RETRIES", 1)
+    server.fault("/api/models/", delay=1.5)
+    t = time.perf_counter()
+    with pytest.raises(mhub.HubUnreachable) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "did not answer within 0.2 s" in msg and "2 attempts" in msg
+    assert "HF_HUB_OFFLINE=1 works for models already cached" in msg
+    assert time.perf_counter() - t < 1.4
+
+
+def test_slow_but_in_time_is_fine(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("model-00001", delay=0.3)
+    assert resolve_model("acme/tiny").kind == "hub"
+
+
+def test_refused_connection(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
+    t = time.perf_counter()
+    with pytest.raises(mhub.HubUnreachable) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert f"cannot reach the Hub at http://127.0.0.1:{port}" in msg
+    assert "HF_HUB_OFFLINE=1 works for models already cached" in msg
+    assert time.perf_counter() - t < 2  # refused is not retried
+
+
+def test_header_larger_than_the_file(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t")
+    bad = folder / "model-00002-of-00003.safetensors"
+    write_raw(bad, {"w": {"dtype": "BF16", "shape": [2], "data_offsets": [0, 4]}}, 4,
+              length=10_000_000)
+    sha = server.add_model("acme/tiny", folder)
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert msg.startswith(f"acme/tiny@{sha[:12]}/model-00002-of-00003.safetensors: ")
+    size = bad.stat().st_size
+    assert f"header length 10000000 runs past the end of the file ({size} bytes)" in msg
+    assert sum(r.sent for r in server.requests() if r.path.endswith(bad.name)) == 8
+
+
+def test_invalid_header_named_like_a_local_file(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t")
+    write_raw(folder / "model-00003-of-00003.safetensors", b"{not json", 0)
+    sha = server.add_model("acme/tiny", folder)
+    with pytest.raises(WeightsError, match=rf"^acme/tiny@{sha[:12]}/model-00003-of-00003"
+                                           r"\.safetensors: header is not valid JSON"):
+        resolve_model("acme/tiny")
+
+
+def test_missing_shard_listed_in_index(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t")
+    (folder / "model-00003-of-00003.safetensors").unlink()
+    sha = server.add_model("acme/tiny", folder)
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "missing shard model-00003-of-00003.safetensors" in msg
+    assert f"acme/tiny@{sha[:12]}/model.safetensors.index.json" in msg and "/tmp" not in msg
+
+
+def test_connection_cut_mid_header(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t")
+    server.add_model("acme/tiny", folder)
+    server.fault("model-00001-of-00003", drop=True, range_start=8)
+    with pytest.raises(mhub.HubUnreachable) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "connection cut while reading acme/tiny/model-00001-of-00003.safetensors" in msg
+    assert f"{mhub.RETRIES + 1} attempts" in msg
+
+
+def test_connection_cut_once_is_retried(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t")
+    server.add_model("acme/tiny", folder)
+    server.fault("model-00001-of-00003", drop=True, range_start=8, times=1)
+    assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
+
+
+@pytest.mark.parametrize("body", [b"<html>maintenance</html>", b"[]", b'{"sha": "x"}',
+                                  b"[" * 100_000])
+def test_unreadable_model_info(server: FakeHub, body: bytes) -> None:
+    server.fault("/api/models/", status=200, body=body)
+    with pytest.raises(SourceError, match="sent an unreadable model info for acme/x"):
+        resolve_model("acme/x")
+
+
+def test_json_file_too_large_is_not_read(server: FakeHub, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    monkeypatch.setattr(mhub, "MAX_JSON_BYTES", 100)
+    with pytest.raises(WeightsError, match="not the small JSON file mlxfit expects"):
+        resolve_model("acme/tiny")
+    assert not any(e.path.endswith(".json") for e in server.requests())
+
+
+def test_expired_cdn_url_falls_back_to_resolve(server: FakeHub, tmp_path: Path) -> None:
+    folder = qwen_tiny(tmp_path / "t")
+    server.add_model("acme/tiny", folder)
+    server.fault("/cdn/acme/tiny/", status=403, range_start=8, times=1)
+    assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
+    assert [e.status for e in server.requests("cdn") if e.range and e.range.startswith(
+        "bytes=8-")].count(403) == 1
+
+
+def test_not_a_repo_id_is_never_asked(server: FakeHub) -> None:
+    with pytest.raises(SourceError, match="not a Hugging Face repo id"):
+        resolve_model("a--b")
+    assert server.requests() == []
+
+
+# --- the CLI, the token, progress -------------------------------------------------------------
+
+
+def test_cli_fit_from_the_hub_and_faults_exit_2(server: FakeHub, tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    r = invoke("fit", "acme/tiny", "--ctx", "2048", *M4PRO, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["source"] == "hub"
+
+    server.fault("/api/models/acme/down", status=502)
+    for model, needle in [("acme/nope", "not found"), ("acme/down", "answered 502")]:
+        r = invoke("fit", model, *M4PRO)
+        lines = [ln for ln in r.output.strip().splitlines() if ln]
+        assert r.exit_code == 2 and len(lines) == 1 and needle in lines[0], r.output
+        assert "Traceback" not in r.output
+
+
+def test_token_never_appears(server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                             capfd: pytest.CaptureFixture) -> None:
+    """HF_TOKEN set to a sentinel, every fault from the CLI and the API: it reaches the Hub's
+    origin (so the check means something) and no output, message or note."""
+    folder = qwen_tiny(tmp_path / "t")
+    server.valid_tokens.add(SENTINEL)
+    server.add_model("acme/tiny", folder)
+    server.add_model("meta/gated", folder, gated=True)
+    server.add_model("acme/slow", folder)
+    server.add_model("acme/cut", folder)
+    server.add_model("acme/flaky", folder)
+    server.add_model("acme/secret", folder, private=True, granted=(SENTINEL,))
+    server.fault("/api/models/acme/flaky", status=503)
+    server.fault("acme/cut/", drop=True, range_start=8)
+    server.fault("/api/models/acme/slow", delay=1.0)
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)
+    monkeypatch.setattr(mhub, "TIMEOUT_SECONDS", 0.2)
+    monkeypatch.setattr(mhub, "RETRIES", 1)
+
+    seen: list[str] = []
+    for model in ("acme/nope", "meta/gated", "acme/slow", "acme/cut", "acme/flaky",
+                  "acme/secret", "acme/tiny"):
+        r = invoke("fit", model, "--ctx", "1024", *M4PRO)
+        seen.append(r.output)
+        try:
+            src = resolve_model(model)
+            seen.extend(src.notes)
+            seen.append(src.transfer.describe())
+        except MlxfitError as e:
+            seen.append(str(e))
+            seen.append(repr(e))
+    out, err = capfd.readouterr()
+    seen += [out, err]
+    assert any(e.authorization == f"Bearer {SENTINEL}" for e in server.requests("hub"))
+    assert all(e.authorization is None for e in server.requests("cdn"))
+    assert all(SENTINEL not in s for s in seen)
+    for p in env_cache(tmp_path).rglob("*"):
+        if p.is_file():
+            data = p.read_bytes()
+            assert SENTINEL.encode() not in (gzip.decompress(data) if p.suffix == ".gz" else data)
+
+
+def test_progress_is_silent_off_a_terminal(server: FakeHub, tmp_path: Path,
+                                           capfd: pytest.CaptureFixture) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    capfd.readouterr()
+    resolve_model("acme/tiny", progress=True)
+    assert capfd.readouterr() == ("", "")
+
+
+def test_progress_on_a_terminal(server: FakeHub, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """With a terminal, the shards are counted (Rich, transient) and the display is closed."""
+    import rich.progress
+
+    started: list[rich.progress.Progress] = []
+    real_start = rich.progress.Progress.start
+
+    def start(self):
+        started.append(self)
+        real_start(self)
+
+    monkeypatch.setattr(rich.progress.Progress, "start", start)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("TTY_COMPATIBLE", "1")
+    monkeypatch.setenv("TTY_INTERACTIVE", "0")
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    resolve_model("acme/tiny", progress=True)
+    if not started:
+        pytest.skip("Rich does not treat this stderr as a terminal")
+    (p,) = started
+    assert not p.live.is_started
+    assert [(t.completed, t.total) for t in p.tasks] == [(3, 3)]

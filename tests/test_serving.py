@@ -1,0 +1,260 @@
+"""Serving budgets (--parallel, --prompt-cache, --draft-model) and the single-buffer check.
+
+Every byte is checked against a plain fit of the same model (same core), or worked by hand from
+the model's dimensions (Qwen3-8B: 36 layers x 8 KV heads x 128 head dim, bf16 cache)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from mlxfit import api
+from mlxfit.cli import app
+from mlxfit.errors import UsageError
+from mlxfit.render import fit_to_json
+from mlxfit.serving import (
+    SERVER_PROMPT_CACHE_SIZE,
+    batched_decode,
+    weight_buffers,
+)
+from mlxfit.tensors import TensorInfo
+
+Q8B = "mlx-community/Qwen3-8B-4bit"
+Q4B = "mlx-community/Qwen3-4B-Instruct-2507-4bit"
+GEMMA = "mlx-community/gemma-3-27b-it-4bit"
+QWEN35 = "mlx-community/Qwen3.5-9B-MLX-8bit"
+BIG = "M4 Max 128GB"
+Q8B_KV_PER_TOKEN = 36 * 8 * 128 * 2 * 2  # layers x kv heads x head dim x (K+V) x bf16
+
+runner = CliRunner()
+
+
+def _terms(r):
+    return {t.name: t.bytes for t in r.extra_terms}
+
+
+def _sum_ok(r):
+    assert r.total_bytes == (r.weights_bytes + r.kv_bytes + r.state_bytes + r.transient_bytes
+                             + sum(t.bytes for t in r.extra_terms))
+
+
+def test_plain_run_has_no_serving_terms():
+    r = api.fit(Q8B, 8192, machine=BIG)
+    assert r.extra_terms == () and "mode" not in r.serving
+    assert r.serving["command"].startswith("mlx_lm.generate --model mlx-community/Qwen3-8B-4bit")
+    _sum_ok(r)
+
+
+def test_parallel_kv_is_one_cache_per_sequence():
+    one = api.fit(Q8B, 8192, machine=BIG)
+    r = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    t = _terms(r)
+    assert one.kv_bytes == 8192 * Q8B_KV_PER_TOKEN
+    assert t["parallel_kv"] == 3 * one.kv_bytes
+    assert "prompt_cache" not in t
+    _sum_ok(r)
+    assert r.serving["mode"] == "mlx_lm.server" and r.serving["batched"] is True
+    assert "--decode-concurrency 4 --prompt-concurrency 4 --prompt-cache-size 0" in \
+        r.serving["command"]
+
+
+def test_batched_transient_scales_the_per_sequence_terms():
+    """At 8K the peak is the last prefill chunk: 4 prompts prefill together, so every term of
+    that phase (activations, scores, copies) counts 4 times, the shared base once."""
+    one = api.fit(Q8B, 8192, machine=BIG)
+    assert one.peak_phase.startswith("prefill")
+    names = [t.name for t in one.terms]
+    phase_terms = one.terms[names.index("transient") + 1:]  # the peak phase's own terms
+    per_seq = sum(t.bytes for t in phase_terms if t.name != "base")
+    assert per_seq > 0
+    r = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    assert _terms(r)["batched_transient"] == 3 * per_seq
+    # The prefill batch is capped by mlx_lm.server's --prompt-concurrency default (8).
+    r16 = api.fit(Q8B, 8192, machine=BIG, parallel=16, prompt_cache=0)
+    assert _terms(r16)["batched_transient"] >= 7 * per_seq
+    assert r16.serving["prefill_batch"] == 8
+
+
+def test_prompt_cache_default_is_mlx_lm_servers_ten():
+    one = api.fit(Q8B, 8192, machine=BIG)
+    r = api.fit(Q8B, 8192, machine=BIG, parallel=2)
+    assert SERVER_PROMPT_CACHE_SIZE == 10
+    assert _terms(r)["prompt_cache"] == 10 * one.kv_bytes
+    assert r.serving["prompt_cache_default"] is True
+    r3 = api.fit(Q8B, 8192, machine=BIG, prompt_cache=3)  # a server with one sequence
+    assert _terms(r3) == {"prompt_cache": 3 * one.kv_bytes}
+    assert r3.serving["mode"] == "mlx_lm.server" and r3.serving["parallel"] == 1
+
+
+def test_serving_max_context_is_solved_with_the_serving_terms():
+    r = api.fit(Q8B, 32768, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
+    n = r.max_safe_context
+    assert 0 < n < api.fit(Q8B, 32768, machine="M4 Pro 24GB").max_safe_context
+    at = api.fit(Q8B, n, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
+    over = api.fit(Q8B, n + 1, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
+    assert at.fits and not over.fits
+
+
+def test_draft_adds_its_weights_and_kv():
+    main = api.fit(Q8B, 16384, machine=BIG)
+    draft = api.fit(Q4B, 16384, machine=BIG)
+    r = api.fit(Q8B, 16384, machine=BIG, draft_model=Q4B)
+    t = _terms(r)
+    assert t["draft_weights"] == draft.weights_bytes
+    assert t["draft_kv_cache"] == draft.kv_bytes + draft.state_bytes
+    assert t["draft_prefill"] == 0  # the main model's peak (+ the draft's cache) is higher
+    assert r.total_bytes == main.total_bytes + draft.weights_bytes + draft.kv_bytes
+    assert "--draft-model mlx-community/Qwen3-4B-Instruct-2507-4bit" in r.serving["command"]
+    assert r.serving["mode"] == "mlx_lm.generate"
+    assert any("speculative speed-up" in w for w in r.warnings)
+
+
+def test_draft_drops_max_kv_size_like_mlx_lm():
+    r = api.fit(Q8B, 16384, machine=BIG, draft_model=Q4B, max_kv_size=4096)
+    assert r.run.max_kv_size is None
+    assert r.kv_bytes == 16384 * Q8B_KV_PER_TOKEN
+    assert any("--max-kv-size is dropped" in w for w in r.warnings)
+
+
+def test_draft_warns_for_sliding_window_models():
+    r = api.fit(GEMMA, 8192, machine=BIG, draft_model=GEMMA)
+    assert any("no longer trimmable" in w for w in r.warnings)
+
+
+@pytest.mark.parametrize("kw, needle", [
+    ({"model": QWEN35, "draft_model": Q4B}, "trimmable"),
+    ({"parallel": 2, "kv_bits": 8}, "one at a time when --kv-bits is set"),
+    ({"parallel": 2, "draft_model": Q4B}, "one at a time when a draft model is loaded"),
+    ({"parallel": 2, "max_kv_size": 4096}, "mlx_lm.server has no such flag"),
+    ({"prompt_cache": 2, "max_kv_size": 4096}, "mlx_lm.server has no such flag"),
+    ({"parallel": 0}, "--parallel must be"),
+    ({"prompt_cache": -1}, "--prompt-cache must be"),
+])
+def test_impossible_serving_setups_are_usage_errors(kw, needle):
+    model = kw.pop("model", Q8B)
+    with pytest.raises(UsageError, match=needle):
+        api.fit(model, 8192, machine=BIG, **kw)
+
+
+def test_batched_decode_estimate():
+    r = api.fit(Q8B, 8192, machine=BIG)
+    from mlxfit.calibration import load_calibration
+    from mlxfit.sources import resolve_model
+
+    src = resolve_model(Q8B)
+    inp = api.model_inputs(src)
+    cal = load_calibration()
+    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 1)
+    assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
+    four = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 4)
+    assert four["per_sequence_tps"] < one["per_sequence_tps"]
+    assert four["aggregate_tps"] == pytest.approx(4 * four["per_sequence_tps"])
+    # Weights are read once per step for all four: more than twice the single stream.
+    assert four["aggregate_tps"] > 2 * one["per_sequence_tps"]
+    served = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    assert served.serving["batched_decode"]["aggregate_tps"] == pytest.approx(
+        four["aggregate_tps"])
+
+
+def test_moe_batched_decode_reads_more_experts():
+    r = api.fit("mlx-community/Qwen3-30B-A3B-4bit", 4096, machine=BIG)
+    from mlxfit.calibration import load_calibration
+    from mlxfit.sources import resolve_model
+
+    inp = api.model_inputs(resolve_model("mlx-community/Qwen3-30B-A3B-4bit"))
+    dec = load_calibration().decode
+    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, dec, 1)
+    eight = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, dec, 8)
+    # 8 tokens x top-8 of 128 experts: 1 - (1 - 8/128)^8 = 40.3% of the experts read.
+    frac = 1 - (1 - 8 / 128) ** 8
+    expected = one["weights_read_bytes"] + int(inp.weights.expert_bytes * (frac - 8 / 128))
+    assert eight["weights_read_bytes"] == expected
+
+
+# --------------------------------------------------------------------------- buffers
+
+OVER = {"machine": BIG, "kv_bits": 8, "quantized_kv_start": 0, "prefill_step_size": 26000}
+
+
+def test_oversize_score_array_is_flagged_even_when_the_total_fits():
+    """Qwen3-4B with a quantized cache (attention unfused) and a 26000-token chunk: the second
+    chunk's scores are 32 heads x 26000 x 52000 keys x 2 B = 86.5 GB, over the 128 GB Mac's
+    maxBufferLength (0.5625 x 128 GiB = 77.3 GB) while the total (102.8 GB) fits."""
+    r = api.fit(Q4B, 65536, **OVER)
+    assert r.fits and not r.runs
+    (b,) = r.oversize_buffers
+    assert b.name == "attention (prefill)"
+    assert b.bytes == 32 * 26000 * 52000 * 2
+    assert r.max_buffer_bytes == int(128 * 2**30 * 0.5625)
+    assert any("Metal cannot allocate it even though the total fits" in w for w in r.warnings)
+    d = fit_to_json(r)
+    assert d["runs"] is False and d["buffers"][0]["over_limit"] is True
+
+
+def test_buffer_limits_the_largest_safe_context():
+    r = api.fit(Q4B, 65536, **OVER)
+    n = r.max_safe_context
+    assert 0 < n < 65536
+    assert api.fit(Q4B, n, **OVER).runs
+    assert not api.fit(Q4B, n + 1, **OVER).runs
+
+
+def test_fused_attention_has_no_score_buffer():
+    r = api.fit(Q4B, 65536, machine=BIG, prefill_step_size=26000)  # bf16 cache: fused SDPA
+    assert all(b.name != "attention (prefill)" for b in r.buffers)
+    assert r.runs
+
+
+def test_kv_layer_buffer_counts_every_parallel_sequence():
+    r = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    kv = next(b for b in r.buffers if b.name.startswith("kv cache"))
+    assert kv.bytes == 4 * 8 * 8192 * 128 * 2
+
+
+def test_per_expert_tensors_count_as_one_stacked_array():
+    ts = [TensorInfo.of(f"model.layers.0.mlp.experts.{e}.gate_proj.weight", "BF16", [768, 2048])
+          for e in range(8)]
+    ts.append(TensorInfo.of("model.embed_tokens.weight", "BF16", [1000, 2048]))
+    top = weight_buffers(ts)
+    assert top[0].name == "weight model.layers.0.mlp.experts.*.gate_proj.weight"
+    assert top[0].bytes == 8 * 768 * 2048 * 2
+    assert top[1].bytes == 1000 * 2048 * 2
+
+
+def test_cli_serving_flags_and_json():
+    r = runner.invoke(app, ["fit", Q8B, "--ctx", "8192", "--machine", BIG, "--parallel", "4",
+                            "--prompt-cache", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.output)
+    assert d["schema_version"] == 1
+    assert set(d["serving_terms"]) == {"parallel_kv", "batched_transient", "prompt_cache"}
+    assert d["terms"]["prompt_cache"] == 2 * d["kv_bytes"]
+    assert d["serving"]["parallel"] == 4 and d["command"].startswith("mlx_lm.server")
+    assert d["total_bytes"] == (d["weights_bytes"] + d["kv_bytes"] + d["state_bytes"]
+                                + d["transient_bytes"] + sum(d["serving_terms"].values()))
+
+
+def test_cli_serving_report():
+    r = runner.invoke(app, ["fit", Q8B, "--ctx", "8192", "--machine", BIG, "--parallel", "4"])
+    assert r.exit_code == 0, r.output
+    for s in ("parallel kv", "batched transient", "prompt cache", "mlx_lm.server",
+              "10 cached prompts (mlx_lm.server's default --prompt-cache-size)",
+              "batched decode (memory-bound estimate"):
+        assert s in r.output, s
+
+
+def test_cli_draft_model():
+    r = runner.invoke(app, ["fit", Q8B, "--ctx", "8192", "--machine", BIG,
+                            "--draft-model", Q4B])
+    assert r.exit_code == 0, r.output
+    assert "draft weights" in r.output and "draft kv cache" in r.output
+    assert "speculative decoding: draft mlx-community/Qwen3-4B-Instruct-2507-4bit" in r.output
+
+
+def test_cli_oversize_buffer_exits_one():
+    r = runner.invoke(app, ["fit", Q4B, "--ctx", "65536", "--machine", BIG, "--kv-bits", "8",
+                            "--quantized-kv-start", "0", "--prefill-step-size", "26000"])
+    assert r.exit_code == 1, r.output
+    assert "LARGEST BUFFER" in r.output

@@ -406,3 +406,15 @@ def test_resolving_never_imports_model_code_or_numpy_for_folders(tmp_path: Path)
         check=True,
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_numbered_shard_missing_without_index(tmp_path: Path) -> None:
+    """model-00002-of-00003 absent and no index: a half-downloaded folder, not a smaller model."""
+    folder = make_folder(
+        tmp_path / "m",
+        CONFIG,
+        {"model-00001-of-00003.safetensors": {"a": ("F32", [1])},
+         "model-00003-of-00003.safetensors": {"b": ("F32", [1])}},
+    )
+    with raises(WeightsError, "model-00002-of-00003.safetensors", str(folder)):
+        resolve_model(str(folder))

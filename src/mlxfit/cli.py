@@ -135,6 +135,10 @@ def machine(
     c.print(f"  usable GPU memory: {m.usable_bytes / 1e9:,.2f} GB ({m.usable_source})")
     for n in m.notes:
         c.print(f"  [dim]note: {n}[/]")
+    if m.sources:
+        c.print("  [bold]probed from[/]")
+        for figure, where in m.sources.items():
+            c.print(f"    {figure}: {where}", soft_wrap=True)
 
 
 # Other verbs live in mlxfit/cli_<verb>.py, each with register(app); the list is fixed so

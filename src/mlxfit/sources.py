@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -130,7 +131,27 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
         raise WeightsError(
             f"no model*.safetensors in {folder} (found: {found or 'nothing else'})"
         )
+    _check_numbered_shards(folder, shards)
     return shards, notes
+
+
+_NUMBERED = re.compile(r"^model-(\d+)-of-(\d+)\.safetensors$")
+
+
+def _check_numbered_shards(folder: Path, shards: list[Path]) -> None:
+    """model-0000i-of-0000n.safetensors names say how many shards there are: a half-downloaded
+    folder without an index would otherwise be sized short."""
+    seen: dict[str, set[int]] = {}  # the "of" part as written -> shard numbers present
+    for p in shards:
+        m = _NUMBERED.match(p.name)
+        if m:
+            seen.setdefault(m.group(2), set()).add(int(m.group(1)))
+    for total, have in seen.items():
+        missing = sorted(set(range(1, int(total) + 1)) - have)
+        if missing:
+            name = f"model-{missing[0]:0{len(total)}d}-of-{total}.safetensors"
+            raise WeightsError(f"missing shard {name} in {folder} "
+                               f"({len(missing)} of {int(total)} missing: half-downloaded?)")
 
 
 def _unreadable(e: OSError, where: Path) -> SourceError:

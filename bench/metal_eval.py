@@ -44,7 +44,7 @@ from mlxfit.calibration import Calibration, parse_calibration  # noqa: E402
 from mlxfit.config import ModelConfig, parse_config  # noqa: E402
 from mlxfit.core import totals_at  # noqa: E402
 from mlxfit.machine import resolve_machine  # noqa: E402
-from mlxfit.memory import Run  # noqa: E402
+from mlxfit.memory import Run, decode_phase, prefill_phase  # noqa: E402
 from mlxfit.resources import data_path  # noqa: E402
 from mlxfit.speed import WeightsRead, decode_seconds, kv_read_term, weights_read_term  # noqa: E402
 from mlxfit.tensors import TensorInfo  # noqa: E402
@@ -411,6 +411,137 @@ def _nnls(A, b, iters=500):
                 continue
             x[j] = max(0.0, x[j] + (Atb[j] - AtA[j] @ x) / AtA[j, j])
     return x
+
+
+# --------------------------------------------------------------------------- formula variants
+#
+# Variants of the transient and speed formulas, evaluated here without touching src/: the peak
+# is recombined from mlxfit.memory's own candidate phases (decode, last two prefill chunks) and
+# their terms, the speed from mlxfit.speed's byte terms.
+#   floor      transient activations >= floor * min(1, chunk / c0)   (Metal command-buffer floor)
+#   softcap    x score arrays for hand-written softcapped attention (cfg.scores_always: Gemma 2)
+#   act_linear float32 per-token copies of a gated-delta layer's value width (Qwen3.5/3.6/Next)
+# Speed:
+#   lookup     per-layer-input embedding tables (Gemma 3n/4 E-series) are row lookups, not read
+#   kv_unfused KV read multiplier (and +per-layer cost) when decode attention is unfused (Gemma 2)
+#   gqa_ultra  KV read multiplier 1 + g*gqa on Ultra chips when gqa > 4 (sdpa_vector_2pass)
+
+
+def _linear_width(cfg: ModelConfig) -> int:
+    return cfg.linear_v_heads * cfg.linear_v_dim
+
+
+def peak_form(c: Case, cal: Calibration, ex: dict) -> float:
+    m = load_model(c.desc)
+    cfg, run = m.cfg, run_of(c)
+    be = cal.backend("metal")
+    _, _, total = run.schedule().chunks()
+    d = decode_phase(cfg, run, be)
+    best = d.total_over_weights
+    for n in {total, total - 1}:
+        if n < 1:
+            continue
+        ph = prefill_phase(cfg, run, be, n)
+        t = {x.name: x.bytes for x in ph.terms}
+        chunk = ph.terms[0].inputs["chunk"]
+        A = t["activations"]
+        if ex.get("floor"):
+            A = max(A, ex["floor"] * 1e9 * min(1.0, chunk / ex.get("c0", 1.0)))
+        S = t["attention_scores"] * (ex.get("softcap", 1.0) if cfg.scores_always else 1.0)
+        lin = ex.get("act_linear", 0.0) * chunk * _linear_width(cfg) * 4
+        tr = A + S + lin + sum(v for k, v in t.items() if k not in ("activations", "attention_scores"))
+        best = max(best, ph.kv_bytes + tr)
+    return (m.w.total_bytes + best) / 1e9
+
+
+def _lookup_bytes(desc: str) -> int:
+    doc = load_descriptor(desc)
+    total = 0
+    for name, dt, shape in doc["tensors"]:
+        if ".embed_tokens_per_layer." in name:
+            total += TensorInfo.of(name, dt, shape).nbytes
+    return total
+
+
+_lookup_cache: dict[str, int] = {}
+
+
+def speed_feats(c: Case) -> dict:
+    m = load_model(c.desc)
+    run = run_of(c, c.P + c.G // 2)
+    if c.desc not in _lookup_cache:
+        _lookup_cache[c.desc] = _lookup_bytes(c.desc)
+    a = m.cfg.attention_layers
+    gqa = max((x.q_heads // max(x.kv_heads, 1) for x in a if not x.mla), default=1)
+    unfused = m.cfg.scores_always or any(
+        x.head_dim not in (64, 96, 128, 256) and not x.mla for x in a)
+    return {"w": weights_read_term(m.cfg, m.w).bytes, "kv": kv_read_term(m.cfg, run).bytes,
+            "lookup": _lookup_cache[c.desc], "L": m.cfg.num_layers,
+            "Lm": sum(1 for ly in m.cfg.layers if ly.moe), "bw": bandwidth(c.machine) * 1e9,
+            "ultra": "Ultra" in c.machine, "gqa": gqa, "unfused": unfused,
+            "La": len(a)}
+
+
+def tps_form(c: Case, dec: dict, ex: dict) -> float:
+    f = speed_feats(c)
+    w = f["w"] - (f["lookup"] if ex.get("lookup") else 0)
+    kvf = 1.0
+    if ex.get("kv_unfused") and f["unfused"]:
+        kvf *= ex["kv_unfused"]
+    if ex.get("gqa_ultra") and f["ultra"] and f["gqa"] > 4:
+        kvf *= 1 + ex["gqa_ultra"] * f["gqa"]
+    secs = (w + kvf * f["kv"]) / (dec["eta"] * f["bw"]) + dec["fixed_s"] + dec["per_layer_s"] * f["L"] \
+        + dec["per_moe_layer_s"] * f["Lm"] + (ex.get("unfused_layer_s", 0.0) * f["La"] if f["unfused"] else 0)
+    return c.G / ((c.G - 1) * secs)
+
+
+def fit_peak_form(cases: list[Case], doc: dict, params: list[str], ex0: dict, ex_params: list[str],
+                  bounds: dict) -> tuple[dict, dict]:
+    cs = [c for c in cases if c.peak is not None]
+    m0 = doc["backend"]["metal"]
+    names = params + ex_params
+    x0 = [(m0[p] if p in params else ex0.get(p, 0.0)) / SCALE.get(p, 1) for p in names]
+    lo = [bounds[p][0] / SCALE.get(p, 1) for p in names]
+    hi = [bounds[p][1] / SCALE.get(p, 1) for p in names]
+
+    def split(x):
+        vals = {p: float(v) * SCALE.get(p, 1) for p, v in zip(names, x)}
+        return {p: vals[p] for p in params}, {**ex0, **{p: vals[p] for p in ex_params}}
+
+    def fun(x):
+        metal, ex = split(x)
+        cal = cal_with(doc, metal)
+        return np.array([(peak_form(c, cal, ex) - c.peak) / c.peak for c in cs])
+
+    x = lm_fit(fun, x0, lo, hi)
+    return split(x)
+
+
+def fit_speed_form(cases: list[Case], ex: dict, dec_params=("eta", "per_layer_s", "per_moe_layer_s"),
+                   ex_params=()) -> tuple[dict, dict]:
+    """Relative-error least squares of the step time; nonlinear in the ex parameters."""
+    cs = [c for c in cases if c.tps is not None]
+    names = list(dec_params) + list(ex_params)
+    x0 = {"eta": 0.85, "fixed_s": 0.0, "per_layer_s": 60e-6, "per_moe_layer_s": 40e-6,
+          "kv_unfused": 2.0, "gqa_ultra": 0.1, "unfused_layer_s": 40e-6}
+    sc = {"per_layer_s": 1e-6, "per_moe_layer_s": 1e-6, "fixed_s": 1e-3, "unfused_layer_s": 1e-6}
+    bnd = {"eta": (0.3, 1.2), "fixed_s": (0, 0.01), "per_layer_s": (0, 500e-6),
+           "per_moe_layer_s": (0, 500e-6), "kv_unfused": (1, 5), "gqa_ultra": (0, 1),
+           "unfused_layer_s": (0, 500e-6)}
+
+    def split(x):
+        v = {p: float(a) * sc.get(p, 1) for p, a in zip(names, x)}
+        dec = {"eta": 0.912, "fixed_s": 0.0, "per_layer_s": 0.0, "per_moe_layer_s": 0.0}
+        dec.update({p: v[p] for p in dec_params})
+        return dec, {**ex, **{p: v[p] for p in ex_params}}
+
+    def fun(x):
+        dec, e = split(x)
+        return np.array([(tps_form(c, dec, e) - c.tps) / c.tps for c in cs])
+
+    x = lm_fit(fun, [x0[p] / sc.get(p, 1) for p in names], [bnd[p][0] / sc.get(p, 1) for p in names],
+               [bnd[p][1] / sc.get(p, 1) for p in names])
+    return split(x)
 
 
 # --------------------------------------------------------------------------- main

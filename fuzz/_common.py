@@ -32,10 +32,18 @@ def scratch_dir(target: str) -> str:
     return str(d)
 
 
+# Findings reported to the owner of the module (docs/hardening.md, "Open"), tolerated here so a
+# campaign keeps looking for new ones. Remove an entry when its fix lands.
+KNOWN_MULTILINE = (
+    "unknown block '",  # config.py _nemotron_h puts the raw pattern character in the message
+)
+
+
 def check_one_line(msg: str, must_start: str | None = None) -> None:
     """The CLI prints str(error) as its single stderr line: it must be one non-empty line."""
     assert msg, "empty error message"
-    assert "\n" not in msg and "\r" not in msg, f"multi-line error: {msg!r}"
+    if not any(k in msg for k in KNOWN_MULTILINE):
+        assert "\n" not in msg and "\r" not in msg, f"multi-line error: {msg!r}"
     if must_start is not None:
         assert msg.startswith(must_start), f"error does not name the file: {msg!r}"
 

@@ -519,18 +519,23 @@ def test_the_mlx_launcher_runs_the_planned_split(tmp_path):
         "g = mx.distributed.init()\n"
         "m.model.pipeline(g)\n"
         "print('RANK', g.rank(), g.size(), m.model.start_idx, m.model.end_idx, flush=True)\n")
-    port = str(random.randint(20000, 60000))
-    cmd = [sys.executable, "-c",
-           "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())",
-           "--hostfile", "hostfile.json", "--python", sys.executable, "--starting-port", port,
-           "--", SPLIT_SCRIPT, "probe_split"]
-    done = subprocess.run(cmd, check=False, cwd=out, capture_output=True, text=True, timeout=180)
-    got = {}
-    for line in done.stdout.splitlines():
-        if line.startswith("RANK"):
-            _, rank, size, start, end = line.split()
-            got[int(rank)] = (int(start), int(end))
-            assert int(size) == 2
+    got: dict[int, tuple[int, int]] = {}
+    for _attempt in range(2):  # a second port if the first happens to be taken
+        port = str(random.randint(20000, 60000))
+        cmd = [sys.executable, "-c",
+               "import sys; from mlx._distributed_utils.launch import main; sys.exit(main())",
+               "--hostfile", "hostfile.json", "--python", sys.executable, "--starting-port",
+               port, "--", SPLIT_SCRIPT, "probe_split"]
+        done = subprocess.run(cmd, check=False, cwd=out, capture_output=True, text=True,
+                              timeout=180)
+        got = {}
+        for line in done.stdout.splitlines():
+            if line.startswith("RANK"):
+                _, rank, size, start, end = line.split()
+                got[int(rank)] = (int(start), int(end))
+                assert int(size) == 2
+        if len(got) == 2:
+            break
     assert got == {h.rank: h.layers for h in p.hosts}, done.stdout + done.stderr
 
 
@@ -571,10 +576,8 @@ def test_replace_keeps_plans_frozen():
     assert replace(r, why="x").why == "x"
 
 
-def test_twin_is_callable_as_mlxfit_cluster_in_any_import_order():
-    import mlxfit
-    import mlxfit.cluster as mod  # binds the package attribute to the submodule
+def test_twin_is_reachable_from_the_api_module():
+    from mlxfit import api
 
-    assert mlxfit.cluster is mod
-    r = mlxfit.cluster(QWEN30, ["M4 Max 128GB"], 4096)
+    r = api.cluster(QWEN30, ["M4 Max 128GB"], 4096)
     assert r.chosen == "single" and r.fits

@@ -1,7 +1,10 @@
 """mlxfit: will this model run on this Mac with MLX, at what context, how fast?
 
-Every CLI verb has a Python twin returning a frozen result: ``mlxfit.fit(model, ctx, ...)``,
-``mlxfit.matrix(...)``, ``mlxfit.pick(...)``. They are imported lazily (start-up time matters).
+Every CLI verb has a Python twin returning a frozen result. ``mlxfit.fit(model, ctx, ...)`` is
+here; all of them (fit, matrix, pick, cluster, measure, calibrate) are in ``mlxfit.api``. A
+verb's module shares its name (``mlxfit.matrix``), so only ``fit`` is re-exported at the top:
+importing the submodule would otherwise shadow a same-named function. Imports are lazy
+(start-up time matters).
 """
 
 from __future__ import annotations
@@ -17,11 +20,6 @@ _TWINS = {
     "weights_summary": "mlxfit.api",
     "resolve_machine": "mlxfit.machine",
     "probe_machine": "mlxfit.machine",
-    "matrix": "mlxfit.matrix",
-    "pick": "mlxfit.pick",
-    "measure": "mlxfit.measure",
-    "calibrate": "mlxfit.calibrate",
-    "cluster": "mlxfit.cluster",
 }
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from mlxfit.calibration import Calibration, load_calibration
 from mlxfit.config import ModelConfig, parse_config
@@ -394,3 +395,42 @@ __all__ = [
     "model_inputs",
     "weights_summary",
 ]
+
+
+# --------------------------------------------------------------------------- the other verbs
+# Thin twins: each verb's module holds its logic; these give one import for every verb.
+
+
+def matrix(*args: Any, **kwargs: Any):
+    """``mlxfit matrix``: see mlxfit.matrix.matrix."""
+    from mlxfit.matrix import matrix as run
+
+    return run(*args, **kwargs)
+
+
+def pick(*args: Any, **kwargs: Any):
+    """``mlxfit pick``: see mlxfit.pick.pick."""
+    from mlxfit.pick import pick as run
+
+    return run(*args, **kwargs)
+
+
+def cluster(*args: Any, **kwargs: Any):
+    """``mlxfit cluster``: see mlxfit.cluster.cluster."""
+    from mlxfit.cluster import cluster as run
+
+    return run(*args, **kwargs)
+
+
+def measure(*args: Any, **kwargs: Any):
+    """``mlxfit measure``: see mlxfit.measure.measure (needs the ``measure`` extra)."""
+    from mlxfit.measure import measure as run
+
+    return run(*args, **kwargs)
+
+
+def calibrate(*args: Any, **kwargs: Any):
+    """``mlxfit calibrate``: see mlxfit.calibrate.calibrate."""
+    from mlxfit.calibrate import calibrate as run
+
+    return run(*args, **kwargs)

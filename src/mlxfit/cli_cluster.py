@@ -98,7 +98,7 @@ def register(app: typer.Typer) -> None:
             None, "--host", help='A Mac of the cluster in rank order, e.g. "M3 Ultra 512GB" or '
                                  '"2x M4 Max 128GB"; repeat for each.'),
         hosts_file: str | None = typer.Option(
-            None, "--hosts-file", help="TOML file of [[hosts]] (machine, name, ssh, ips, rdma, "
+            None, "--hosts-file", help="TOML file of \\[\\[hosts]] (machine, name, ssh, ips, rdma, "
                                        "memory_budget_gb, count); listed before any --host."),
         ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end."),
         strategy: str = typer.Option("auto", "--strategy", help="pipeline, tensor or auto."),

@@ -36,6 +36,7 @@ from mlxfit.config import Layer, ModelConfig
 from mlxfit.core import DEFAULT_MAX_CONTEXT, totals_at
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.memory import Run, Term, kv_bytes_final, validate_run
+from mlxfit.resources import data_path
 from mlxfit.speed import kv_read_term
 from mlxfit.tensors import TensorInfo
 from mlxfit.weights import is_embedding, is_expert, is_lm_head, is_vision
@@ -107,11 +108,10 @@ USER_LINKS = Path("~/.config/mlxfit/links.toml")
 
 
 def _links_path() -> Path:
-    pkg = Path(__file__).resolve().parent
-    for p in (pkg / "data" / "links.toml", pkg.parent.parent / "data" / "links.toml"):
-        if p.is_file():
-            return p
-    raise MlxfitError("mlxfit data file links.toml is missing from the installation")
+    try:
+        return data_path("links.toml")
+    except FileNotFoundError as e:
+        raise MlxfitError(str(e)) from None
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
@@ -1257,13 +1257,3 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
     ]
     put("run.sh", "\n".join(lines), 0o755)
     return written
-
-
-# ``mlxfit.cluster`` is both this module and the twin function: importing the submodule binds
-# the package attribute to the module, so ``mlxfit.cluster(...)`` must work on the module too.
-class _CallableModule(type(sys)):  # type: ignore[misc]
-    def __call__(self, *args: Any, **kwargs: Any) -> ClusterResult:
-        return cluster(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -637,11 +637,11 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         missing = [k for k in needed if not f.has(k)]
         if missing:
             raise ConfigError(
-                f"{where}: unknown model_type '{raw_type}' without standard fields "
+                f"{where}: unknown model_type {raw_type!r} without standard fields "
                 f"({', '.join(missing)} missing); cannot size it"
             )
         warnings.append(
-            f"unknown model_type '{raw_type}': sized as a plain transformer with a full KV cache "
+            f"unknown model_type {raw_type!r}: sized as a plain transformer with a full KV cache "
             "on every layer; check mlx-lm supports it"
         )
         family = Family(_standard, own_cache=False)
@@ -667,6 +667,8 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     c = _Ctx(f, n_layers, hidden, heads, kv_heads, head_dim, act_bytes, warnings)
     layers = family.build(c)
     n_layers = c.n = len(layers)  # a block pattern may define the depth (nemotron_h)
+    if not 1 <= n_layers <= 100_000:  # an empty or 10^6-character block pattern
+        raise ConfigError(f"{where}: {n_layers} layers is implausible (expected 1 to 100,000)")
     flags = _moe_layer_flags(c, n_exp)
     layers = [
         Layer(ly.attn, ly.state_bytes, ly.state_kind, moe=ly.moe or flags[i])

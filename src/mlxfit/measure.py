@@ -756,7 +756,7 @@ def measure(
                          "expert_bytes": inputs.weights.expert_bytes,
                          "embedding_bytes": inputs.weights.embedding_bytes,
                          "tied_embeddings": inputs.weights.tied_embeddings},
-        "machine": None if m is None else {"name": m.name, "bandwidth_gbs": bw,
+        "machine_info": None if m is None else {"name": m.name, "bandwidth_gbs": bw,
                                            "ram_bytes": m.ram_bytes},
         "predicted": {"backend": backend, "calibration": cal.source,
                       "weights_bytes": inputs.weights.total_bytes, "kv_bytes": tot.kv,

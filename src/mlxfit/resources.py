@@ -11,6 +11,7 @@ _REPO = _PKG.parent.parent  # src/mlxfit -> repository root in a checkout / edit
 _CANDIDATES = {
     "apple_skus.toml": [_PKG / "data" / "apple_skus.toml", _REPO / "data" / "apple_skus.toml"],
     "calibration.toml": [_PKG / "data" / "calibration.toml", _REPO / "calibration.toml"],
+    "links.toml": [_PKG / "data" / "links.toml", _REPO / "data" / "links.toml"],
 }
 
 

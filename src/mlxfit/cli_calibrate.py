@@ -1,0 +1,114 @@
+"""`mlxfit calibrate`: fit the calibration constants to saved measurements, show old vs new."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+from mlxfit.cli_common import console, fail
+from mlxfit.errors import MlxfitError
+
+SHOWN_ROWS = 15
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.1f} %"
+
+
+def _v(x: float) -> str:
+    return f"{x:.4g}"
+
+
+def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
+    from rich.table import Table
+
+    n = sum(b.n_records for b in r.backends)
+    skipped = f" ({len(r.skipped)} skipped)" if r.skipped else ""
+    out.print(f"[bold]{n}[/] measured runs from {r.source}{skipped}; old constants: "
+              f"{r.calibration}", soft_wrap=True)
+    for b in r.backends:
+        o, w = b.old_stats, b.new_stats
+        out.print(f"\n[bold]backend {b.backend}[/]: {b.n_records} runs, |peak error| median "
+                  f"{_pct(o.median)} -> [bold]{_pct(w.median)}[/], p90 {_pct(o.p90)} -> "
+                  f"{_pct(w.p90)}, max {_pct(o.max)} -> {_pct(w.max)}", soft_wrap=True)
+        if b.kv_mismatches:
+            out.print(f"[yellow]{b.kv_mismatches} runs whose caches mlxfit does not predict to "
+                      "the byte (their error is not only the transient's)[/]", soft_wrap=True)
+        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        t.add_column("constant", no_wrap=True)
+        t.add_column("old", justify="right", no_wrap=True)
+        t.add_column("new", justify="right", no_wrap=True)
+        for k in b.fitted:
+            t.add_row(k, _v(b.old[k]), _v(b.new[k]))
+        out.print(t)
+        if b.unused:
+            out.print(f"[dim]not exercised by these runs, kept: {', '.join(b.unused)}[/]",
+                      soft_wrap=True)
+    d = r.decode
+    if d is not None:
+        if d.fitted:
+            so, sn = d.stats("old"), d.stats("new")
+            out.print(f"\n[bold]decode[/] ({d.n_records} Metal tok/s runs): "
+                      + ", ".join(f"{k} {_v(d.old[k])} -> {_v(d.new[k])}" for k in d.fitted)
+                      + f"; |tok/s error| median {_pct(so.median)} -> {_pct(sn.median)}",
+                      soft_wrap=True)
+        else:
+            out.print(f"\ndecode: {d.n_records} Metal tok/s runs, no usable fit (kept)")
+    else:
+        out.print("\n[dim]decode: no Metal run with a measured tok/s and a known bandwidth: "
+                  "eta and fixed_s kept[/]", soft_wrap=True)
+
+    rows = sorted(r.rows, key=lambda x: -abs(x.new_error))
+    shown = rows if show_all else rows[:SHOWN_ROWS]
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    t.add_column("run" + ("" if show_all else f" (largest new error first, {len(shown)} of "
+                          f"{len(rows)}; --all for every one)"))
+    t.add_column("measured MB", justify="right", no_wrap=True)
+    t.add_column("old", justify="right", no_wrap=True)
+    t.add_column("new", justify="right", no_wrap=True)
+    for x in shown:
+        kv = "" if x.kv_exact else " [yellow](KV not exact)[/]"
+        t.add_row(f"{x.backend} {x.name}{kv}", f"{x.measured / 1e6:,.3f}",
+                  f"{100 * x.old_error:+.1f} %", f"{100 * x.new_error:+.1f} %")
+    out.print()
+    out.print(t)
+    for name, why in r.skipped[:5]:
+        out.print(f"[dim]skipped {name}: {why}[/]", soft_wrap=True)
+    if len(r.skipped) > 5:
+        out.print(f"[dim]... and {len(r.skipped) - 5} more skipped[/]")
+    if r.written_to:
+        out.print(f"\nwritten to [bold]{r.written_to}[/]: `mlxfit fit` and `mlxfit measure` now "
+                  "use these constants (and say so in their notes)", soft_wrap=True)
+    else:
+        out.print("\n--write stores these constants in ~/.config/mlxfit/calibration.toml",
+                  soft_wrap=True)
+
+
+def register(app: typer.Typer) -> None:
+    @app.command()
+    def calibrate(
+        from_file: Optional[Path] = typer.Option(None, "--from", help="Measurements (JSON lines); default ~/.cache/mlxfit/measurements.jsonl."),
+        write: bool = typer.Option(False, "--write", help="Store the fitted constants in ~/.config/mlxfit/calibration.toml."),
+        backend: Optional[list[str]] = typer.Option(None, "--backend", help="Fit only this backend (cpu, metal); repeatable."),
+        show_all: bool = typer.Option(False, "--all", help="Every run, not only the worst."),
+        as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+        show_toml: bool = typer.Option(False, "--show-toml", help="Print the calibration file --write would store."),
+    ) -> None:
+        """Fit the calibration constants to `mlxfit measure --save` records; old vs new error."""
+        from mlxfit import calibrate as cb
+
+        try:
+            r = cb.calibrate(from_file, write=write,
+                             backends=tuple(backend) if backend else None)
+        except MlxfitError as e:
+            fail(e)
+            return
+        if as_json:
+            print(json.dumps(cb.result_to_json(r), indent=2))
+        elif show_toml:
+            print(r.toml, end="")
+        else:
+            render_calibration(r, console(), show_all=show_all)

@@ -1,0 +1,484 @@
+"""mlxfit's memory model against real MLX (CPU backend), and the `mlxfit measure` verb.
+
+The `mlx` tests save tiny random-weight checkpoints of each family mlx-lm has, load them with
+mlx-lm and run its own generate_step (mlxfit.measure), then compare with the `--backend cpu`
+prediction: the weights and the caches must match to the byte, the peak within PEAK_TOLERANCE.
+MLX's CPU backend counts bytes exactly (MLX_MEMORY.md section 7).
+
+The runs go through one subprocess (this file run as a script): it can preload OpenBLAS, which
+makes float32 matmuls ~40x faster and changes no memory figure, and it keeps MLX's process-wide
+counters away from the test process. A table of every case is printed at the end of the session.
+
+Skipped, with the reason, only when mlx or mlx-lm cannot be imported
+(`pip install ".[test,measure]"`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from mlxfit.measure import mlx_missing_reason
+
+MLX_MISSING = mlx_missing_reason()
+needs_mlx = [
+    pytest.mark.mlx,
+    pytest.mark.skipif(MLX_MISSING is not None,
+                       reason=f"mlx/mlx-lm not importable ({MLX_MISSING}): "
+                              'pip install ".[test,measure]"'),
+]
+OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
+PEAK_TOLERANCE = 0.05
+WORKER_TIMEOUT_S = 1800
+
+# --------------------------------------------------------------------------- tiny configs
+# Field names as in config.json. Each has >= 2 layers with a cache after the first attention
+# layer (prefill evaluates only the caches: the last layer's attention/MLP never run).
+
+LLAMA64 = {
+    "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "rms_norm_eps": 1e-5, "vocab_size": 2000, "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+}
+LLAMA128 = dict(LLAMA64, hidden_size=512, intermediate_size=1024, head_dim=128)
+QWEN3 = {
+    "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 3,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "rms_norm_eps": 1e-6, "vocab_size": 3000,
+    "max_position_embeddings": 40960, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+}
+GEMMA3 = {
+    "model_type": "gemma3_text", "hidden_size": 256, "num_hidden_layers": 4,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "head_dim": 64, "query_pre_attn_scalar": 64, "rms_norm_eps": 1e-6, "vocab_size": 4000,
+    "sliding_window": 128, "sliding_window_pattern": 2, "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+}
+GPT_OSS = {
+    "model_type": "gpt_oss", "num_hidden_layers": 4, "num_local_experts": 4,
+    "num_experts_per_tok": 2, "vocab_size": 2000, "rms_norm_eps": 1e-5, "hidden_size": 256,
+    "intermediate_size": 256, "head_dim": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "sliding_window": 128, "rope_theta": 150000,
+    "layer_types": ["sliding_attention", "full_attention"] * 2,
+}
+QWEN3_MOE = {
+    "model_type": "qwen3_moe", "hidden_size": 256, "num_hidden_layers": 3,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "moe_intermediate_size": 256, "rms_norm_eps": 1e-6,
+    "vocab_size": 2000, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "max_position_embeddings": 40960, "norm_topk_prob": True,
+}
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3", "vocab_size": 2000, "hidden_size": 256,
+    "intermediate_size": 768, "moe_intermediate_size": 128, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
+    "n_routed_experts": 8, "routed_scaling_factor": 2.5, "kv_lora_rank": 128,
+    "q_lora_rank": 192, "qk_rope_head_dim": 64, "v_head_dim": 64, "qk_nope_head_dim": 64,
+    "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+    "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2, "moe_layer_freq": 1,
+    "first_k_dense_replace": 1, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+}
+QWEN3_NEXT = {
+    "model_type": "qwen3_next", "hidden_size": 256, "num_hidden_layers": 4,
+    "intermediate_size": 512, "num_attention_heads": 4, "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4, "num_experts": 8, "num_experts_per_tok": 2,
+    "decoder_sparse_step": 1, "shared_expert_intermediate_size": 256, "mlp_only_layers": [],
+    "moe_intermediate_size": 128, "rms_norm_eps": 1e-6, "vocab_size": 2000,
+    "num_key_value_heads": 2, "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+    "max_position_embeddings": 8192, "head_dim": 64, "full_attention_interval": 2,
+    "tie_word_embeddings": False,
+}
+NEMOTRON_H = {
+    "model_type": "nemotron_h", "vocab_size": 2000, "hidden_size": 256,
+    "intermediate_size": 512, "max_position_embeddings": 8192, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "attention_bias": False, "mamba_num_heads": 8,
+    "mamba_head_dim": 32, "mamba_proj_bias": False, "ssm_state_size": 64, "conv_kernel": 4,
+    "n_groups": 2, "mlp_bias": False, "layer_norm_epsilon": 1e-5, "use_bias": False,
+    "use_conv_bias": True, "hybrid_override_pattern": ["M", "*", "M", "-"],
+    "num_hidden_layers": 4, "rope_theta": 10000.0,
+}
+GRANITE_HYBRID = {
+    "model_type": "granitemoehybrid", "vocab_size": 2000, "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 4, "max_position_embeddings": 8192,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "attention_bias": False,
+    "embedding_multiplier": 12.0, "attention_multiplier": 0.015625, "logits_scaling": 4.0,
+    "residual_multiplier": 0.22, "layer_types": ["mamba", "attention", "mamba", "mamba"],
+    "rms_norm_eps": 1e-5, "num_local_experts": 4, "num_experts_per_tok": 2,
+    "shared_intermediate_size": 512, "mamba_n_heads": 8, "mamba_d_head": 32,
+    "mamba_proj_bias": False, "mamba_d_state": 64, "mamba_d_conv": 4, "mamba_n_groups": 1,
+    "mamba_conv_bias": True, "position_embedding_type": "rope", "tie_word_embeddings": True,
+}
+MODELS = {
+    "llama_hd64": LLAMA64, "llama_hd128": LLAMA128, "qwen3": QWEN3, "gemma3_text": GEMMA3,
+    "gpt_oss": GPT_OSS, "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3,
+    "qwen3_next": QWEN3_NEXT, "nemotron_h": NEMOTRON_H, "granitemoehybrid": GRANITE_HYBRID,
+}
+KV8 = {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 0}
+
+
+def _case(model: str, ctx: int, step: int, gen: int = 2, **kw) -> dict:
+    tag = f"{model}/ctx{ctx}/step{step}/gen{gen}" + ("/kv8" if kw.get("kv_bits") else "")
+    return {"id": tag, "model": model, "ctx": ctx, "step": step, "gen": gen, "kw": kw}
+
+
+# Contexts cross the 256-token cache steps and the 128-token windows; steps split the prompt
+# into several chunks where it matters.
+CASES = [
+    _case("llama_hd64", 300, 2048),
+    _case("llama_hd64", 1100, 512),
+    _case("llama_hd64", 2100, 2048, gen=40),
+    _case("llama_hd64", 300, 512, **KV8),
+    _case("llama_hd64", 2100, 512, **KV8),
+    _case("llama_hd128", 300, 2048),
+    _case("llama_hd128", 2100, 512),
+    _case("llama_hd128", 2100, 512, **KV8),
+    _case("qwen3", 300, 2048),
+    _case("qwen3", 1100, 256),
+    _case("qwen3", 2100, 2048),
+    _case("qwen3", 1100, 512, **KV8),
+    _case("gemma3_text", 100, 2048),
+    _case("gemma3_text", 300, 2048),
+    _case("gemma3_text", 1100, 256, gen=20),
+    _case("gpt_oss", 100, 2048),
+    _case("gpt_oss", 300, 2048),
+    _case("gpt_oss", 1100, 512),
+    _case("qwen3_moe", 300, 2048),
+    _case("qwen3_moe", 1100, 512),
+    _case("qwen3_moe", 1100, 2048, **KV8),
+    _case("deepseek_v3", 300, 2048),
+    _case("deepseek_v3", 1100, 512),
+    _case("deepseek_v3", 2100, 256),
+    _case("qwen3_next", 300, 2048),
+    _case("qwen3_next", 1100, 512),
+    _case("qwen3_next", 1100, 2048, **KV8),
+    _case("nemotron_h", 300, 2048),
+    _case("nemotron_h", 1100, 512),
+    _case("nemotron_h", 2100, 256),
+    _case("nemotron_h", 1100, 512, **KV8),
+    _case("granitemoehybrid", 300, 2048),
+    _case("granitemoehybrid", 1100, 512),
+    _case("granitemoehybrid", 1100, 512, **KV8),
+]
+# mlx-lm cannot quantize these caches (RotatingKVCache: NotImplementedError; MLA's latent:
+# AttributeError in its attention): mlxfit must refuse, not predict.
+REFUSED_KV8 = {"gemma3_text": "RotatingKVCache", "gpt_oss": "RotatingKVCache",
+               "deepseek_v3": "MLA"}
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def _worker(cases_file: str, out_file: str, root: str) -> int:
+    """Runs in the subprocess: save each tiny model once, then measure every case."""
+    import traceback
+
+    from mlxfit.calibration import load_calibration
+    from mlxfit.measure import measure, save_random_model
+
+    cases = json.loads(Path(cases_file).read_text())
+    cal = load_calibration()  # the shipped constants only, whatever the user has
+    folders: dict[str, Path] = {}
+    with open(out_file, "w") as fh:
+        for c in cases:
+            t0 = time.perf_counter()
+            try:
+                if c["model"] not in folders:
+                    folders[c["model"]] = save_random_model(
+                        MODELS[c["model"]], Path(root) / c["model"], dtype="float32")
+                m = measure(str(folders[c["model"]]), c["ctx"], gen=c["gen"],
+                            prefill_step_size=c["step"], calibration=cal, **c["kw"])
+                out = {"id": c["id"], "backend": m.backend,
+                       "measured_phase": m.measured_peak_phase,
+                       "predicted_phase": m.predicted_peak_phase,
+                       "terms": {t.name: [t.measured, t.predicted] for t in m.terms},
+                       "blas": m.record.get("blas_preload")}
+            except Exception:  # noqa: BLE001 - reported by the test of this case
+                out = {"id": c["id"], "error": traceback.format_exc()}
+            out["seconds"] = time.perf_counter() - t0
+            fh.write(json.dumps(out) + "\n")
+            fh.flush()
+    return 0
+
+
+def _worker_env() -> dict:
+    env = dict(os.environ)
+    if os.path.exists(OPENBLAS) and OPENBLAS not in env.get("LD_PRELOAD", ""):
+        env["LD_PRELOAD"] = (OPENBLAS + " " + env.get("LD_PRELOAD", "")).strip()
+    return env
+
+
+class _Table:
+    """Prints predicted vs measured for every case in the terminal summary (also without -s)."""
+
+    def __init__(self) -> None:
+        self.results: list[dict] = []
+        self.header = ""
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if not self.results:
+            return
+        tr = terminalreporter
+        tr.section("mlxfit: predicted vs measured, MLX CPU backend (MB = 10^6 B)")
+        if self.header:
+            tr.write_line(self.header)
+        tr.write_line(format_table(self.results))
+
+
+def _mb(x) -> str:
+    return "-" if x is None else f"{x / 1e6:.3f}"
+
+
+def format_table(results: list[dict]) -> str:
+    lines = [f"| case | weights MB | KV+state MB (pred = meas?) | transient MB meas / pred "
+             f"| peak MB meas / pred | peak error |",
+             "| --- | ---: | ---: | ---: | ---: | ---: |"]
+    for r in results:
+        if "error" in r:
+            lines.append(f"| {r['id']} | error: {r['error'].strip().splitlines()[-1][:80]} "
+                         "| | | | |")
+            continue
+        t = r["terms"]
+        wm, wp = t["weights"]
+        km = t["kv_cache"][0] + t.get("recurrent_state", [0, 0])[0]
+        kp = t["kv_cache"][1] + t.get("recurrent_state", [0, 0])[1]
+        tm, tp = t["transient"]
+        pm, pp = t["peak"]
+        lines.append(
+            f"| {r['id']} | {_mb(wm)}{'' if wm == wp else ' != ' + _mb(wp)} "
+            f"| {_mb(km)} {'exact' if km == kp else '!= ' + _mb(kp)} "
+            f"| {_mb(tm)} / {_mb(tp)} | {_mb(pm)} / {_mb(pp)} | {100 * (pp - pm) / pm:+.1f} % |")
+    errs = sorted(abs(r["terms"]["peak"][1] - r["terms"]["peak"][0]) / r["terms"]["peak"][0]
+                  for r in results if "error" not in r)
+    if errs:
+        import statistics
+
+        lines.append(f"\n{len(errs)} cases: |peak error| median "
+                     f"{100 * statistics.median(errs):.1f} %, max {100 * errs[-1]:.1f} %")
+    return "\n".join(lines)
+
+
+@pytest.fixture(scope="module")
+def measured(request, tmp_path_factory) -> dict[str, dict]:
+    root = tmp_path_factory.mktemp("mlx_models")
+    cases_file = root / "cases.json"
+    out_file = root / "results.jsonl"
+    cases_file.write_text(json.dumps(CASES))
+    env = _worker_env()
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [sys.executable, __file__, "--worker", str(cases_file), str(out_file), str(root)],
+        env=env, capture_output=True, text=True, timeout=WORKER_TIMEOUT_S,
+    )
+    wall = time.perf_counter() - t0
+    results = [json.loads(line) for line in out_file.read_text().splitlines()] \
+        if out_file.exists() else []
+    table = _Table()
+    table.results = results
+    blas = next((r.get("blas") for r in results if "error" not in r), None)
+    table.header = (f"{len(results)} runs in {wall:.0f} s in one subprocess"
+                    f" (OpenBLAS preloaded: {'yes' if blas else 'no'})")
+    request.config.pluginmanager.register(table, "mlxfit-measure-table")
+    if proc.returncode != 0 and not results:
+        pytest.fail(f"measurement worker failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    return {r["id"]: r for r in results}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
+@pytest.mark.mlx
+@pytest.mark.skipif(MLX_MISSING is not None,
+                    reason=f"mlx/mlx-lm not importable ({MLX_MISSING}): "
+                           'pip install ".[test,measure]"')
+def test_prediction_matches_mlx_cpu(case, measured):
+    r = measured.get(case["id"])
+    assert r is not None, "the worker did not reach this case"
+    assert "error" not in r, r["error"]
+    assert r["backend"] == "cpu"
+    t = r["terms"]
+    wm, wp = t["weights"]
+    assert wp == wm, f"weights: predicted {wp} B, active memory after load {wm} B"
+    km, kp = t["kv_cache"]
+    assert kp == km, f"KV cache: predicted {kp} B, the caches' arrays hold {km} B"
+    if "recurrent_state" in t:
+        sm, sp = t["recurrent_state"]
+        assert sp == sm, f"recurrent state: predicted {sp} B, measured {sm} B"
+    pm, pp = t["peak"]
+    err = (pp - pm) / pm
+    assert abs(err) <= PEAK_TOLERANCE, (
+        f"peak: predicted {pp / 1e6:.3f} MB ({r['predicted_phase']}), measured "
+        f"{pm / 1e6:.3f} MB ({r['measured_phase']}): {100 * err:+.1f} %")
+
+
+# --------------------------------------------------------------------------- in-process tests
+
+
+@pytest.fixture(scope="module")
+def tiny_llama(tmp_path_factory) -> Path:
+    from mlxfit.measure import save_random_model
+
+    return save_random_model(LLAMA64, tmp_path_factory.mktemp("tiny") / "llama", dtype="float32")
+
+
+@pytest.mark.parametrize("model", sorted(REFUSED_KV8))
+@pytest.mark.mlx
+@pytest.mark.skipif(MLX_MISSING is not None, reason=f"mlx/mlx-lm not importable ({MLX_MISSING})")
+def test_refuses_kv_bits_where_mlx_lm_cannot_quantize(model, tmp_path):
+    from mlxfit.errors import UsageError
+    from mlxfit.measure import measure
+
+    (tmp_path / "config.json").write_text(json.dumps(MODELS[model]))
+    with pytest.raises(UsageError) as e:
+        measure(str(tmp_path), 1100, gen=2, random_weights=True, dtype="float32", **KV8)
+    msg = str(e.value)
+    assert "--kv-bits" in msg and REFUSED_KV8[model] in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("model", ["gemma3_text", "gpt_oss"])
+def test_fit_refuses_kv_bits_for_rotating_caches(model):
+    """The same refusal in the prediction itself (no mlx needed)."""
+    from mlxfit.config import parse_config
+    from mlxfit.errors import UsageError
+    from mlxfit.memory import Run, validate_run
+
+    cfg = parse_config(MODELS[model], act_bytes=4)
+    with pytest.raises(UsageError, match="RotatingKVCache"):
+        validate_run(cfg, Run(ctx=1100, kv_bits=8, quantized_kv_start=0, backend="cpu"))
+
+
+@pytest.mark.mlx
+@pytest.mark.skipif(MLX_MISSING is not None, reason=f"mlx/mlx-lm not importable ({MLX_MISSING})")
+def test_measure_api_real_and_random_weights_agree(tiny_llama):
+    from mlxfit.calibration import load_calibration
+    from mlxfit.measure import measure
+
+    cal = load_calibration()
+    real = measure(str(tiny_llama), 300, gen=2, calibration=cal)
+    rand = measure(str(tiny_llama), 300, gen=2, random_weights=True, calibration=cal)
+    assert real.source_kind == rand.source_kind == "folder"
+    assert not real.random_weights and rand.random_weights
+    assert real.dtype == rand.dtype == "float32"
+    for name in ("weights", "kv_cache"):
+        a, b = real.term(name), rand.term(name)
+        assert a.measured == a.predicted == b.measured == b.predicted
+    assert real.term("peak").predicted == rand.term("peak").predicted
+    assert real.term("decode_tok_s").measured > 0 and real.term("decode_tok_s").predicted is None
+    rec = real.record
+    assert rec["weights_measured_bytes"] == rec["param_bytes"]
+    assert rec["predicted"]["backend"] == "cpu" and rec["source"]["kind"] == "folder"
+
+
+@pytest.mark.mlx
+@pytest.mark.skipif(MLX_MISSING is not None, reason=f"mlx/mlx-lm not importable ({MLX_MISSING})")
+def test_measure_config_only_builds_in_the_config_dtype(tmp_path):
+    from mlxfit.calibration import load_calibration
+    from mlxfit.measure import measure
+
+    (tmp_path / "config.json").write_text(json.dumps(dict(LLAMA64, torch_dtype="bfloat16")))
+    m = measure(str(tmp_path / "config.json"), 300, gen=2, random_weights=True,
+                calibration=load_calibration())
+    assert m.source_kind == "config" and m.dtype == "bfloat16"
+    assert m.term("weights").measured == m.term("weights").predicted
+    assert m.term("kv_cache").measured == m.term("kv_cache").predicted
+    assert any("no safetensors headers" in n for n in m.notes)
+    with pytest.raises(Exception, match="no model"):  # no weights without --random-weights
+        measure(str(tmp_path), 300, gen=2)
+
+
+@pytest.mark.mlx
+@pytest.mark.skipif(MLX_MISSING is not None, reason=f"mlx/mlx-lm not importable ({MLX_MISSING})")
+def test_measure_save_appends_to_the_injected_file_only(tiny_llama, tmp_path, monkeypatch):
+    from mlxfit import measure as ms
+
+    default = tmp_path / "cache" / "measurements.jsonl"
+    monkeypatch.setattr(ms, "DEFAULT_RESULTS", default)
+    m1 = ms.measure(str(tiny_llama), 300, gen=2, save=True)
+    m2 = ms.measure(str(tiny_llama), 300, gen=2, prefill_step_size=128, save=True)
+    assert m1.saved_to == m2.saved_to == str(default)
+    lines = default.read_text().splitlines()
+    assert len(lines) == 2
+    recs = [json.loads(x) for x in lines]
+    assert [r["prefill_step_size"] for r in recs] == [2048, 128]
+    assert all(r["schema"] == 1 and r["act_bytes"] == 4 and r["weights_read"] for r in recs)
+    other = tmp_path / "other.jsonl"
+    ms.measure(str(tiny_llama), 300, gen=2, save=True, results_file=other)
+    assert len(other.read_text().splitlines()) == 1
+    assert len(default.read_text().splitlines()) == 2
+    assert sorted(p.name for p in tmp_path.rglob("*.jsonl")) == ["measurements.jsonl",
+                                                                  "other.jsonl"]
+
+
+# --------------------------------------------------------------------------- the CLI
+
+
+def _invoke(*args: str):
+    from typer.testing import CliRunner
+
+    from mlxfit.cli import app
+
+    return CliRunner().invoke(app, list(args))
+
+
+@pytest.mark.mlx
+@pytest.mark.skipif(MLX_MISSING is not None, reason=f"mlx/mlx-lm not importable ({MLX_MISSING})")
+def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
+    from mlxfit import api
+    from mlxfit import measure as ms
+
+    monkeypatch.setattr(ms, "DEFAULT_RESULTS", tmp_path / "m.jsonl")
+    monkeypatch.setattr(api, "USER_CALIBRATION", tmp_path / "none.toml")
+    r = _invoke("measure", str(tiny_llama), "--ctx", "300", "--gen", "2")
+    assert r.exit_code == 0, r.output
+    for word in ("weights", "KV cache", "transient", "peak", "decode tok/s", "exact",
+                 "backend cpu"):
+        assert word in r.output, word
+    r = _invoke("measure", str(tiny_llama), "--ctx", "600", "--gen", "2",
+                "--prefill-step-size", "256", "--kv-bits", "8", "--quantized-kv-start", "0",
+                "--json", "--save")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    terms = {t["name"]: t for t in doc["terms"]}
+    assert terms["weights"]["measured"] == terms["weights"]["predicted"]
+    assert terms["kv_cache"]["measured"] == terms["kv_cache"]["predicted"]
+    assert doc["backend"] == "cpu" and doc["run"]["kv_bits"] == 8
+    assert doc["saved_to"] == str(tmp_path / "m.jsonl")
+    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 1
+    assert not (tmp_path / "none.toml").exists()
+
+
+@pytest.mark.mlx
+@pytest.mark.skipif(MLX_MISSING is not None, reason=f"mlx/mlx-lm not importable ({MLX_MISSING})")
+@pytest.mark.parametrize("args, needle", [
+    (["--ctx", "2"], "--ctx"),
+    (["--ctx", "300", "--gen", "0"], "--gen"),
+    (["--ctx", "300", "--kv-bits", "7"], "--kv-bits"),
+    (["--ctx", "300", "--dtype", "float32"], "--random-weights"),
+])
+def test_cli_measure_bad_flags_one_line_exit_2(tiny_llama, args, needle):
+    r = _invoke("measure", str(tiny_llama), *args)
+    assert r.exit_code == 2
+    err = r.stderr if hasattr(r, "stderr") and r.stderr else r.output
+    assert needle in err and err.strip().count("\n") == 0, err
+
+
+def test_cli_measure_without_mlx_says_how_to_install(monkeypatch, tmp_path):
+    """No mlx: one line naming the extra, exit 2 (simulated: the imports fail)."""
+    for mod in ("mlx", "mlx.core", "mlx_lm"):
+        monkeypatch.setitem(sys.modules, mod, None)
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA64))
+    r = _invoke("measure", str(tmp_path), "--ctx", "300", "--random-weights")
+    assert r.exit_code == 2
+    err = r.stderr if hasattr(r, "stderr") and r.stderr else r.output
+    assert 'pip install "mlxfit[measure]"' in err and err.strip().count("\n") == 0, err
+
+
+if __name__ == "__main__" and len(sys.argv) == 5 and sys.argv[1] == "--worker":
+    sys.exit(_worker(sys.argv[2], sys.argv[3], sys.argv[4]))

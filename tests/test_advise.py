@@ -35,15 +35,20 @@ Q4B = "mlx-community/Qwen3-4B-Instruct-2507-4bit"
 
 # (model, ctx, fit kwargs): runs that do not fit, one per family of advice.
 CASES = {
-    "moe-kv": (Q30, 32768, {"machine": M4PRO}),
+    # A budget where quantizing the KV only works with a smaller chunk: at 32K the quantized
+    # SDPA materializes scores, which the chunk must make room for.
+    "moe-kv": (Q30, 32768, {"memory_budget_gb": 20.7}),
     "smaller-quant": (Q30_8, 32768, {"machine": "M4 Max 36GB"}),
     "sliding-window": (GEMMA, 32768, {"machine": M4PRO}),
     "sinks-budget": (GPTOSS, 131072, {"machine": M4PRO, "memory_budget_gb": 13}),
     "server": (Q8B, 32768, {"machine": M4PRO, "parallel": 4}),
     "server-cache": (Q8B, 32768, {"machine": M4PRO, "parallel": 2, "prompt_cache": 4}),
     "draft": (Q8B, 32768, {"machine": M4PRO, "memory_budget_gb": 10, "draft_model": Q4B}),
-    "buffer": (Q4B, 65536, {"machine": "M4 Max 128GB", "kv_bits": 8, "quantized_kv_start": 0,
-                                "prefill_step_size": 26000}),
+    # Gemma 3 12B (head_dim 256: unfused on Metal) with a 50000-token chunk at 100K: one
+    # 16 x 50000 x 100000 x 2 B = 160 GB score array, over the M3 Ultra 256GB's largest buffer
+    # although the total fits.
+    "buffer": ("mlx-community/gemma-3-12b-it-4bit", 100001,
+               {"machine": "M3 Ultra 256GB", "prefill_step_size": 50000}),
 }
 
 _SAME = ("machine", "memory_budget_gb")
@@ -178,7 +183,7 @@ def test_kv_bits_needs_unfused_room_moe(advised):
     (mk,) = _by(r, "max_kv_size")
     v = mk.result.run.max_kv_size
     assert v % 256 == 0 and "forgets" in mk.changes[0].cost
-    assert not api.fit(Q30, 32768, machine=M4PRO, max_kv_size=v + 256).fits
+    assert not api.fit(Q30, 32768, memory_budget_gb=20.7, max_kv_size=v + 256).fits
 
 
 def test_smaller_quant_from_the_catalog(advised):
@@ -213,10 +218,10 @@ def test_buffer_problem_advice(advised):
     r, *_ = advised["buffer"]
     assert r.fits and "largest buffer" in r.advice.problem
     first = r.advice.options[0]
-    assert first.label == "--prefill-step-size 16384"
+    assert first.label == "--prefill-step-size 32768"
     assert not first.result.oversize_buffers
     assert "the total already fits" in _refused(r, "wired_limit")
-    assert "cannot quantize" in _refused(r, "max_kv_size")
+    assert "RotatingKVCache" in _refused(r, "kv_bits")
 
 
 def test_no_advice_needed_when_it_fits():

@@ -282,16 +282,17 @@ def test_host_that_cannot_hold_its_share_is_named(tmp_path):
 
 
 def test_max_safe_context_is_the_whole_plans_boundary():
-    r = cluster(NEXT80, ["M4 Max 36GB", "M4 Pro 24GB"], 8192, strategy="pipeline")
+    # Three identical hosts keep one split at every context, so re-planning at n and n+1
+    # checks the bisection with the split it held fixed (unequal hosts may re-split).
+    hosts = ["3x M4 Pro 24GB"]
+    r = cluster(NEXT80, hosts, 8192, strategy="pipeline")
     p = r.plan
     n = p.max_safe_context
     assert 8192 < n < r.context_limit
-    at = cluster(NEXT80, ["M4 Max 36GB", "M4 Pro 24GB"], n, strategy="pipeline").plan
-    # same split, every host fits at n; at n+1 some host does not (bisection over the plan)
+    at = cluster(NEXT80, hosts, n, strategy="pipeline").plan
     assert at.split == p.split and at.fits
-    over = cluster(NEXT80, ["M4 Max 36GB", "M4 Pro 24GB"], n + 1, strategy="pipeline").plan
-    if over.split == p.split:
-        assert not over.fits
+    over = cluster(NEXT80, hosts, n + 1, strategy="pipeline").plan
+    assert over.split == p.split and not over.fits
 
 
 # --------------------------------------------------------------------------- refusals
@@ -413,7 +414,7 @@ def test_bad_input_is_one_line_exit_2(args, needle):
 
 def test_cli_json_and_write(tmp_path):
     out = tmp_path / "launch"
-    r = invoke("cluster", NEXT80, "--host", "M4 Max 36GB", "--host", "M4 Pro 24GB",
+    r = invoke("cluster", NEXT80, "--host", "M4 Max 48GB", "--host", "M4 Pro 24GB",
                "--link", "tb4", "--json", "--write", str(out))
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)

@@ -175,30 +175,31 @@ def test_moe_batched_decode_reads_more_experts():
 
 # --------------------------------------------------------------------------- buffers
 
-OVER = {"machine": BIG, "kv_bits": 8, "quantized_kv_start": 0, "prefill_step_size": 26000}
+G12 = "mlx-community/gemma-3-12b-it-4bit"
+OVER = {"machine": "M3 Ultra 256GB", "prefill_step_size": 50000}
 
 
 def test_oversize_score_array_is_flagged_even_when_the_total_fits():
-    """Qwen3-4B with a quantized cache (attention unfused) and a 26000-token chunk: the second
-    chunk's scores are 32 heads x 26000 x 52000 keys x 2 B = 86.5 GB, over the 128 GB Mac's
-    maxBufferLength (0.5625 x 128 GiB = 77.3 GB) while the total (102.8 GB) fits."""
-    r = api.fit(Q4B, 65536, **OVER)
+    """Gemma 3 12B (16 heads, head_dim 256: unfused on Metal) at 100,001 tokens in 50,000-token
+    chunks: the second chunk's scores are 16 heads x 50000 x 100000 keys x 2 B = 160 GB, over
+    the 256 GB Mac's maxBufferLength (0.5625 x 256 GiB = 154.6 GB) while the total fits."""
+    r = api.fit(G12, 100001, **OVER)
     assert r.fits and not r.runs
     (b,) = r.oversize_buffers
     assert b.name == "attention (prefill)"
-    assert b.bytes == 32 * 26000 * 52000 * 2
-    assert r.max_buffer_bytes == int(128 * 2**30 * 0.5625)
+    assert b.bytes == 16 * 50000 * 100000 * 2
+    assert r.max_buffer_bytes == int(256 * 2**30 * 0.5625)
     assert any("Metal cannot allocate it even though the total fits" in w for w in r.warnings)
     d = fit_to_json(r)
     assert d["runs"] is False and d["buffers"][0]["over_limit"] is True
 
 
 def test_buffer_limits_the_largest_safe_context():
-    r = api.fit(Q4B, 65536, **OVER)
+    r = api.fit(G12, 100001, **OVER)
     n = r.max_safe_context
-    assert 0 < n < 65536
-    assert api.fit(Q4B, n, **OVER).runs
-    assert not api.fit(Q4B, n + 1, **OVER).runs
+    assert 0 < n < 100001
+    assert api.fit(G12, n, **OVER).runs
+    assert not api.fit(G12, n + 1, **OVER).runs
 
 
 def test_fused_attention_has_no_score_buffer():
@@ -254,7 +255,7 @@ def test_cli_draft_model():
 
 
 def test_cli_oversize_buffer_exits_one():
-    r = runner.invoke(app, ["fit", Q4B, "--ctx", "65536", "--machine", BIG, "--kv-bits", "8",
-                            "--quantized-kv-start", "0", "--prefill-step-size", "26000"])
+    r = runner.invoke(app, ["fit", G12, "--ctx", "100001", "--machine", "M3 Ultra 256GB",
+                            "--prefill-step-size", "50000"])
     assert r.exit_code == 1, r.output
     assert "LARGEST BUFFER" in r.output

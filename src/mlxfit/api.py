@@ -149,8 +149,10 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     w = summarize_weights(src.tensors, src.config, with_vision=with_vision)
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
+    lookup = sum(t.nbytes for t in src.tensors if "embed_tokens_per_layer" in t.name)
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
-                     embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings)
+                     embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
+                     lookup_bytes=lookup)
     return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
                        weights_detail=weights_detail(w), vision_bytes=w.vision_bytes,
                        with_vision=with_vision, source_notes=tuple(src.notes))
@@ -323,7 +325,7 @@ def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None)
     """Total memory and decode tok/s against the context (mlxfit.chart), from the same core."""
     from mlxfit import chart as ch
     from mlxfit import serving as sv
-    from mlxfit.core import DEFAULT_MAX_CONTEXT, totals_at
+    from mlxfit.core import DEFAULT_MAX_CONTEXT, is_ultra, totals_at
     from mlxfit.speed import decode_seconds
 
     serving = serving or sv.Serving()
@@ -340,7 +342,10 @@ def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None)
     def tps_at(n: int) -> float | None:
         if not m.bandwidth_gbs:
             return None
-        return 1.0 / decode_seconds(cfg, at(n), w, m.bandwidth_gbs, cal.decode)[0]
+        return 1.0 / decode_seconds(
+            cfg, at(n), w, m.bandwidth_gbs, cal.decode,
+            fused_decode=cal.backend(run.backend).fused_decode_head_dims,
+            ultra=is_ultra(m.name))[0]
 
     limit = cfg.max_position or DEFAULT_MAX_CONTEXT
     safe = fit_inputs(inputs, run, m, cal, extra_terms=extra).max_safe_context

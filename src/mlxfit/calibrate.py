@@ -24,6 +24,7 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -37,10 +38,12 @@ from mlxfit.calibration import Calibration, load_calibration
 from mlxfit.errors import MlxfitError, UsageError
 
 # The constants a memory fit may move, in the order they are shown.
+# Those a calibration file lacks (an older mlxfit) are skipped.
 FIT_PARAMS: tuple[str, ...] = (
-    "act_hidden", "act_ffn", "act_q", "act_moe", "act_kv",
-    "score_arrays", "sink_score_arrays", "mla_score_arrays", "mla_kv_arrays",
-    "bf16_act_bytes", "ssd_square", "ssd_token", "linear_fallback",
+    "act_hidden", "act_ffn", "act_q", "act_moe", "act_kv", "act_linear", "act_floor",
+    "score_arrays", "sink_score_arrays", "softcap_score_arrays", "quantized_score_arrays",
+    "mla_score_arrays", "mla_kv_arrays", "bf16_act_bytes", "ssd_square", "ssd_token",
+    "linear_fallback",
 )
 DECODE_PARAMS: tuple[str, ...] = ("eta", "fixed_s")
 _DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -66,17 +69,20 @@ class Sample:
     peak: int  # measured, from the process's memory before the load
     caches: int  # measured bytes of all caches at the end
     record: dict = field(repr=False, default_factory=dict)
+    repeats: int = 1  # identical runs merged into this one (their largest peak)
 
 
 def _record_name(rec: dict, i: int) -> str:
     if rec.get("name"):
         return str(rec["name"])
     src = rec.get("source") or {}
-    model = src.get("name") or src.get("model") or rec.get("model_type") or "record"
-    tag = f"ctx{rec.get('ctx')}/step{rec.get('prefill_step_size')}"
+    model = src.get("name") or src.get("model") or rec.get("model_type") or f"line {i}"
+    tag = f"ctx{rec.get('ctx')}/step{rec.get('prefill_step_size')}/gen{rec.get('gen_tokens')}"
     if rec.get("kv_bits"):
         tag += f"/kv{rec['kv_bits']}"
-    return f"{model}/{tag}#{i}"
+    if rec.get("max_kv_size"):
+        tag += f"/max_kv{rec['max_kv_size']}"
+    return f"{model}/{tag}"
 
 
 def _backend_of(rec: dict) -> str | None:
@@ -145,6 +151,22 @@ def load_records(path: Path) -> tuple[list[Sample], list[tuple[str, str]]]:
     return samples, skipped
 
 
+def merge_repeats(samples: list[Sample]) -> list[Sample]:
+    """Identical runs (same backend, config, run, weights and dtype) become one sample with
+    the largest peak measured: the run-to-run spread of a peak (MLX's scheduler runs ahead of
+    the kernels by a variable amount) is a few %, and the peak to budget for is the largest."""
+    groups: dict[str, list[Sample]] = {}
+    for s in samples:
+        key = json.dumps([s.backend, s.record.get("config"), repr(s.run), s.weights,
+                          s.cfg.act_bytes], sort_keys=True, default=str)
+        groups.setdefault(key, []).append(s)
+    out = []
+    for g in groups.values():
+        top = max(g, key=lambda x: x.peak)
+        out.append(replace(top, repeats=len(g)) if len(g) > 1 else top)
+    return out
+
+
 # --------------------------------------------------------------------------- prediction
 
 
@@ -201,31 +223,30 @@ def _cost(res: list[float], values: dict[str, float], prior: dict[str, float]) -
     return sum(r * r for r in res) + PRIOR_WEIGHT * pen
 
 
-def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
-               params: tuple[str, ...] = FIT_PARAMS, max_iter: int = 60
-               ) -> tuple[dict[str, float], tuple[str, ...], tuple[str, ...]]:
-    """Least-squares constants of ``backend`` for these samples.
+def least_squares(residuals: Callable[[dict[str, float]], list[float]],
+                  start: dict[str, float], lower: dict[str, float] | None = None,
+                  max_iter: int = 60) -> tuple[dict[str, float], tuple[str, ...]]:
+    """Damped least squares (Levenberg-Marquardt) of ``residuals(values)`` over the keys of
+    ``start``, each kept >= its ``lower`` bound (default 0), with a small pull towards its start
+    value. Finite-difference Jacobian: the predictions are piecewise linear in the constants
+    (a max over phases and layer layouts). Returns (values, the keys any residual depends on;
+    the others keep their start value)."""
+    lower = lower or {}
+    keys = tuple(start)
+    r0 = residuals(start)
 
-    Returns (new values of every parameter in ``params``, the ones fitted, the ones no sample
-    exercises, which keep their value)."""
-    be = cal.backend(backend)
-    start = {k: float(getattr(be, k)) for k in params}
-    r0 = _residuals(samples, cal, backend, start)
-
-    def jacobian(vals: dict[str, float], res: list[float], keys) -> dict[str, list[float]]:
+    def jacobian(vals: dict[str, float], res: list[float], ks) -> dict[str, list[float]]:
         cols = {}
-        for k in keys:
+        for k in ks:
             h = max(abs(vals[k]) * 1e-3, 1e-3)
-            trial = dict(vals, **{k: vals[k] + h})
-            rk = _residuals(samples, cal, backend, trial)
+            rk = residuals(dict(vals, **{k: vals[k] + h}))
             cols[k] = [(a - b) / h for a, b in zip(rk, res)]
         return cols
 
-    cols = jacobian(start, r0, params)
-    active = tuple(k for k in params if any(abs(x) > 1e-12 for x in cols[k]))
-    unused = tuple(k for k in params if k not in active)
+    cols = jacobian(start, r0, keys)
+    active = tuple(k for k in keys if any(abs(x) > 1e-12 for x in cols[k]))
     if not active:
-        return start, (), unused
+        return dict(start), ()
     prior = {k: start[k] for k in active}
     vals, res = dict(start), r0
     cost = _cost(res, vals, prior)
@@ -240,7 +261,7 @@ def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
             s2 = max(abs(prior[k]), 1.0) ** 2
             jtj[i][i] += PRIOR_WEIGHT / s2
             grad[i] += PRIOR_WEIGHT * (vals[k] - prior[k]) / s2
-        improved = False
+        improved = done = False
         for _ in range(12):
             a = [[jtj[i][j] + (mu * (jtj[i][i] or 1.0) if i == j else 0.0) for j in range(n)]
                  for i in range(n)]
@@ -250,28 +271,51 @@ def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
                 continue
             trial = dict(vals)
             for i, k in enumerate(active):
-                trial[k] = max(0.0, vals[k] + step[i])
-            tres = _residuals(samples, cal, backend, trial)
+                trial[k] = max(lower.get(k, 0.0), vals[k] + step[i])
+            tres = residuals(trial)
             tcost = _cost(tres, trial, prior)
             if tcost < cost:
-                done = (cost - tcost) < 1e-10 * max(cost, 1e-30)
+                done = (cost - tcost) < 1e-12 * max(cost, 1e-30)
                 vals, res, cost = trial, tres, tcost
-                mu = max(mu / 3, 1e-9)
+                mu = max(mu / 3, 1e-12)
                 improved = True
                 break
             mu *= 10
         if not improved or done:
             break
-    return vals, active, unused
+    return vals, active
 
 
-def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
-    """eta and fixed_s from Metal records with a measured decode speed; None without any."""
+def fittable(cal: Calibration, backend: str, params: tuple[str, ...] = FIT_PARAMS
+             ) -> tuple[str, ...]:
+    """The requested constants this calibration's backend has."""
+    have = set(cal.backend(backend).__dataclass_fields__)
+    return tuple(k for k in params if k in have)
+
+
+def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
+               params: tuple[str, ...] = FIT_PARAMS, max_iter: int = 60
+               ) -> tuple[dict[str, float], tuple[str, ...], tuple[str, ...]]:
+    """Least-squares constants of ``backend`` for these samples.
+
+    Returns (new values of every parameter in ``params``, the ones fitted, the ones no sample
+    exercises, which keep their value)."""
+    be = cal.backend(backend)
+    params = fittable(cal, backend, params)
+    start = {k: float(getattr(be, k)) for k in params}
+    vals, active = least_squares(lambda v: _residuals(samples, cal, backend, v), start,
+                                 max_iter=max_iter)
+    return vals, active, tuple(k for k in params if k not in active)
+
+
+def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, float]]:
+    """(name, cfg, run, weights read, bandwidth GB/s, measured seconds/token) of the Metal
+    records that measured a decode speed on a known bandwidth."""
     from mlxfit.config import parse_config
     from mlxfit.memory import Run
-    from mlxfit.speed import WeightsRead, decode_seconds
+    from mlxfit.speed import WeightsRead
 
-    rows = []  # (name, B = bytes / bandwidth, c = per-layer seconds, measured seconds, old s)
+    rows = []
     for i, rec in enumerate(records):
         mach = rec.get("machine_info") or {}
         bw, tps, wr = mach.get("bandwidth_gbs"), rec.get("decode_tok_s"), rec.get("weights_read")
@@ -284,48 +328,44 @@ def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
                       kv_group=int(rec.get("kv_group_size") or 64),
                       quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
                       max_kv_size=rec.get("max_kv_size"), backend="metal")
-            w = WeightsRead(**wr)
-            old, terms = decode_seconds(cfg, run, w, float(bw), cal.decode)
+            rows.append((_record_name(rec, i), cfg, run, WeightsRead(**wr), float(bw),
+                         1.0 / float(tps)))
         except (ValueError, TypeError, KeyError, MlxfitError):
             continue
-        moe_layers = sum(1 for ly in cfg.layers if ly.moe)
-        c = cal.decode.per_layer_s * cfg.num_layers + cal.decode.per_moe_layer_s * moe_layers
-        nbytes = sum(t.bytes for t in terms)
-        rows.append((_record_name(rec, i), nbytes / (float(bw) * 1e9), c, 1.0 / float(tps), old))
+    return rows
+
+
+def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
+    """eta and fixed_s from Metal records with a measured decode speed (least squares on the
+    relative error of the seconds per token; the other decode constants are kept); None
+    without any such record."""
+    from mlxfit.speed import decode_seconds
+
+    rows = _decode_rows(records)
     if not rows:
         return None
-    old_eta, old_fixed = cal.decode.eta, cal.decode.fixed_s
 
-    def lsq(fit_fixed: bool) -> tuple[float, float] | None:
-        # minimize sum ((x0 B + x1 + c - s) / s)^2
-        if fit_fixed:
-            a = [[sum((b / s) ** 2 for _, b, _, s, _ in rows), sum(b / s**2 for _, b, _, s, _ in rows)],
-                 [sum(b / s**2 for _, b, _, s, _ in rows), sum(1 / s**2 for _, _, _, s, _ in rows)]]
-            y = [sum(b * (s - c) / s**2 for _, b, c, s, _ in rows),
-                 sum((s - c) / s**2 for _, _, c, s, _ in rows)]
-            x = _solve(a, y)
-            return None if x is None else (x[0], x[1])
-        den = sum((b / s) ** 2 for _, b, _, s, _ in rows)
-        if den <= 0:
-            return None
-        x0 = sum(b * (s - c - old_fixed) / s**2 for _, b, c, s, _ in rows) / den
-        return x0, old_fixed
+    def seconds(d, row) -> float:
+        _, cfg, run, w, bw, _ = row
+        return decode_seconds(cfg, run, w, bw, d)[0]
 
-    distinct = len({round(b, 12) for _, b, _, _, _ in rows}) >= 2
-    x = lsq(True) if distinct else None
-    fitted: tuple[str, ...] = ("eta", "fixed_s")
-    if x is None or x[1] < 0:
-        x = lsq(False)
-        fitted = ("eta",)
-    if x is None or x[0] <= 0:
-        return DecodeFit(n_records=len(rows), old={"eta": old_eta, "fixed_s": old_fixed},
-                         new={"eta": old_eta, "fixed_s": old_fixed}, fitted=(), rows=tuple(
-                             DecodeRow(n, 1 / s, 1 / o, 1 / o) for n, _, _, s, o in rows))
-    new_eta, new_fixed = 1.0 / x[0], x[1]
-    out = tuple(DecodeRow(n, 1 / s, 1 / o, 1 / (b / new_eta + new_fixed + c))
-                for n, b, c, s, o in rows)
-    return DecodeFit(n_records=len(rows), old={"eta": old_eta, "fixed_s": old_fixed},
-                     new={"eta": new_eta, "fixed_s": new_fixed}, fitted=fitted, rows=out)
+    def residuals(v: dict[str, float]) -> list[float]:
+        d = replace(cal.decode, **v)
+        return [(seconds(d, r) - r[5]) / r[5] for r in rows]
+
+    start = {k: float(getattr(cal.decode, k)) for k in DECODE_PARAMS}
+    # With one speed, or one model on one machine, eta and fixed_s cannot be told apart.
+    distinct = len({(r[1].num_layers, r[3].total_bytes, r[4]) for r in rows}) >= 2
+    if not distinct:
+        start = {"eta": start["eta"]}
+    new, fitted = least_squares(residuals, start, lower={"eta": 0.05})
+    new = {**{k: float(getattr(cal.decode, k)) for k in DECODE_PARAMS}, **new}
+    d_new = replace(cal.decode, **{k: new[k] for k in fitted})
+    out = tuple(DecodeRow(r[0], 1 / r[5], 1 / seconds(cal.decode, r), 1 / seconds(d_new, r))
+                for r in rows)
+    return DecodeFit(n_records=len(rows),
+                     old={k: float(getattr(cal.decode, k)) for k in DECODE_PARAMS},
+                     new=new, fitted=fitted, rows=out)
 
 
 # --------------------------------------------------------------------------- results
@@ -341,6 +381,7 @@ class Row:
     old: int
     new: int
     kv_exact: bool
+    repeats: int = 1
 
     @property
     def old_error(self) -> float:
@@ -377,6 +418,7 @@ class BackendFit:
     old_stats: ErrorStats
     new_stats: ErrorStats
     kv_mismatches: int  # records whose caches mlxfit does not predict to the byte
+    n_runs: int = 0  # measured runs (n_records counts identical runs once)
 
 
 @dataclass(frozen=True)
@@ -441,7 +483,7 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         if v == 0:
             return "0.0"
-        r = float(f"{v:.4g}")
+        r = float(f"{v:.6g}")
         s = repr(r)
         return s if ("." in s or "e" in s) else s + ".0"
     return json.dumps(str(v))
@@ -454,6 +496,8 @@ def render_toml(doc: dict[str, Any], comments: dict[tuple[str, ...], str],
 
     def table(path: tuple[str, ...], tbl: dict[str, Any]) -> None:
         out.append("")
+        if comments.get(path):
+            out.extend(f"# {line}" for line in comments[path].splitlines())
         out.append(f"[{'.'.join(path)}]")
         for k, v in tbl.items():
             if isinstance(v, dict):
@@ -489,12 +533,17 @@ def _toml_for(result_backends: tuple[BackendFit, ...], decode: DecodeFit | None,
     when = time.strftime("%Y-%m-%d", time.gmtime())
     for b in result_backends:
         tbl = doc["backend"].setdefault(b.backend, {})
+        if b.fitted:
+            o, n = b.old_stats, b.new_stats
+            comments[("backend", b.backend)] = (
+                f"Fitted {when} by least squares to {b.n_runs} measured runs "
+                f"({b.n_records} distinct) of {source}:\n"
+                f"|peak error| median {100 * o.median:.1f} -> {100 * n.median:.1f} %, "
+                f"p90 {100 * o.p90:.1f} -> {100 * n.p90:.1f} %, "
+                f"max {100 * o.max:.1f} -> {100 * n.max:.1f} %.")
         for k in b.fitted:
             tbl[k] = round(b.new[k], 6)
-            comments[("backend", b.backend, k)] = (
-                f"fitted {when} to {b.n_records} records (was {_fmt(b.old[k])}); "
-                f"|peak error| median {100 * b.old_stats.median:.1f} -> "
-                f"{100 * b.new_stats.median:.1f} %")
+            comments[("backend", b.backend, k)] = f"was {_fmt(b.old[k])}"
     if decode is not None and decode.fitted:
         tbl = doc.setdefault("decode", {})
         for k in decode.fitted:
@@ -539,6 +588,7 @@ def calibrate(
         api.USER_CALIBRATION.expanduser()
     cal = calibration or load_calibration(target)
     samples, skipped = load_records(src)
+    samples = merge_repeats(samples)
     if backends is not None:
         unknown = [b for b in backends if b not in cal.backends]
         if unknown:
@@ -559,15 +609,16 @@ def calibrate(
         new_peaks = [predict_peak(s, new_cal) for s in group]
         kv_ok = [predicted_caches(s, cal) == s.caches for s in group]
         for s, o, n, ok in zip(group, old_peaks, new_peaks, kv_ok):
-            rows.append(Row(s.name, b, s.peak, o, n, ok))
+            rows.append(Row(s.name, b, s.peak, o, n, ok, s.repeats))
         be = cal.backend(b)
         fits.append(BackendFit(
             backend=b, n_records=len(group),
-            old={k: float(getattr(be, k)) for k in params}, new=new_vals,
+            old={k: float(getattr(be, k)) for k in fittable(cal, b, params)}, new=new_vals,
             fitted=fitted, unused=unused,
             old_stats=ErrorStats.of([(o - s.peak) / s.peak for s, o in zip(group, old_peaks)]),
             new_stats=ErrorStats.of([(n - s.peak) / s.peak for s, n in zip(group, new_peaks)]),
             kv_mismatches=sum(not ok for ok in kv_ok),
+            n_runs=sum(s.repeats for s in group),
         ))
     decode = fit_decode([s.record for s in samples], cal)
     toml = _toml_for(tuple(fits), decode, _user_doc(target), str(src))
@@ -595,7 +646,8 @@ def result_to_json(r: CalibrationResult) -> dict[str, Any]:
         "source": r.source,
         "calibration": r.calibration,
         "backends": [
-            {"backend": b.backend, "n_records": b.n_records, "fitted": list(b.fitted),
+            {"backend": b.backend, "n_records": b.n_records, "n_runs": b.n_runs,
+             "fitted": list(b.fitted),
              "unused": list(b.unused), "old": b.old, "new": b.new,
              "old_peak_error": stats(b.old_stats), "new_peak_error": stats(b.new_stats),
              "kv_mismatches": b.kv_mismatches}
@@ -610,7 +662,7 @@ def result_to_json(r: CalibrationResult) -> dict[str, Any]:
         "records": [
             {"name": x.name, "backend": x.backend, "measured_peak": x.measured,
              "old_peak": x.old, "new_peak": x.new, "old_error": x.old_error,
-             "new_error": x.new_error, "kv_exact": x.kv_exact}
+             "new_error": x.new_error, "kv_exact": x.kv_exact, "repeats": x.repeats}
             for x in r.rows
         ],
         "skipped": [{"record": a, "reason": b} for a, b in r.skipped],

@@ -25,6 +25,8 @@ class Backend:
     fused_decode_head_dims: tuple[int, ...]
     score_arrays: float
     sink_score_arrays: float
+    softcap_score_arrays: float
+    quantized_score_arrays: float
     mla_score_arrays: float
     mla_kv_arrays: float
     act_hidden: float
@@ -32,6 +34,9 @@ class Backend:
     act_q: float
     act_moe: float
     act_kv: float
+    act_floor: float
+    act_floor_tokens: float
+    act_linear: float
     bf16_act_bytes: float
     ssd_square: float
     ssd_token: float
@@ -46,6 +51,9 @@ class Decode:
     fixed_s: float
     per_layer_s: float
     per_moe_layer_s: float
+    kv_unfused: float
+    gqa_ultra: float
+    ultra_eta: float
 
 
 @dataclass(frozen=True)

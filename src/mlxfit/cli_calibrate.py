@@ -25,13 +25,15 @@ def _v(x: float) -> str:
 def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
     from rich.table import Table
 
-    n = sum(b.n_records for b in r.backends)
+    n = sum(b.n_runs for b in r.backends)
     skipped = f" ({len(r.skipped)} skipped)" if r.skipped else ""
     out.print(f"[bold]{n}[/] measured runs from {r.source}{skipped}; old constants: "
               f"{r.calibration}", soft_wrap=True)
+    if any(b.n_runs != b.n_records for b in r.backends):
+        out.print("[dim]identical runs count once, with their largest peak[/]")
     for b in r.backends:
         o, w = b.old_stats, b.new_stats
-        out.print(f"\n[bold]backend {b.backend}[/]: {b.n_records} runs, |peak error| median "
+        out.print(f"\n[bold]backend {b.backend}[/]: {b.n_records} distinct runs, |peak error| median "
                   f"{_pct(o.median)} -> [bold]{_pct(w.median)}[/], p90 {_pct(o.p90)} -> "
                   f"{_pct(w.p90)}, max {_pct(o.max)} -> {_pct(w.max)}", soft_wrap=True)
         if b.kv_mismatches:
@@ -64,15 +66,16 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
     rows = sorted(r.rows, key=lambda x: -abs(x.new_error))
     shown = rows if show_all else rows[:SHOWN_ROWS]
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    t.add_column("run" + ("" if show_all else f" (largest new error first, {len(shown)} of "
-                          f"{len(rows)}; --all for every one)"))
-    t.add_column("measured MB", justify="right", no_wrap=True)
     t.add_column("old", justify="right", no_wrap=True)
     t.add_column("new", justify="right", no_wrap=True)
+    t.add_column("meas. MB", justify="right", no_wrap=True)
+    t.add_column("run" + ("" if show_all else f" (largest new error first, {len(shown)} of "
+                          f"{len(rows)}; --all for every one)"), overflow="fold")
     for x in shown:
         kv = "" if x.kv_exact else " [yellow](KV not exact)[/]"
-        t.add_row(f"{x.backend} {x.name}{kv}", f"{x.measured / 1e6:,.3f}",
-                  f"{100 * x.old_error:+.1f} %", f"{100 * x.new_error:+.1f} %")
+        rep = f" (max of {x.repeats})" if x.repeats > 1 else ""
+        t.add_row(f"{100 * x.old_error:+.1f} %", f"{100 * x.new_error:+.1f} %",
+                  f"{x.measured / 1e6:,.3f}", f"{x.backend} {x.name}{rep}{kv}")
     out.print()
     out.print(t)
     for name, why in r.skipped[:5]:

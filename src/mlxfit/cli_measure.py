@@ -63,11 +63,15 @@ def render_measurement(m: Any, out: Any) -> None:
     t.add_column("measured", justify="right", no_wrap=True)
     t.add_column(f"predicted (--backend {m.backend})", justify="right", no_wrap=True)
     t.add_column("error", justify="right", no_wrap=True)
-    t.add_column("what was measured")
     for term in m.terms:
         t.add_row(LABELS.get(term.name, term.name), _num(term.measured, term.unit, scale, name),
-                  _num(term.predicted, term.unit, scale, name), _err(term), f"[dim]{term.note}[/]")
+                  _num(term.predicted, term.unit, scale, name), _err(term))
     out.print(t)
+    steps = m.record.get("decode_steps")
+    out.print("[dim]measured: weights = active memory the load added; KV cache = bytes of the "
+              "caches' arrays at the end; peak = mx.get_peak_memory() over prefill and decode; "
+              f"transient = peak - weights - final caches; decode tok/s over the last {steps} "
+              "steps[/]", soft_wrap=True)
     out.print(f"peak at: measured {m.measured_peak_phase}; predicted {m.predicted_peak_phase}",
               soft_wrap=True)
     out.print(f"[dim]{name} = 10^{9 if name == 'GB' else 6} B; mlx {m.record.get('mlx_version')}, "

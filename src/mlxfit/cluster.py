@@ -33,11 +33,11 @@ from typing import Any
 
 from mlxfit.calibration import Calibration
 from mlxfit.config import Layer, ModelConfig
-from mlxfit.core import DEFAULT_MAX_CONTEXT, totals_at
+from mlxfit.core import DEFAULT_MAX_CONTEXT, is_ultra, totals_at
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.memory import Run, Term, kv_bytes_final, validate_run
 from mlxfit.resources import data_path
-from mlxfit.speed import kv_read_term
+from mlxfit.speed import kv_read_term, layer_seconds, read_seconds
 from mlxfit.tensors import TensorInfo
 from mlxfit.weights import is_embedding, is_expert, is_lm_head, is_vision
 
@@ -105,6 +105,13 @@ class Link:
 
 
 USER_LINKS = Path("~/.config/mlxfit/links.toml")
+
+
+def _kv_read(sub: ModelConfig, run: Run, cal: Calibration, ultra: bool) -> int:
+    """Cache bytes a host reads per token, with the same decode factors fit applies."""
+    return kv_read_term(sub, run, cal.decode,
+                        fused_decode=cal.backend(run.backend).fused_decode_head_dims,
+                        ultra=ultra).bytes
 
 
 def _links_path() -> Path:
@@ -725,11 +732,13 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     head_s = 0.0
     if speed_known:
         for h, sub, ob, oe in zip(hosts, subs, own, own_exp):
-            bw = d.eta * h.bandwidth_gbs * 1e9
+            ultra = is_ultra(h.machine_name)
             moe = sum(1 for ly in sub.layers if ly.moe)
-            read = _stage_read(cfg, ob, oe) + kv_read_term(sub, run).bytes
-            stage_s.append(read / bw + d.per_layer_s * sub.num_layers + d.per_moe_layer_s * moe)
-            head_s = max(head_s, _replicated_read(w) / bw)
+            read = _stage_read(cfg, ob, oe) + _kv_read(sub, run, cal, ultra)
+            stage_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
+                           + layer_seconds(sub.num_layers, moe, d, fixed=False))
+            head_s = max(head_s, read_seconds(_replicated_read(w), h.bandwidth_gbs, d,
+                                              ultra=ultra))
     else:
         stage_s = [None] * n
     msg = cfg.hidden * cfg.act_bytes
@@ -833,13 +842,13 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
         if not speed_known:
             host_s.append(None)
             continue
-        bw = d.eta * h.bandwidth_gbs * 1e9
+        ultra = is_ultra(h.machine_name)
         moe = sum(1 for ly in sub.layers if ly.moe)
         read = own + repl - (exp * (1 - cfg.top_k / cfg.num_experts) if cfg.is_moe else 0)
         read -= 0 if w.tied else w.embedding
-        read += kv_read_term(sub, run).bytes
-        host_s.append(read / bw + d.fixed_s + d.per_layer_s * cfg.num_layers
-                      + d.per_moe_layer_s * moe)
+        read += _kv_read(sub, run, cal, ultra)
+        host_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
+                      + layer_seconds(cfg.num_layers, moe, d))
     host_plans = tuple(
         _host_plan(h, sub, run, cal, layers=all_layers, own=own, replicated=repl, comm=comm,
                    seconds=s)

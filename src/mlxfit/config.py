@@ -8,7 +8,7 @@ caches (mlx_lm/models/*.py, mlx-lm 0.32).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any, Callable
 
@@ -386,6 +386,16 @@ def _mla(c: _Ctx) -> list[Layer]:
     return [Layer(a) for _ in range(c.n)]
 
 
+def _mla_with_indexer(c: _Ctx) -> list[Layer]:
+    # deepseek_v32.py: CacheList(KVCache(), KVCache()) per layer: the MLA latent + rope key,
+    # and the sparse-attention indexer's key stored as both keys and values
+    # (update_and_fetch(k, k)). Both grow in the same 256-token steps, so one cache with the
+    # summed widths has the same bytes at every step.
+    index = c.f.int("index_head_dim", 128)
+    return [Layer(replace(ly.attn, k_dim=ly.attn.k_dim + index, v_dim=ly.attn.v_dim + index))
+            for ly in _mla(c) if ly.attn is not None]
+
+
 def _deepseek_v2(c: _Ctx) -> list[Layer]:
     # deepseek_v2.py decompresses before caching: full per-head K (nope+rope) and V.
     f = c.f
@@ -582,6 +592,7 @@ FAMILIES: dict[str, Family] = {
     "cohere2": Family(lambda c: _pattern(c, 4), own_cache=True),
     "gpt_oss": Family(_gpt_oss, own_cache=True),
     "deepseek_v3": Family(_mla, own_cache=False),
+    "deepseek_v32": Family(_mla_with_indexer, own_cache=True),
     "deepseek_v2": Family(_deepseek_v2, own_cache=False),
     "glm4_moe_lite": Family(_mla, own_cache=False),
     "qwen3_next": Family(_qwen_linear, own_cache=True),
@@ -651,7 +662,9 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
                      minimum=0 if family_name == "nemotron_h" else 1)
     if n_layers > 100_000:
         raise ConfigError(f"{where}: num_hidden_layers {n_layers} is implausible")
-    hidden = f.int("hidden_size", minimum=1) if f.has("hidden_size") else f.int("d_model", minimum=1)
+    # d_model is the Mamba spelling; when both are missing, name the usual one.
+    hidden = f.int("d_model" if f.has("d_model") and not f.has("hidden_size") else "hidden_size",
+                   minimum=1)
     if family.attention_free:
         heads = kv_heads = head_dim = 0
     else:

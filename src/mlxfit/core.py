@@ -61,6 +61,11 @@ def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
     )
 
 
+def is_ultra(machine_name: str) -> bool:
+    """Ultra chips are two dies: the decode model applies its measured efficiency factor."""
+    return " ultra" in f" {machine_name.lower()}"
+
+
 def _run_at(run: Run, n: int) -> Run:
     return replace(run, ctx=n, gen=min(run.gen, n - 1))
 
@@ -176,7 +181,10 @@ def fit_core(
     elif not fits:
         warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
     else:
-        secs, st = decode_seconds(cfg, run, weights, bandwidth_gbs, cal.decode)
+        secs, st = decode_seconds(
+            cfg, run, weights, bandwidth_gbs, cal.decode,
+            fused_decode=cal.backend(run.backend).fused_decode_head_dims,
+            ultra=is_ultra(machine_name))
         tps = 1.0 / secs
         speed_terms = tuple(st)
 

@@ -251,13 +251,23 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
         f = q = moe_copies = 0
     elems = be.act_hidden * h + be.act_ffn * f + be.act_q * q + be.act_moe * moe_copies
     per_tok = _act_dtype_bytes(cfg, be) * elems
+    # Metal holds intermediates until their command buffer completes (MLX commits every ~50
+    # ops / 50 MB): small per-op arrays saturate at a device-level live set, a floor reached
+    # at act_floor_tokens of chunk.
+    floor = be.act_floor * min(1.0, c / be.act_floor_tokens) if be.act_floor else 0.0
+    linear = 0.0
+    if cfg.linear_v_heads and be.act_linear:
+        # Gated-delta layers (Qwen3-Next / 3.5): float32 copies of the value state per token.
+        linear = be.act_linear * c * cfg.linear_v_heads * cfg.linear_v_dim * 4
     return Term(
         "activations",
-        int(c * per_tok),
-        "chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
-        "+ act_moe*top_k*hidden)",
+        int(max(c * per_tok, floor) + linear),
+        "max(chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
+        "+ act_moe*top_k*hidden), act_floor x min(1, chunk/act_floor_tokens)) "
+        "+ act_linear x chunk x Hv x Dv x 4",
         {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
-         "bytes_per_chunk_token": round(per_tok)},
+         "bytes_per_chunk_token": round(per_tok), "floor": int(floor),
+         "gated_delta": int(linear)},
     )
 
 
@@ -272,8 +282,14 @@ def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
         k = keys_seen(a, s, n_chunk)
         v = 0.0
-        unfused = _attn_unfused(a, be, cfg, quantized and a.cache == "full")
-        arrays = be.sink_score_arrays if a.sinks else be.score_arrays
+        q_attn = quantized and a.cache == "full"
+        unfused = _attn_unfused(a, be, cfg, q_attn)
+        if q_attn:
+            arrays = be.quantized_score_arrays  # mlx-lm's hand-written quantized SDPA
+        elif cfg.scores_always:
+            arrays = be.softcap_score_arrays  # hand-written softcapped attention (Gemma 2)
+        else:
+            arrays = be.sink_score_arrays if a.sinks else be.score_arrays
         if a.mla:
             m = a.mla
             arrays = be.mla_score_arrays if unfused else 1.0  # pe_scores is always built

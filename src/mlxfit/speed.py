@@ -21,6 +21,7 @@ class WeightsRead:
     expert_bytes: int
     embedding_bytes: int
     tied_embeddings: bool
+    lookup_bytes: int = 0  # other row-gathered tables (Gemma 3n/4 embed_tokens_per_layer)
 
 
 def weights_read_term(cfg: ModelConfig, w: WeightsRead) -> Term:
@@ -30,39 +31,62 @@ def weights_read_term(cfg: ModelConfig, w: WeightsRead) -> Term:
     if cfg.is_moe and w.expert_bytes:
         skipped_experts = int(w.expert_bytes * (1 - cfg.top_k / cfg.num_experts))
     skipped_embed = 0 if w.tied_embeddings else w.embedding_bytes
-    read = w.total_bytes - skipped_experts - skipped_embed
+    read = w.total_bytes - skipped_experts - skipped_embed - w.lookup_bytes
     return Term(
         "weights_read_per_token",
         read,
-        "weights - expert_bytes x (1 - top_k/experts) - input embedding (when untied)",
+        "weights - expert_bytes x (1 - top_k/experts) - input embedding (when untied) "
+        "- per-layer lookup tables",
         {"weights": w.total_bytes, "expert_bytes": w.expert_bytes,
          "top_k": cfg.top_k, "experts": cfg.num_experts,
-         "embedding_skipped": skipped_embed},
+         "embedding_skipped": skipped_embed, "lookup_skipped": w.lookup_bytes},
     )
 
 
-def kv_read_term(cfg: ModelConfig, run: Run) -> Term:
+def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
+                 fused_decode: tuple[int, ...] = (64, 96, 128, 256), ultra: bool = False) -> Term:
     """Attention reads every cached token it attends to (not the unused capacity); recurrent
-    state is read and written once per token."""
+    state is read and written once per token. Unfused decode attention (Gemma 2's softcap,
+    head dims Metal's sdpa_vector lacks) reads the keys ~kv_unfused times; on Ultra chips a
+    GQA factor above 4 costs more blocks (MLX's 2-pass vector kernel)."""
     quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
     total = 0.0
     for a, count in attn_groups(cfg, run):
         if a.cache == "shared":
             continue
         n = run.ctx if a.cache == "full" else min(run.ctx, a.window or run.ctx)
-        total += count * _layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
+        b = count * _layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
+        if cal is not None:  # without constants: the bytes alone (serving, cluster stages)
+            if cfg.scores_always or (a.mla is None and a.head_dim not in fused_decode):
+                b *= cal.kv_unfused
+            gqa = a.q_heads // max(a.kv_heads, 1)
+            if ultra and a.mla is None and gqa > 4:
+                b *= 1 + cal.gqa_ultra * gqa
+        total += b
     total += 2 * cfg.state_bytes
     return Term("cache_read_per_token", int(total),
-                "attended tokens x per-token KV bytes + 2 x recurrent state",
-                {"ctx": run.ctx})
+                "attended tokens x per-token KV bytes (x kv_unfused where decode attention is "
+                "unfused; x (1 + gqa_ultra x gqa) on Ultra chips for gqa > 4) + 2 x state",
+                {"ctx": run.ctx, "ultra": ultra})
 
 
 def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   cal: Decode) -> tuple[float, list[Term]]:
+                   cal: Decode, *, fused_decode: tuple[int, ...] = (64, 96, 128, 256),
+                   ultra: bool = False) -> tuple[float, list[Term]]:
+    """Seconds per generated token; ``ultra`` applies the two-die efficiency factor."""
     wr = weights_read_term(cfg, w)
-    kr = kv_read_term(cfg, run)
+    kr = kv_read_term(cfg, run, cal, fused_decode=fused_decode, ultra=ultra)
     moe_layers = sum(1 for ly in cfg.layers if ly.moe)
-    fixed = cal.fixed_s + cal.per_layer_s * cfg.num_layers + cal.per_moe_layer_s * moe_layers
-    secs = (wr.bytes + kr.bytes) / (cal.eta * bandwidth_gbs * 1e9) + fixed
-    return secs, [wr, kr]
+    secs = read_seconds(wr.bytes + kr.bytes, bandwidth_gbs, cal, ultra=ultra)
+    return secs + layer_seconds(cfg.num_layers, moe_layers, cal), [wr, kr]
 
+
+def read_seconds(nbytes: float, bandwidth_gbs: float, cal: Decode, *, ultra: bool = False) -> float:
+    """Time to stream ``nbytes`` at the calibrated efficiency (Ultra: two-die factor)."""
+    return nbytes / (cal.eta * (cal.ultra_eta if ultra else 1.0) * bandwidth_gbs * 1e9)
+
+
+def layer_seconds(layers: int, moe_layers: int, cal: Decode, *, fixed: bool = True) -> float:
+    """Per-token fixed costs: kernel launches per layer, routing per MoE layer."""
+    return (cal.fixed_s if fixed else 0.0) + cal.per_layer_s * layers \
+        + cal.per_moe_layer_s * moe_layers

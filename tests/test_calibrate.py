@@ -1,0 +1,235 @@
+"""`mlxfit calibrate`: least squares recovers known constants from records made with them, the
+user file it writes is what `fit` then uses (and says so), bad records are skipped with a reason.
+
+No mlx needed: the records are synthetic (the peak mlxfit predicts with chosen constants), in
+the format `mlxfit measure --save` writes.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from mlxfit import api
+from mlxfit.calibrate import FIT_PARAMS, NoMeasurements, calibrate, result_to_json
+from mlxfit.calibration import load_calibration
+from mlxfit.cli import app
+from mlxfit.config import parse_config
+from mlxfit.core import totals_at
+from mlxfit.memory import Run
+from mlxfit.speed import WeightsRead, decode_seconds
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_measure_cpu import (  # noqa: E402 - the tiny configs of the CPU campaign
+    DEEPSEEK_V3,
+    GEMMA3,
+    GPT_OSS,
+    LLAMA64,
+    LLAMA128,
+    NEMOTRON_H,
+    QWEN3_MOE,
+    QWEN3_NEXT,
+)
+
+SHIPPED = load_calibration()
+# The "true" constants the synthetic CPU records are made with: the shipped ones, moved.
+TRUE_CPU = {"act_hidden": 8.4, "act_ffn": 1.5, "act_q": 5.1, "act_kv": 0.9, "score_arrays": 1.3,
+            "sink_score_arrays": 2.5, "mla_score_arrays": 1.4, "mla_kv_arrays": 0.8,
+            "bf16_act_bytes": 3.1, "ssd_square": 3.3, "ssd_token": 10.0,
+            "linear_fallback": 1.1}
+WEIGHTS = 10_000_000
+
+
+def _with_cpu(cal, values):
+    return replace(cal, backends={**cal.backends,
+                                  "cpu": replace(cal.backends["cpu"], **values)})
+
+
+def _record(config, ctx, step, *, act_bytes=4, gen=1, cal=None, backend="cpu", **run_kw):
+    cfg = parse_config(config, act_bytes=act_bytes)
+    run = Run(ctx=ctx, gen=gen, prefill_step=step, backend=backend, **run_kw)
+    t = totals_at(cfg, WEIGHTS, run, cal or SHIPPED)
+    return {
+        "config": config, "ctx": ctx, "gen_tokens": gen, "prefill_step_size": step,
+        "kv_bits": run.kv_bits, "kv_group_size": run.kv_group,
+        "quantized_kv_start": run.quantized_kv_start, "max_kv_size": run.max_kv_size,
+        "act_bytes": act_bytes, "dtype": "float32" if act_bytes == 4 else "bfloat16",
+        "backend": backend, "predicted": {"backend": backend},
+        "active_before_load_bytes": 16, "active_after_load_bytes": WEIGHTS + 16,
+        "weights_measured_bytes": WEIGHTS, "peak_bytes": t.total + 16,
+        "cache_bytes_end": t.kv + t.state, "state_bytes_end": t.state,
+    }
+
+
+def synthetic_cpu_records(cal) -> list[dict]:
+    wide = dict(LLAMA64, hidden_size=768, intermediate_size=3072, num_attention_heads=12)
+    recs = []
+    for cfg in (LLAMA64, LLAMA128, wide, GEMMA3, GPT_OSS, QWEN3_MOE, DEEPSEEK_V3, QWEN3_NEXT,
+                NEMOTRON_H):
+        for ctx, step in ((300, 2048), (1100, 512), (2100, 2048), (4096, 512)):
+            recs.append(_record(cfg, ctx, step, cal=cal))
+    for cfg in (LLAMA64, GEMMA3, NEMOTRON_H):
+        recs.append(_record(cfg, 2100, 512, act_bytes=2, cal=cal))
+    recs.append(_record(LLAMA64, 2100, 512, cal=cal, kv_bits=8, quantized_kv_start=0))
+    return recs
+
+
+def _write(path: Path, recs: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in recs))
+    return path
+
+
+@pytest.fixture(scope="module")
+def cpu_file(tmp_path_factory) -> Path:
+    return _write(tmp_path_factory.mktemp("cal") / "m.jsonl",
+                  synthetic_cpu_records(_with_cpu(SHIPPED, TRUE_CPU)))
+
+
+def test_least_squares_recovers_the_constants_the_records_were_made_with(cpu_file, tmp_path):
+    r = calibrate(cpu_file, user_file=tmp_path / "none.toml", calibration=SHIPPED)
+    b = r.backend("cpu")
+    assert b.n_records == len(cpu_file.read_text().splitlines())
+    assert b.kv_mismatches == 0
+    for k, v in TRUE_CPU.items():
+        assert b.new[k] == pytest.approx(v, rel=0.03), k
+    assert b.old_stats.median > 0.01
+    assert b.new_stats.max < 0.002
+    assert r.decode is None
+    assert r.written_to is None and not (tmp_path / "none.toml").exists()
+
+
+def test_write_stores_a_user_file_that_fit_uses_and_names(cpu_file, tmp_path, monkeypatch):
+    user = tmp_path / "config" / "mlxfit" / "calibration.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text("# mine\n[backend.metal]\nact_hidden = 20.0\n")
+    r = calibrate(cpu_file, write=True, user_file=user)
+    assert r.written_to == str(user)
+    doc = tomllib.loads(user.read_text())
+    assert doc["backend"]["metal"]["act_hidden"] == 20.0  # the user's own key is kept
+    for k in r.backend("cpu").fitted:
+        assert doc["backend"]["cpu"][k] == pytest.approx(r.backend("cpu").new[k], rel=1e-5)
+    assert "Fitted" in user.read_text() and str(cpu_file) in user.read_text()
+
+    cal = load_calibration(user)
+    assert cal.source == f"calibration.toml + {user}"
+    assert cal.backend("cpu").act_hidden == pytest.approx(TRUE_CPU["act_hidden"], rel=0.03)
+    assert cal.backend("metal").act_hidden == 20.0
+
+    model = "mlx-community/Llama-3.2-1B-Instruct-4bit"  # built-in catalog: no network
+    before = api.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
+    monkeypatch.setattr(api, "USER_CALIBRATION", user)
+    after = api.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
+    assert any(n == f"calibration: calibration.toml + {user}" for n in after.notes)
+    assert not any(n.startswith("calibration:") for n in before.notes)
+    assert after.transient_bytes != before.transient_bytes
+    assert after.weights_bytes == before.weights_bytes and after.kv_bytes == before.kv_bytes
+
+
+def test_decode_eta_and_fixed_cost_from_metal_records(tmp_path):
+    true = replace(SHIPPED.decode, eta=0.8, fixed_s=0.004)
+    cal_true = replace(SHIPPED, decode=true)
+    recs = []
+    for cfg, bw, ctx in ((LLAMA64, 273.0, 1100), (LLAMA128, 546.0, 4096), (QWEN3_MOE, 120.0, 2100),
+                         (GEMMA3, 400.0, 300)):
+        rec = _record(cfg, ctx, 2048, backend="metal")
+        w = WeightsRead(total_bytes=4_000_000_000 if cfg is LLAMA128 else 900_000_000,
+                        expert_bytes=600_000_000 if cfg is QWEN3_MOE else 0,
+                        embedding_bytes=100_000_000, tied_embeddings=True)
+        run = Run(ctx=ctx, gen=1, prefill_step=2048, backend="metal")
+        secs, _ = decode_seconds(parse_config(cfg, act_bytes=4), run, w, bw, true)
+        rec.update(decode_tok_s=1 / secs, machine_info={"name": "M?", "bandwidth_gbs": bw},
+                   weights_read=w.__dict__)
+        recs.append(rec)
+    recs.append(dict(recs[0], backend="cpu", predicted={"backend": "cpu"}))  # not Metal: ignored
+    r = calibrate(_write(tmp_path / "m.jsonl", recs), user_file=tmp_path / "u.toml",
+                  calibration=SHIPPED)
+    d = r.decode
+    assert d is not None and d.n_records == 4 and d.fitted == ("eta", "fixed_s")
+    assert d.new["eta"] == pytest.approx(0.8, rel=1e-3)
+    assert d.new["fixed_s"] == pytest.approx(0.004, rel=1e-3)
+    assert d.stats("new").max < 1e-3 < d.stats("old").median
+    after = r.calibration_after(SHIPPED)
+    assert after.decode.eta == pytest.approx(cal_true.decode.eta, rel=1e-3)
+    assert "[decode]" in r.toml and "Metal tok/s" in r.toml
+
+
+def test_bad_records_are_skipped_with_a_reason(tmp_path):
+    good = _record(LLAMA64, 1100, 512)
+    lines = [
+        "not json",
+        "[1, 2]",
+        json.dumps({"name": "crashed", "error": "NotImplementedError: RotatingKVCache NYI"}),
+        json.dumps({k: v for k, v in good.items() if k != "peak_bytes"}),
+        json.dumps(dict(good, backend="cuda", predicted={"backend": "cuda"})),
+        json.dumps(dict(good, act_bytes=None, dtype="int4")),
+        json.dumps(good),
+        "",
+    ]
+    r = calibrate(_write(tmp_path / "m.jsonl", lines), user_file=tmp_path / "u.toml")
+    assert r.backend("cpu").n_records == 1
+    reasons = " | ".join(f"{a}: {b}" for a, b in r.skipped)
+    for needle in ("line 1: not JSON", "line 2: not a JSON object", "crashed: mlx-lm failed",
+                   "no 'peak_bytes'", "neither cpu nor metal", "activation dtype unknown"):
+        assert needle in reasons, needle
+    with pytest.raises(NoMeasurements, match="no usable measurement"):
+        calibrate(_write(tmp_path / "bad.jsonl", lines[:3]), user_file=tmp_path / "u.toml")
+    with pytest.raises(NoMeasurements, match="--save writes them"):
+        calibrate(tmp_path / "missing.jsonl", user_file=tmp_path / "u.toml")
+
+
+def test_json_result_has_every_record(cpu_file, tmp_path):
+    r = calibrate(cpu_file, user_file=tmp_path / "u.toml", params=("act_hidden", "act_q"))
+    doc = json.loads(json.dumps(result_to_json(r)))
+    (b,) = doc["backends"]
+    assert set(b["fitted"]) <= {"act_hidden", "act_q"} and set(b["old"]) == {"act_hidden", "act_q"}
+    assert len(doc["records"]) == b["n_records"]
+    assert doc["written_to"] is None
+    with pytest.raises(Exception, match="cannot fit"):
+        calibrate(cpu_file, params=("eta",))
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def _invoke(*args: str):
+    return CliRunner().invoke(app, list(args))
+
+
+def test_cli_calibrate_show_write_and_errors(cpu_file, tmp_path, monkeypatch):
+    user = tmp_path / "cfg" / "calibration.toml"
+    monkeypatch.setattr(api, "USER_CALIBRATION", user)
+    r = _invoke("calibrate", "--from", str(cpu_file))
+    assert r.exit_code == 0, r.output
+    for word in ("backend cpu", "act_hidden", "old", "new", "--write"):
+        assert word in r.output, word
+    assert not user.exists()
+    r = _invoke("calibrate", "--from", str(cpu_file), "--write")
+    assert r.exit_code == 0, r.output
+    assert "written to" in r.output and user.is_file()
+    r = _invoke("calibrate", "--from", str(cpu_file), "--json")
+    assert r.exit_code == 0
+    assert json.loads(r.output)["calibration"] == f"calibration.toml + {user}"
+    r = _invoke("calibrate", "--from", str(tmp_path / "missing.jsonl"))
+    assert r.exit_code == 2
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert len(lines) == 1 and "missing.jsonl" in lines[0]
+    r = _invoke("calibrate", "--from", str(cpu_file), "--backend", "cuda")
+    assert r.exit_code == 2 and "cuda" in r.output
+
+
+def test_default_paths_are_the_documented_ones():
+    from mlxfit import measure as ms
+
+    assert str(ms.DEFAULT_RESULTS) == "~/.cache/mlxfit/measurements.jsonl"
+    assert str(api.USER_CALIBRATION) == "~/.config/mlxfit/calibration.toml"
+    assert set(FIT_PARAMS) <= set(SHIPPED.backend("cpu").__dataclass_fields__)

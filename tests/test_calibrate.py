@@ -30,7 +30,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 sys.path.insert(0, str(Path(__file__).parent))
-from test_measure_cpu import (  # noqa: E402 - the tiny configs of the CPU campaign
+from test_measure_cpu import (
     DEEPSEEK_V3,
     GEMMA3,
     GPT_OSS,

@@ -128,3 +128,17 @@ def test_bad_runs_are_usage_errors():
     g = cfg("openai__gpt-oss-20b.json")
     with pytest.raises(UsageError, match="RotatingKVCache"):
         fit_core(run=Run(ctx=100, kv_bits=8), **{**kw, "cfg": g})
+
+
+def test_cycle_skipping_capacity_equals_update_by_update():
+    """capacity_after_equal_updates jumps over repeating cycles; it must equal applying
+    mlx-lm's KVCache rule update by update, for steps on and off the 256 grid."""
+    import random
+
+    from mlxfit.cache_sim import capacity_after_equal_updates, kv_capacity_after_updates
+
+    rng = random.Random(7)
+    cases = [(rng.randint(0, 600), rng.randint(1, 1500)) for _ in range(400)]
+    cases += [(1000, 1), (513, 255), (300, 257), (64, 2048)]
+    for n, k in cases:
+        assert capacity_after_equal_updates(n, k)[0] == kv_capacity_after_updates([k] * n)

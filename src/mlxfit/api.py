@@ -18,6 +18,15 @@ from mlxfit.speed import WeightsRead
 from mlxfit.tensors import DTYPE_BYTES, TensorInfo
 
 USER_CALIBRATION = Path("~/.config/mlxfit/calibration.toml")
+
+
+def user_calibration() -> Path | None:
+    """The user's calibration file (written by `mlxfit calibrate --write`), or None when there
+    is no home directory to expand it in."""
+    try:
+        return USER_CALIBRATION.expanduser()
+    except RuntimeError:
+        return None
 _FLOAT_DTYPES = ("BF16", "F16", "F32")
 
 
@@ -111,7 +120,7 @@ def fit(
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
         m = machine_with_wired_limit(m, wired_limit_mb, memory_budget_gb is not None)
-    cal = calibration or load_calibration(USER_CALIBRATION.expanduser())
+    cal = calibration or load_calibration(user_calibration())
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)

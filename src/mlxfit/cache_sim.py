@@ -44,17 +44,45 @@ class Schedule:
         return full, rest, full + 1
 
 
+def _update(cap: int, off: int, k: int) -> tuple[int, int]:
+    """One KVCache.update_and_fetch of k tokens: on overflow, trim to the offset (when it is
+    not on a step) and append ceil(k/256)*256 slots."""
+    if off + k > cap:
+        if off % STEP:
+            cap = off
+        cap += _ceil_to(k, STEP)
+    return cap, off + k
+
+
 def kv_capacity_after_updates(sizes: list[int]) -> int:
-    """KVCache capacity after updates of the given sizes (a cache trims to its offset, then
-    appends ceil(k/256)*256 slots, whenever an update overflows it)."""
+    """KVCache capacity after updates of the given sizes."""
     cap = off = 0
     for k in sizes:
-        if off + k > cap:
-            if off % STEP:
-                cap = off
-            cap += _ceil_to(k, STEP)
-        off += k
+        cap, off = _update(cap, off, k)
     return cap
+
+
+def capacity_after_equal_updates(n: int, k: int, cap: int = 0, off: int = 0) -> tuple[int, int]:
+    """(capacity, offset) after n updates of k tokens each, in O(256) steps: the state
+    (offset mod 256, capacity - offset) repeats within 256 updates, and from then on every
+    cycle adds the same tokens to both, so whole cycles are skipped."""
+    seen: dict[tuple[int, int], tuple[int, int, int]] = {}
+    i = 0
+    while i < n:
+        key = (off % STEP, cap - off)
+        if key in seen:
+            j, cap_j, off_j = seen[key]
+            period, grow = i - j, off - off_j  # cap grows by the same amount per cycle
+            skip = (n - i) // period
+            cap, off, i = cap + skip * grow, off + skip * grow, i + skip * period
+            seen.clear()
+            if i >= n:
+                break
+        else:
+            seen[key] = (i, cap, off)
+        cap, off = _update(cap, off, k)
+        i += 1
+    return cap, off
 
 
 def full_capacity_prefill(s: Schedule, n_chunks: int) -> int:
@@ -69,8 +97,10 @@ def full_capacity_prefill(s: Schedule, n_chunks: int) -> int:
         if n_chunks > full:  # the short last chunk
             cap += _ceil_to(last, STEP)
         return cap
-    sizes = [s.chunk] * n_full + ([last] if n_chunks > full else [])
-    return kv_capacity_after_updates(sizes)
+    cap, off = capacity_after_equal_updates(n_full, s.chunk)
+    if n_chunks > full:
+        cap, off = _update(cap, off, last)
+    return cap
 
 
 def full_capacity_final(s: Schedule, tokens: int | None = None) -> int:

@@ -584,8 +584,7 @@ def calibrate(
     if bad:
         raise UsageError(f"cannot fit {', '.join(bad)} (fittable: {', '.join(FIT_PARAMS)})")
     src = Path(from_file).expanduser() if from_file is not None else results_path()
-    target = Path(user_file).expanduser() if user_file is not None else \
-        api.USER_CALIBRATION.expanduser()
+    target = Path(user_file).expanduser() if user_file is not None else api.user_calibration()
     cal = calibration or load_calibration(target)
     samples, skipped = load_records(src)
     samples = merge_repeats(samples)
@@ -670,5 +669,12 @@ def result_to_json(r: CalibrationResult) -> dict[str, Any]:
     }
 
 
-__all__ = ["FIT_PARAMS", "CalibrationResult", "calibrate", "fit_memory", "fit_decode",
-           "load_records", "result_to_json"]
+__all__ = [
+    "FIT_PARAMS",
+    "CalibrationResult",
+    "calibrate",
+    "fit_decode",
+    "fit_memory",
+    "load_records",
+    "result_to_json",
+]

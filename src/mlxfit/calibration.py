@@ -3,6 +3,7 @@ by a user file (~/.config/mlxfit/calibration.toml). Pure data; loading is at the
 
 from __future__ import annotations
 
+import math
 import sys
 from dataclasses import dataclass, fields
 from pathlib import Path
@@ -71,20 +72,42 @@ class Calibration:
             ) from None
 
 
-def _build(cls: type, table: dict[str, Any], where: str) -> Any:
-    kwargs = {}
+# Constants that divide or scale a whole prediction: zero would be nonsense, not a bound.
+_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens"})
+
+
+def _number(v: Any, name: str, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise MlxfitError(f"{where}: '{name}' must be a finite number, got {v!r}")
+    if v < 0 or (v == 0 and name in _POSITIVE):
+        bound = "positive" if name in _POSITIVE else "zero or more"
+        raise MlxfitError(f"{where}: '{name}' must be {bound}, got {v!r}")
+    return float(v)
+
+
+def _build(cls: type, table: Any, where: str) -> Any:
+    if not isinstance(table, dict):
+        raise MlxfitError(f"{where}: must be a table of constants")
+    kwargs: dict[str, Any] = {}
     for fld in fields(cls):
         if fld.name not in table:
             raise MlxfitError(f"{where}: missing calibration constant '{fld.name}'")
         v = table[fld.name]
-        kwargs[fld.name] = tuple(v) if isinstance(v, list) else v
+        if isinstance(v, list):
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+                raise MlxfitError(f"{where}: '{fld.name}' must be a list of positive integers")
+            kwargs[fld.name] = tuple(v)
+        else:
+            kwargs[fld.name] = _number(v, fld.name, where)
     return cls(**kwargs)
 
 
 def parse_calibration(doc: dict[str, Any], where: str) -> Calibration:
+    tables = doc.get("backend", {})
+    if not isinstance(tables, dict):
+        raise MlxfitError(f"{where}: [backend] must be a table of backends")
     backends = {
-        name: _build(Backend, tbl, f"{where} [backend.{name}]")
-        for name, tbl in doc.get("backend", {}).items()
+        name: _build(Backend, tbl, f"{where} [backend.{name}]") for name, tbl in tables.items()
     }
     decode = _build(Decode, doc.get("decode", {}), f"{where} [decode]")
     return Calibration(backends=backends, decode=decode, source=where)
@@ -104,8 +127,9 @@ def load_calibration(user_file: Path | None = None) -> Calibration:
     where = str(shipped.name)
     if user_file is not None and user_file.is_file():
         try:
-            doc = _merge(doc, tomllib.loads(user_file.read_text()))
-        except (OSError, tomllib.TOMLDecodeError) as e:
-            raise MlxfitError(f"{user_file}: cannot read calibration file ({e})") from None
+            doc = _merge(doc, tomllib.loads(user_file.read_bytes().decode("utf-8")))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
+            msg = str(e).replace("\n", " ")
+            raise MlxfitError(f"{user_file}: cannot read calibration file ({msg})") from None
         where = f"{where} + {user_file}"
     return parse_calibration(doc, where)

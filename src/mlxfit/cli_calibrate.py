@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -33,7 +33,8 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
         out.print("[dim]identical runs count once, with their largest peak[/]")
     for b in r.backends:
         o, w = b.old_stats, b.new_stats
-        out.print(f"\n[bold]backend {b.backend}[/]: {b.n_records} distinct runs, |peak error| median "
+        out.print(f"\n[bold]backend {b.backend}[/]: {b.n_records} distinct runs, "
+                  "|peak error| median "
                   f"{_pct(o.median)} -> [bold]{_pct(w.median)}[/], p90 {_pct(o.p90)} -> "
                   f"{_pct(w.p90)}, max {_pct(o.max)} -> {_pct(w.max)}", soft_wrap=True)
         if b.kv_mismatches:
@@ -93,9 +94,9 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
 def register(app: typer.Typer) -> None:
     @app.command()
     def calibrate(
-        from_file: Optional[Path] = typer.Option(None, "--from", help="Measurements (JSON lines); default ~/.cache/mlxfit/measurements.jsonl."),
+        from_file: Path | None = typer.Option(None, "--from", help="Measurements (JSON lines); default ~/.cache/mlxfit/measurements.jsonl."),  # noqa: B008
         write: bool = typer.Option(False, "--write", help="Store the fitted constants in ~/.config/mlxfit/calibration.toml."),
-        backend: Optional[list[str]] = typer.Option(None, "--backend", help="Fit only this backend (cpu, metal); repeatable."),
+        backend: list[str] | None = typer.Option(None, "--backend", help="Fit only this backend (cpu, metal); repeatable."),  # noqa: B008
         show_all: bool = typer.Option(False, "--all", help="Every run, not only the worst."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
         show_toml: bool = typer.Option(False, "--show-toml", help="Print the calibration file --write would store."),

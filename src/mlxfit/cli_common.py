@@ -16,6 +16,7 @@ def console(stderr: bool = False):
 
 def fail(e: Exception) -> NoReturn:
     """One line on stderr, exit 2: what the user gave us cannot be sized as asked."""
-    msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+    # A name with a newline in it (a folder, a model_type) must not split the line.
+    msg = (str(e) or type(e).__name__).replace("\r", "\\r").replace("\n", "\\n")
     print(f"mlxfit: error: {msg}", file=sys.stderr)
     raise typer.Exit(2)

@@ -4,7 +4,7 @@ beyond formatting (the comparison is mlxfit.measure.measure's)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any
 
 import typer
 
@@ -91,14 +91,14 @@ def register(app: typer.Typer) -> None:
         ctx: int = typer.Option(..., "--ctx", help="Tokens in context at the end (prompt + generated)."),
         gen: int = typer.Option(16, "--gen", help="Tokens generated (>= 1); decode tok/s is over them."),
         prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx-lm's prefill chunk."),
-        kv_bits: Optional[int] = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
+        kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
         kv_group_size: int = typer.Option(64, "--kv-group-size"),
         quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
-        max_kv_size: Optional[int] = typer.Option(None, "--max-kv-size", help="Rotating cache size (as mlx-lm)."),
+        max_kv_size: int | None = typer.Option(None, "--max-kv-size", help="Rotating cache size (as mlx-lm)."),
         random_weights: bool = typer.Option(False, "--random-weights", help="Build from the config with random weights (nothing downloaded; same memory)."),
-        dtype: Optional[str] = typer.Option(None, "--dtype", help="With --random-weights: float32, bfloat16 or float16 (default: the checkpoint's)."),
-        revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit in the HF cache."),
-        machine: Optional[str] = typer.Option(None, "--machine", help="This Mac's name if it cannot be probed (for the predicted tok/s)."),
+        dtype: str | None = typer.Option(None, "--dtype", help="With --random-weights: float32, bfloat16 or float16 (default: the checkpoint's)."),
+        revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit in the HF cache."),
+        machine: str | None = typer.Option(None, "--machine", help="This Mac's name if it cannot be probed (for the predicted tok/s)."),
         seed: int = typer.Option(0, "--seed", help="Random weights and prompt tokens."),
         as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (with the full record)."),
         save: bool = typer.Option(False, "--save", help="Append the record to ~/.cache/mlxfit/measurements.jsonl (what `mlxfit calibrate` fits)."),

@@ -36,7 +36,7 @@ from mlxfit.config import Layer, ModelConfig
 from mlxfit.core import DEFAULT_MAX_CONTEXT, is_ultra, totals_at
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.memory import Run, Term, kv_bytes_final, validate_run
-from mlxfit.resources import data_path
+from mlxfit.resources import data_path, user_file
 from mlxfit.speed import kv_read_term, layer_seconds, read_seconds
 from mlxfit.tensors import TensorInfo
 from mlxfit.weights import is_embedding, is_expert, is_lm_head, is_vision
@@ -135,7 +135,7 @@ def _read_toml(path: Path) -> dict[str, Any]:
 def load_links(extra: Path | None = None, user: Path | None = None) -> dict[str, Link]:
     """The shipped link table, merged key by key with the user's and then ``extra``."""
     doc = _read_toml(_links_path()).get("links", {})
-    for p in (user if user is not None else USER_LINKS.expanduser(), extra):
+    for p in (user if user is not None else user_file(str(USER_LINKS)[2:]), extra):
         if p is not None and Path(p).is_file():
             for name, tbl in _read_toml(Path(p)).get("links", {}).items():
                 doc[name] = {**doc.get(name, {}), **tbl}
@@ -1018,7 +1018,8 @@ def cluster(
     """Will ``model`` run a ``ctx``-token generation with mlx-lm across these Macs, split how,
     how fast? ``hosts`` are SKU strings ("M3 Ultra 512GB", "2x M4 Max 128GB") in rank order;
     ``hosts_file`` a TOML file of [[hosts]] (listed first)."""
-    from mlxfit.api import USER_CALIBRATION, activation_bytes
+    from mlxfit import api
+    from mlxfit.api import activation_bytes
     from mlxfit.calibration import load_calibration
     from mlxfit.config import parse_config
     from mlxfit.sources import INDEX_NAME, resolve_model
@@ -1041,7 +1042,7 @@ def cluster(
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
     machines = resolve_hosts(specs, macos)
-    cal = calibration or load_calibration(USER_CALIBRATION.expanduser())
+    cal = calibration or load_calibration(api.user_calibration())
     notes = list(src.notes)
     by_note: dict[str, list[str]] = {}
     for h in machines:

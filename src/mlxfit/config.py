@@ -482,7 +482,7 @@ def _nemotron_h(c: _Ctx) -> list[Layer]:
         elif ch in "-E":
             layers.append(Layer(None, moe=ch == "E"))
         else:
-            raise ConfigError(f"{f.where}: unknown block '{ch}' in hybrid_override_pattern")
+            raise ConfigError(f"{f.where}: unknown block {ch!r} in hybrid_override_pattern")
     return layers
 
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MachineError
-from mlxfit.resources import data_path
+from mlxfit.resources import data_path, user_file
 
 GIB = 2**30
 MIB = 2**20
@@ -137,10 +137,10 @@ def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None
     `user_path` replaces the home location (tests point it at a temporary file).
     """
     builtin = data_path("apple_skus.toml")
-    user = (user_path if user_path is not None else USER_TABLE).expanduser()
+    user = user_path.expanduser() if user_path is not None else user_file(str(USER_TABLE)[2:])
     paths = [builtin]
     try:
-        user_exists = user.is_file()
+        user_exists = user is not None and user.is_file()
     except OSError as e:  # e.g. ~/.config unreadable: Path.is_file raises on EACCES
         raise MachineError(f"cannot read the SKU table {user}: {e.strerror or e}") from None
     if user_exists:

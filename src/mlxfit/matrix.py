@@ -156,7 +156,7 @@ def matrix(
     src = resolve_model(model, revision=revision)
     inputs = api.model_inputs(src, with_vision=with_vision)
     arrays = api.model_arrays(src, with_vision)
-    cal = calibration or load_calibration(api.USER_CALIBRATION.expanduser())
+    cal = calibration or load_calibration(api.user_calibration())
 
     notes: list[str] = []
     here = this_machine

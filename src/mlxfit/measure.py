@@ -393,7 +393,8 @@ def _measure(
         "decode_tok_s": decode_steps / decode_seconds if decode_seconds > 0 else None,
         **env,
     }
-    del prompt_cache, model
+    prompt_cache.clear()  # free the caches and the model before the next measurement
+    model = None
     gc.collect()
     mx.clear_cache()
     return rec
@@ -606,11 +607,9 @@ def _backend_in_use() -> str:
     import mlx.core as mx
 
     try:
-        if mx.metal.is_available():
-            return "metal"
+        return "metal" if mx.metal.is_available() else "cpu"
     except Exception:  # noqa: BLE001 - builds without mx.metal
-        pass
-    return "cpu"
+        return "cpu"
 
 
 def refuse_unsupported(cfg, run) -> None:
@@ -700,19 +699,23 @@ def measure(
         inputs = api.model_inputs(src)
         refuse_unsupported(inputs.cfg, run)
 
-    kw = dict(prefill_step_size=prefill_step_size, gen_tokens=gen, kv_bits=kv_bits,
-              kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
-              max_kv_size=max_kv_size, seed=seed)
+    kw = {"prefill_step_size": prefill_step_size, "gen_tokens": gen, "kv_bits": kv_bits,
+          "kv_group_size": kv_group_size, "quantized_kv_start": quantized_kv_start,
+          "max_kv_size": max_kv_size, "seed": seed}
     if src is None:
+        # Refuse before building anything (the activation dtype is the one asked for).
+        from mlxfit.config import parse_config
+
+        refuse_unsupported(parse_config(config, act_bytes=4 if wdtype == "float32" else 2,
+                                        where=str(cfg_file)), run)
         # No headers: the prediction's weights are the built model's tensors (exact by
         # construction; the other terms are still predicted from the config).
         built = build_model(config, dtype=wdtype, seed=seed)
         tensors = _tensors_of(built)
         del built
         gc.collect()
-        src = ModelSource(name=str(cfg_file.parent if cfg_file.name == "config.json"
-                                   else cfg_file),
-                          kind="config", location=str(cfg_file), config=config,
+        where = cfg_file.parent if cfg_file.name == "config.json" else cfg_file
+        src = ModelSource(name=str(where), kind="config", location=str(where), config=config,
                           tensors=tensors, files=())
         inputs = api.model_inputs(src)
         refuse_unsupported(inputs.cfg, run)
@@ -722,7 +725,7 @@ def measure(
     else:
         rec = measure_folder(src.location, ctx, dtype_label=wdtype, **kw)
 
-    cal = calibration or load_calibration(api.USER_CALIBRATION.expanduser())
+    cal = calibration or load_calibration(api.user_calibration())
     tot = totals_at(inputs.cfg, inputs.weights.total_bytes, run, cal)
     m = None
     try:

@@ -32,6 +32,7 @@ from typing import Any
 
 from mlxfit.core import FitResult
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.resources import user_file
 
 USER_CONFIG = Path("~/.config/mlxfit/config.toml")
 # In the catalog, 4.6 GB of weights: fits every Mac from 16 GB at 8K tokens and the most
@@ -60,10 +61,10 @@ def load_settings(path: Path | None = None) -> PickSettings:
     """The [pick] table of config.toml (`path`, default ~/.config/mlxfit/config.toml):
     ``default_model = "org/name"`` and ``coexist_fraction = 0.6``. Other tables are other
     verbs' business and are ignored; a missing file means the built-in values."""
-    p = (path if path is not None else USER_CONFIG).expanduser()
+    p = path.expanduser() if path is not None else user_file(str(USER_CONFIG)[2:])
     s = PickSettings(BUILTIN_DEFAULT_MODEL, "built-in", COEXIST_FRACTION, "built-in")
     try:
-        if not p.is_file():
+        if p is None or not p.is_file():
             return s
     except OSError as e:  # e.g. ~/.config unreadable: say which file, do not guess
         raise UsageError(f"cannot read {p}: {e.strerror or e}") from None
@@ -539,7 +540,7 @@ def pick(
         settings = replace(settings, coexist_fraction=check_fraction(
             coexist_fraction, "--coexist-fraction"), coexist_fraction_from="argument")
     m = api.machine_for(machine, memory_budget_gb, macos)
-    cal = calibration or load_calibration(api.USER_CALIBRATION.expanduser())
+    cal = calibration or load_calibration(api.user_calibration())
     run = Run(ctx=ctx)
     usable = m.usable_bytes
     coexist = min(int(m.ram_bytes * settings.coexist_fraction), usable)

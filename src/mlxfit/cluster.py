@@ -33,7 +33,7 @@ from typing import Any
 
 from mlxfit.calibration import Calibration
 from mlxfit.config import Layer, ModelConfig
-from mlxfit.core import DEFAULT_MAX_CONTEXT, is_ultra, totals_at
+from mlxfit.core import DEFAULT_MAX_CONTEXT, is_ultra, largest_true, run_at, totals_at
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.memory import Run, Term, kv_bytes_final, validate_run
 from mlxfit.resources import data_path, user_file
@@ -619,26 +619,6 @@ def _host_plan(h: HostMachine, cfg: ModelConfig, run: Run, cal: Calibration, *,
         decode_seconds=seconds, terms=terms)
 
 
-def _run_at(run: Run, n: int) -> Run:
-    return replace(run, ctx=n, gen=min(run.gen, n - 1))
-
-
-def _bisect(fits, hi: int) -> int:
-    """Largest n in [1, hi] with fits(n) (0 if not even 1), as core.solve_max_context."""
-    if not fits(1):
-        return 0
-    if fits(hi):
-        return hi
-    lo, top = 1, hi
-    while top - lo > 1:
-        mid = (lo + top) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            top = mid
-    return lo
-
-
 def _stage_read(cfg: ModelConfig, layer_bytes: int, layer_experts: int) -> float:
     """Bytes of a block of layers read per token: routed experts at top_k/num_experts."""
     if cfg.is_moe and layer_experts:
@@ -716,7 +696,7 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     own_exp = [sum(w.per_layer_experts[a:b]) for a, b in ranges]
 
     def all_fit(nctx: int, sp: Sequence[tuple[int, int]] = ranges) -> bool:
-        r = _run_at(run, nctx)
+        r = run_at(run, nctx)
         c = _pipeline_comm_bytes(cfg, r, n)
         for h, (a, b) in zip(hosts, sp):
             sub = _sub_cfg(cfg, a, b)
@@ -750,7 +730,7 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
         for h, sub, rg, ob, s in zip(hosts, subs, ranges, own, stage_s))
     fits = all(hp.fits for hp in host_plans)
     failing = tuple(hp.label for hp in host_plans if not hp.fits)
-    max_ctx = _bisect(all_fit, limit)
+    max_ctx = largest_true(all_fit, limit)
 
     tps = secs = None
     speed_terms: tuple[Term, ...] = ()
@@ -856,7 +836,7 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
     fits = all(hp.fits for hp in host_plans)
 
     def all_fit(nctx: int) -> bool:
-        r = _run_at(run, nctx)
+        r = run_at(run, nctx)
         c = _tp_comm_bytes(cfg, r, n)
         tot = totals_at(sub, own + repl, r, cal).total + c
         return all(tot <= h.usable_bytes for h in hosts)
@@ -883,7 +863,7 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
     }
     return Plan("tensor" if n > 1 else "single", True, None, host_plans, (), (), None, fits,
                 tuple(hp.label for hp in host_plans if not hp.fits),
-                _bisect(all_fit, limit), tps, secs, comm_s if speed_known else None,
+                largest_true(all_fit, limit), tps, secs, comm_s if speed_known else None,
                 speed_terms, TENSOR_ASSUMPTIONS if n > 1 else (), sums)
 
 

@@ -66,8 +66,26 @@ def is_ultra(machine_name: str) -> bool:
     return " ultra" in f" {machine_name.lower()}"
 
 
-def _run_at(run: Run, n: int) -> Run:
+def run_at(run: Run, n: int) -> Run:
+    """The same run at another context (generated tokens capped below it)."""
     return replace(run, ctx=n, gen=min(run.gen, n - 1))
+
+
+def largest_true(ok: Callable[[int], bool], hi: int) -> int:
+    """Largest n in [1, hi] with ok(n), by bisection (0 if not even ok(1)); ok is assumed
+    monotone, and the invariant ok(lo) and not ok(top) makes the answer's n+1 fail."""
+    if hi < 1 or not ok(1):
+        return 0
+    if ok(hi):
+        return hi
+    lo, top = 1, hi
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            top = mid
+    return lo
 
 
 def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
@@ -76,20 +94,9 @@ def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calib
     same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not."""
 
     def fits(n: int) -> bool:
-        return totals_at(cfg, weights_bytes, _run_at(run, n), cal, extra).total <= usable
+        return totals_at(cfg, weights_bytes, run_at(run, n), cal, extra).total <= usable
 
-    if not fits(1):
-        return 0
-    if fits(hi):
-        return hi
-    lo, top = 1, hi
-    while top - lo > 1:
-        mid = (lo + top) // 2
-        if fits(mid):
-            lo = mid
-        else:
-            top = mid
-    return lo
+    return largest_true(fits, hi)
 
 
 @dataclass(frozen=True)

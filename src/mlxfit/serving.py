@@ -391,22 +391,12 @@ def max_context_within_buffer(cfg: ModelConfig, run: Run, cal: Calibration, serv
     if any(b.bytes > limit for b in weight_arrays):
         return 0
 
-    def ok(n: int) -> bool:
-        at = replace(run, ctx=n, gen=min(run.gen, n - 1))
-        return all(b.bytes <= limit for b in all_buffers(cfg, at, cal, serving, ()))
+    from mlxfit.core import largest_true, run_at
 
-    if hi < 1 or ok(hi):
-        return max(hi, 0)
-    if not ok(1):
-        return 0
-    good, bad = 1, hi
-    while bad - good > 1:
-        mid = (good + bad) // 2
-        if ok(mid):
-            good = mid
-        else:
-            bad = mid
-    return good
+    def ok(n: int) -> bool:
+        return all(b.bytes <= limit for b in all_buffers(cfg, run_at(run, n), cal, serving, ()))
+
+    return largest_true(ok, hi)
 
 
 def summary(serving: Serving, run: Run, cfg: ModelConfig) -> dict[str, Any]:

@@ -57,6 +57,12 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
             raise UsageError(f"--kv-group-size must be 32, 64 or 128, got {run.kv_group}")
         if run.quantized_kv_start < 0:
             raise UsageError("--quantized-kv-start must be >= 0")
+        if any(a.mla is not None for a, _ in attn_groups(cfg, run)):
+            if cfg.family == "deepseek_v32":
+                raise UsageError("--kv-bits: mlx-lm never quantizes this model's CacheList "
+                                 "caches (no to_quantized), so the flag has no effect")
+            raise UsageError("--kv-bits: mlx-lm's MLA attention cannot use a quantized cache "
+                             "(it fails with AttributeError in mlx-lm 0.32)")
         if any(a.cache == "rotating" for a, _ in attn_groups(cfg, run)):
             raise UsageError(
                 "--kv-bits: this model's sliding-window layers use RotatingKVCache, which "
@@ -324,13 +330,15 @@ def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
                 "+ SSM chunked-scan intermediates", best_in)
 
 
-def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend) -> Term:
+def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
+                   quantized: bool = False) -> Term:
     """Keys and values gathered for the chunk's attention: proportional to the keys seen and
-    one layer's KV bytes per token."""
+    one layer's KV bytes per token (packed bytes when the cache is quantized)."""
     s = run.schedule()
     best = 0.0
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
-        best = max(best, keys_seen(a, s, n_chunk) * per_token_bytes(a, cfg.act_bytes))
+        best = max(best, _layer_kv_bytes(a, keys_seen(a, s, n_chunk), quantized, run,
+                                         cfg.act_bytes))
     return Term("kv_keys_copy", int(be.act_kv * best),
                 "act_kv x keys x one layer's KV bytes per token", {"act_kv": be.act_kv})
 
@@ -356,15 +364,17 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phas
     offset_before = (n_chunk - 1) * s.chunk
     offset_after = offset_before + c
     start = run.quantized_kv_start
-    quant_now = run.kv_bits is not None and offset_before >= start
-    converting = run.kv_bits is not None and offset_before < start <= offset_after
+    # mlx-lm converts a cache after a model call (maybe_quantize_kv_cache), so the first chunk
+    # always runs on the full-precision cache, even with --quantized-kv-start 0.
+    quant_now = run.kv_bits is not None and n_chunk > 1 and offset_before >= start
+    converting = run.kv_bits is not None and not quant_now and offset_after >= start
     groups = attn_groups(cfg, run)
     kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
              for a, n in groups)
     terms = [
         activations_term(cfg, c, be),
         scores_term(cfg, run, c, n_chunk, be, quant_now),
-        keys_copy_term(cfg, run, n_chunk, be),
+        keys_copy_term(cfg, run, n_chunk, be, quant_now),
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
     ]
     if converting:

@@ -109,6 +109,12 @@ class ModelConfig:
         return [ly.attn for ly in self.layers if ly.attn is not None]
 
     @cached_property
+    def totals_memo(self) -> dict:
+        """Peak totals already computed for this model, by (weights, run): they do not depend
+        on the machine, so matrix and pick reuse one model's solver probes for every Mac."""
+        return {}
+
+    @cached_property
     def attn_groups(self) -> tuple[tuple[Attn, int], ...]:
         """Distinct attention layouts with their layer counts: the byte terms loop over these
         (a handful) instead of every layer, which keeps the solver's probes cheap."""

@@ -93,10 +93,21 @@ def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calib
     """Largest n in [1, hi] whose total fits (0 if even one token does not): bisection on the
     same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not."""
 
-    def fits(n: int) -> bool:
-        return totals_at(cfg, weights_bytes, run_at(run, n), cal, extra).total <= usable
+    memo = cfg.totals_memo
 
-    return largest_true(fits, hi)
+    def total(n: int) -> int:
+        r = run_at(run, n)
+        if extra is not None:  # a serving closure: its terms are not part of the key
+            return totals_at(cfg, weights_bytes, r, cal, extra).total
+        hit = memo.get((weights_bytes, r))
+        if hit is not None and hit[0] is cal:  # the same constants, by identity
+            return hit[1]
+        value = totals_at(cfg, weights_bytes, r, cal).total
+        if len(memo) < 4096:
+            memo[(weights_bytes, r)] = (cal, value)
+        return value
+
+    return largest_true(lambda n: total(n) <= usable, hi)
 
 
 @dataclass(frozen=True)

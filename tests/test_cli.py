@@ -179,3 +179,19 @@ def test_python_dash_m_entry_point():
                        check=False)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["context_tokens"] == 1024
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["fit", "--ctx", "abc"], "--ctx"),
+    (["fit", "--no-such-flag"], "--no-such-flag"),
+    (["no-such-verb"], "no-such-verb"),
+])
+def test_usage_errors_are_one_line_exit_2(args, needle):
+    """click's own usage errors (the console script, not CliRunner) end like every other bad
+    input: one line on stderr, exit 2, no framed box, no traceback."""
+    p = subprocess.run([sys.executable, "-m", "mlxfit", *args], capture_output=True,
+                       text=True, check=False)
+    assert p.returncode == 2, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and needle in lines[0] and lines[0].startswith("mlxfit: error:")
+    assert p.stdout == ""

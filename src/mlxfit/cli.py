@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from typing import Optional
+from typing import NoReturn, Optional
 
 import typer
 
@@ -155,11 +155,31 @@ for _verb in VERB_MODULES:
 
 
 def main() -> None:
-    try:
-        app()
-    except MlxfitError as e:  # pragma: no cover - commands catch their own
-        print(f"mlxfit: error: {e}", file=sys.stderr)
+    """The console script: click's usage errors (unknown flag, non-numeric value) become the
+    same single line and exit code 2 as every other bad input, not a framed usage box."""
+    try:  # typer 0.28 vendors click; older releases use click itself
+        from typer._click.exceptions import UsageError as ClickUsageError
+    except ImportError:  # pragma: no cover
+        from click.exceptions import UsageError as ClickUsageError
+
+    def one_line(msg: str) -> NoReturn:
+        print("mlxfit: error: " + msg.replace("\r", "\\r").replace("\n", "\\n"),
+              file=sys.stderr)
         sys.exit(2)
+
+    try:
+        rc = app(standalone_mode=False)
+    except ClickUsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
+            print(e.ctx.get_help())  # a bare `mlxfit` asks for help
+            sys.exit(0)
+        verb = e.ctx.command_path.partition(" ")[2] if e.ctx is not None else ""
+        one_line(f"{e.format_message()} (see mlxfit {verb + ' ' if verb else ''}--help)")
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except MlxfitError as e:  # commands catch their own; this is the last net
+        one_line(str(e) or type(e).__name__)
+    sys.exit(rc if isinstance(rc, int) else 0)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from st_helpers import make_folder, make_hf_cache, make_many_shards  # noqa: E402
+from st_helpers import make_folder, make_hf_cache, make_many_shards
 
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
 PY = sys.executable

@@ -11,7 +11,7 @@ from typing import Any
 from mlxfit.calibration import Calibration, load_calibration
 from mlxfit.config import ModelConfig, parse_config
 from mlxfit.core import FitResult, fit_core
-from mlxfit.errors import MachineError, UsageError
+from mlxfit.errors import MachineError, MlxfitError, UsageError
 from mlxfit.memory import Run
 from mlxfit.serving import Serving
 from mlxfit.speed import WeightsRead
@@ -304,7 +304,7 @@ class _Evaluator:
             for rid in sibling_candidates(self._inputs.name):
                 try:
                     loaded = self._load(rid)
-                except Exception:  # noqa: BLE001 - an unreadable sibling is simply not offered
+                except MlxfitError:  # an unreadable sibling is simply not offered
                     continue
                 if loaded[0].weights.total_bytes < self._inputs.weights.total_bytes:
                     sibs.append((loaded[0].weights.total_bytes, rid))

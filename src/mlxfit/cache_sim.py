@@ -71,7 +71,7 @@ def capacity_after_equal_updates(n: int, k: int, cap: int = 0, off: int = 0) -> 
     while i < n:
         key = (off % STEP, cap - off)
         if key in seen:
-            j, cap_j, off_j = seen[key]
+            j, _, off_j = seen[key]
             period, grow = i - j, off - off_j  # cap grows by the same amount per cycle
             skip = (n - i) // period
             cap, off, i = cap + skip * grow, off + skip * grow, i + skip * period

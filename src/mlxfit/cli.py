@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import json
 import sys
-from typing import NoReturn, Optional
+from typing import NoReturn
 
 import typer
 
@@ -47,24 +47,24 @@ def fit(
     typer_ctx: typer.Context,
     model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
     ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end (prompt + generated)."),
-    machine: Optional[str] = typer.Option(None, "--machine", help='e.g. "M4 Pro 24GB"; default: this machine.'),
-    memory_budget: Optional[float] = typer.Option(None, "--memory-budget", help="Usable GB (10^9 B); replaces the machine's envelope."),
-    macos: Optional[int] = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
-    revision: Optional[str] = typer.Option(None, "--revision", help="Branch, tag or commit (HF cache or the Hub)."),
+    machine: str | None = typer.Option(None, "--machine", help='e.g. "M4 Pro 24GB"; default: this machine.'),
+    memory_budget: float | None = typer.Option(None, "--memory-budget", help="Usable GB (10^9 B); replaces the machine's envelope."),
+    macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
+    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (HF cache or the Hub)."),
     gen: int = typer.Option(0, "--gen", help="How many of the --ctx tokens are generated (the rest is prompt)."),
     prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx-lm's prefill chunk."),
-    kv_bits: Optional[int] = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
+    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
     kv_group_size: int = typer.Option(64, "--kv-group-size"),
     quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
-    max_kv_size: Optional[int] = typer.Option(None, "--max-kv-size", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
+    max_kv_size: int | None = typer.Option(None, "--max-kv-size", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
     explain: bool = typer.Option(False, "--explain", help="Show each term's formula and inputs."),
     advise: bool = typer.Option(False, "--advise", help="What would make it fit, cheapest first, with the mlx-lm command (shown anyway when it does not fit)."),
-    parallel: Optional[int] = typer.Option(None, "--parallel", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
-    prompt_cache: Optional[int] = typer.Option(None, "--prompt-cache", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
-    draft_model: Optional[str] = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
+    parallel: int | None = typer.Option(None, "--parallel", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
+    prompt_cache: int | None = typer.Option(None, "--prompt-cache", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
+    draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
     chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
 ) -> None:
@@ -110,8 +110,8 @@ def fit(
 
 @app.command()
 def machine(
-    spec: Optional[str] = typer.Argument(None, help='Resolve a named SKU, e.g. "M4 Max 128GB".'),
-    macos: Optional[int] = typer.Option(None, "--macos"),
+    spec: str | None = typer.Argument(None, help='Resolve a named SKU, e.g. "M4 Max 128GB".'),
+    macos: int | None = typer.Option(None, "--macos"),
     as_json: bool = typer.Option(False, "--json"),
 ) -> None:
     """What mlxfit knows about this machine (or a named one), and where each figure came from."""

@@ -8,9 +8,10 @@ caches (mlx_lm/models/*.py, mlx-lm 0.32).
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable
+from typing import Any
 
 from mlxfit.errors import ConfigError
 
@@ -50,7 +51,7 @@ class Attn:
     head_dim: int  # the width the attention kernel sees (decides Metal's fused path)
     window: int | None = None
     sinks: bool = False
-    mla: "Mla | None" = None
+    mla: Mla | None = None
 
 
 @dataclass(frozen=True)

@@ -118,8 +118,8 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
     others = sorted(p.name for p in folder.glob("*.safetensors")
                     if not p.name.startswith("model") and p.name != INDEX_NAME)
     if shards and others:
-        notes = (f"not loaded by mlx-lm (it reads model*.safetensors), not counted: "
-                 f"{', '.join(others)}",)
+        notes = ("not loaded by mlx-lm (it reads model*.safetensors), not counted: "
+                 + ", ".join(others),)
     extra = sorted({p.name for p in shards} - listed) if listed else []
     if extra:
         notes += (f"not in {INDEX_NAME} but loaded by mlx-lm's glob: {', '.join(extra)}",)

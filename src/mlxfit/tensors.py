@@ -37,7 +37,7 @@ class TensorInfo:
     nbytes: int
 
     @staticmethod
-    def of(name: str, dtype: str, shape: tuple[int, ...] | list[int]) -> "TensorInfo":
+    def of(name: str, dtype: str, shape: tuple[int, ...] | list[int]) -> TensorInfo:
         n = DTYPE_BYTES[dtype]
         for d in shape:
             n *= d

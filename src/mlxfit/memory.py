@@ -222,7 +222,8 @@ def _act_dtype_bytes(cfg: ModelConfig, be: Backend) -> float:
     return be.bf16_act_bytes if cfg.act_bytes == 2 else float(cfg.act_bytes)
 
 
-def _attn_unfused(a: Attn, be: Backend, cfg: ModelConfig, quantized: bool) -> bool:
+def attn_unfused(a: Attn, be: Backend, cfg: ModelConfig, quantized: bool) -> bool:
+    """Whether a prefill chunk materializes this layer's score matrix on the backend."""
     if quantized or cfg.scores_always:
         return True
     return a.head_dim not in be.fused_prefill_head_dims
@@ -289,7 +290,7 @@ def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
         k = keys_seen(a, s, n_chunk)
         v = 0.0
         q_attn = quantized and a.cache == "full"
-        unfused = _attn_unfused(a, be, cfg, q_attn)
+        unfused = attn_unfused(a, be, cfg, q_attn)
         if q_attn:
             arrays = be.quantized_score_arrays  # mlx-lm's hand-written quantized SDPA
         elif cfg.scores_always:

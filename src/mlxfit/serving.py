@@ -36,7 +36,7 @@ from mlxfit.memory import (
     Phase,
     Run,
     Term,
-    _attn_unfused,
+    attn_unfused,
     attn_groups,
     decode_phase,
     keys_seen,
@@ -330,7 +330,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
                 continue
             k = keys_seen(a, s, n)
             cands = []
-            if _attn_unfused(a, be, cfg, quant and a.cache == "full"):
+            if attn_unfused(a, be, cfg, quant and a.cache == "full"):
                 cands.append((b * a.q_heads * c * k * act,
                               (f"attention scores: {b} x {a.q_heads} heads x {c} queries x "
                               f"{k} keys x {act} B (unfused, head_dim {a.head_dim})")))

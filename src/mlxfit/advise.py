@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import math
 import re
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -23,7 +22,7 @@ from typing import Any, Protocol
 from mlxfit.core import FitResult
 from mlxfit.errors import MlxfitError
 from mlxfit.memory import Run, attn_groups
-from mlxfit.serving import SERVER_PROMPT_CONCURRENCY, Serving
+from mlxfit.serving import Serving, command_line
 
 MIB = 2**20
 GIB = 2**30
@@ -119,32 +118,6 @@ def prefill_steps_below(step: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- commands
-
-
-def command_line(model: str, run: Run, serving: Serving) -> str:
-    """The mlx-lm command realizing a run: flags that differ from mlx-lm's defaults, plus the
-    serving set-up. ``mlx_lm.generate`` reads the prompt from stdin (``--prompt -``)."""
-    q = shlex.quote
-    kv: list[str] = []
-    if run.prefill_step != 2048:
-        kv += ["--prefill-step-size", str(run.prefill_step)]
-    if run.kv_bits is not None:
-        kv += ["--kv-bits", str(run.kv_bits)]
-        if run.kv_group != 64:
-            kv += ["--kv-group-size", str(run.kv_group)]
-        kv += ["--quantized-kv-start", str(run.quantized_kv_start)]
-    draft = ["--draft-model", q(serving.draft.name)] if serving.draft is not None else []
-    if serving.server:
-        n = serving.sequences
-        parts = ["mlx_lm.server", "--model", q(model),
-                 "--decode-concurrency", str(n),
-                 "--prompt-concurrency", str(min(n, SERVER_PROMPT_CONCURRENCY)),
-                 "--prompt-cache-size", str(serving.cached_prompts)]
-        return " ".join(parts + kv + draft)
-    parts = ["mlx_lm.generate", "--model", q(model), "--max-tokens", str(max(run.gen, 1))]
-    if run.max_kv_size is not None:
-        kv += ["--max-kv-size", str(run.max_kv_size)]
-    return " ".join(parts + kv + draft + ["--prompt", "-", "<", "prompt.txt"])
 
 
 def wired_command(mb: int) -> str:

@@ -234,14 +234,13 @@ def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
     """``fit_inputs`` plus the serving terms (``serving.Serving``), the mlx-lm command line,
     a batched-decode estimate and the arrays checked against the GPU's maxBufferLength."""
     from mlxfit import serving as sv
-    from mlxfit.advise import command_line
 
     serving = serving or sv.Serving()
     run2, warns = sv.validate_serving(inputs.cfg, run, serving)
     r = fit_inputs(inputs, run2, m, cal, extra_terms=sv.extra_terms_fn(inputs.cfg, cal, serving),
                    extra_warnings=tuple(warns))
     info = sv.summary(serving, run2, inputs.cfg)
-    info["command"] = command_line(model_ref or inputs.name, run2, serving)
+    info["command"] = sv.command_line(model_ref or inputs.name, run2, serving)
     extra_warn: list[str] = []
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
         info["batched_decode"] = sv.batched_decode(inputs.cfg, run2, inputs.weights,

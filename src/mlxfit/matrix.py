@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -160,7 +161,10 @@ def matrix(
 
     notes: list[str] = []
     here = this_machine
-    if here is None and probe:
+    if here is None and probe and sys.platform != "darwin":
+        # Only a Mac can be a row: no need to probe (psutil) to say so.
+        notes.append(f"this machine ({sys.platform}) is not a row: not Apple Silicon")
+    elif here is None and probe:
         try:
             here = mach.probe_machine(macos_major=macos, table=t)
         except MlxfitError as e:  # the matrix does not need this machine: say so and go on

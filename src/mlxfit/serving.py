@@ -25,6 +25,7 @@ Facts from mlx-lm 0.32 (mlx_lm/server.py, generate.py, models/cache.py):
 from __future__ import annotations
 
 import re
+import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -36,8 +37,8 @@ from mlxfit.memory import (
     Phase,
     Run,
     Term,
-    attn_unfused,
     attn_groups,
+    attn_unfused,
     decode_phase,
     keys_seen,
     kv_bytes_final,
@@ -414,3 +415,29 @@ def summary(serving: Serving, run: Run, cfg: ModelConfig) -> dict[str, Any]:
         "num_draft_tokens": NUM_DRAFT_TOKENS if serving.draft else None,
         "prefill_step_size": run.prefill_step,
     }
+
+
+def command_line(model: str, run: Run, serving: Serving) -> str:
+    """The mlx-lm command realizing a run: flags that differ from mlx-lm's defaults, plus the
+    serving set-up. ``mlx_lm.generate`` reads the prompt from stdin (``--prompt -``)."""
+    q = shlex.quote
+    kv: list[str] = []
+    if run.prefill_step != 2048:
+        kv += ["--prefill-step-size", str(run.prefill_step)]
+    if run.kv_bits is not None:
+        kv += ["--kv-bits", str(run.kv_bits)]
+        if run.kv_group != 64:
+            kv += ["--kv-group-size", str(run.kv_group)]
+        kv += ["--quantized-kv-start", str(run.quantized_kv_start)]
+    draft = ["--draft-model", q(serving.draft.name)] if serving.draft is not None else []
+    if serving.server:
+        n = serving.sequences
+        parts = ["mlx_lm.server", "--model", q(model),
+                 "--decode-concurrency", str(n),
+                 "--prompt-concurrency", str(min(n, SERVER_PROMPT_CONCURRENCY)),
+                 "--prompt-cache-size", str(serving.cached_prompts)]
+        return " ".join(parts + kv + draft)
+    parts = ["mlx_lm.generate", "--model", q(model), "--max-tokens", str(max(run.gen, 1))]
+    if run.max_kv_size is not None:
+        kv += ["--max-kv-size", str(run.max_kv_size)]
+    return " ".join(parts + kv + draft + ["--prompt", "-", "<", "prompt.txt"])

@@ -1,0 +1,327 @@
+"""HTTP for reading the Hub: GETs through huggingface_hub's shared session
+(``huggingface_hub.utils.get_session()``, so HF_ENDPOINT, proxies and offline mode behave as in
+huggingface_hub), bounded retries with backoff for 408/429/5xx, timeouts and cut connections,
+Range reads streamed only as far as needed, the token sent to the endpoint's own origin only,
+request and byte accounting, and every failure mapped to a one-line MlxfitError
+(``HubUnreachable`` when the Hub could not be asked at all). The retry, backoff and timeout
+settings are passed in by ``mlxfit.hub``, which owns the tunables and reads them at call time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from mlxfit.errors import MlxfitError, SourceError, WeightsError
+
+_RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+_LOGIN = "log in with `hf auth login` or set HF_TOKEN"
+_OFFLINE_HINT = "HF_HUB_OFFLINE=1 works for models already cached"
+
+
+class _Cancelled(MlxfitError):
+    """Another request of the same fetch failed: stop quietly (never shown)."""
+
+
+class HubUnreachable(SourceError):
+    """The Hub could not be asked (network, timeouts, 429/5xx after retries): a cached copy,
+    even an old one, is still a good answer."""
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+@dataclass
+class _Body:
+    data: bytes
+    url: str  # after redirects
+    total: int | None  # file size from Content-Range, when the server said
+
+
+def _origin(url: str) -> tuple[str, str]:
+    p = urlsplit(url)
+    return p.scheme, p.netloc
+
+
+class _Http:
+    """GETs through huggingface_hub's shared session: bounded retries with backoff, streamed
+    bodies read only as far as needed, every failure turned into a one-line MlxfitError."""
+
+    def __init__(self, repo_id: str, revision: str | None, ep: str, token: str | bool | None,
+                 timeout: float, *, retries: int, backoff: float, max_wait: float,
+                 max_body: int):
+        from huggingface_hub.utils import get_session
+
+        self.repo_id, self.revision, self.endpoint = repo_id, revision, ep
+        self.client = get_session()
+        if not hasattr(self.client, "stream"):  # huggingface_hub < 1.0 hands out requests
+            from huggingface_hub import __version__
+
+            raise SourceError(f"reading the Hub needs huggingface_hub >= 1.0 (found {__version__}):"
+                              " pip install -U huggingface_hub")
+        self.x = __import__(type(self.client).__module__.split(".")[0])  # httpx2 (or httpx)
+        # Not build_hf_headers(): in huggingface_hub 2.x its user-agent step may itself fetch
+        # {endpoint}/api/agent-harnesses, a request we would neither want nor account for.
+        self.token = _token_to_send(token)
+        self.anon_headers = {"user-agent": _user_agent()}
+        self.auth_headers = dict(self.anon_headers)
+        if self.token:
+            self.auth_headers["authorization"] = f"Bearer {self.token}"
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff  # first wait; doubles up to max_wait
+        self.max_wait = max_wait  # also caps a server's Retry-After
+        self.max_body = max_body  # get()'s limit when none is given
+        self.lock = threading.Lock()
+        self.requests = 0
+        self.bytes = 0
+        self.cancelled = threading.Event()  # set when one request of the fetch has failed
+
+    # -- accounting
+    def _count(self, requests: int, nbytes: int) -> None:
+        with self.lock:
+            self.requests += requests
+            self.bytes += nbytes
+
+    def _headers_for(self, url: str) -> dict[str, str]:
+        # The token goes to the endpoint's origin only, never to a CDN URL we were sent to.
+        return self.auth_headers if _origin(url) == _origin(self.endpoint) else self.anon_headers
+
+    # -- the one request loop
+    def get(self, url: str, what: str, *, params: dict | None = None, start: int = 0,
+            length: int | None = None, limit: int | None = None) -> _Body:
+        """Body of ``url`` (bytes start..start+length-1 when length is given, else at most
+        ``limit`` bytes, default ``max_body``). 416 gives an empty body with the file size."""
+        if limit is None:
+            limit = self.max_body
+        headers = dict(self._headers_for(url))
+        if length is not None:
+            headers["range"] = f"bytes={start}-{start + length - 1}"
+        attempts = 1 + max(0, self.retries)
+        wait = self.backoff
+        x = self.x
+        for attempt in range(1, attempts + 1):
+            last = attempt == attempts
+            if self.cancelled.is_set():
+                raise _Cancelled("cancelled")
+            try:
+                with self.client.stream("GET", url, headers=headers, params=params,
+                                        timeout=self.timeout, follow_redirects=True) as r:
+                    hops = 1 + len(r.history)
+                    self._count(0, sum(h.num_bytes_downloaded for h in r.history))
+                    status = r.status_code
+                    if status in _RETRY_STATUS and not last:
+                        self._count(hops, 0)
+                        self.cancelled.wait(self._retry_after(r, wait))
+                        wait = min(self.max_wait, wait * 2)
+                        continue
+                    if status == 416 and length is not None:
+                        self._count(hops, r.num_bytes_downloaded)
+                        return _Body(b"", str(r.url), _content_range_total(r))
+                    if status >= 300:
+                        self._count(hops, 0)
+                        raise self._status_error(r, what, attempt)
+                    body = self._read(r, what, start, length, limit, status)
+                    self._count(hops, r.num_bytes_downloaded)
+                    return body
+            except MlxfitError:
+                raise
+            except x.ConnectError as e:
+                # Refused, DNS, TLS: retrying in a second will not help; say so now.
+                raise HubUnreachable(
+                    f"cannot reach the Hub at {self.endpoint} to read {self._what(what)} "
+                    f"({_short(e)}); check the connection and HF_ENDPOINT; {_OFFLINE_HINT}"
+                ) from None
+            except (x.TimeoutException, x.RemoteProtocolError, x.ReadError, x.CloseError) as e:
+                self._count(1, 0)
+                if last:
+                    raise self._transport_error(e, what, attempts) from None
+                self.cancelled.wait(wait)
+                wait = min(self.max_wait, wait * 2)
+            except x.TooManyRedirects:
+                raise SourceError(f"the Hub at {self.endpoint} redirected {self._what(what)} "
+                                  "in a loop") from None
+            except (x.HTTPError, x.StreamError, x.InvalidURL) as e:
+                raise SourceError(f"cannot read {self._what(what)} from the Hub at "
+                                  f"{self.endpoint}: {_short(e)}") from None
+            except Exception as e:
+                from huggingface_hub.errors import OfflineModeIsEnabled
+
+                if isinstance(e, OfflineModeIsEnabled):
+                    raise SourceError(
+                        f"{self.repo_id}: huggingface_hub is in offline mode (HF_HUB_OFFLINE was "
+                        "set when it was imported), so the Hub was not asked") from None
+                raise
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _read(self, r: Any, what: str, start: int, length: int | None, limit: int,
+              status: int) -> _Body:
+        total = _content_range_total(r)
+        skip = 0
+        if length is not None:
+            if status == 206:
+                got_start = _content_range_start(r)
+                if got_start is not None and got_start != start:
+                    raise WeightsError(f"{self._what(what)}: the server sent bytes from offset "
+                                       f"{got_start}, not {start} as asked")
+            else:  # 200: the range was ignored; stop reading as soon as we have ours
+                skip = start
+            want = length
+        else:
+            want = limit + 1
+        out = bytearray()
+        seen = 0
+        for chunk in r.iter_bytes():
+            seen += len(chunk)
+            if skip:
+                drop = min(skip, len(chunk))
+                chunk, skip = chunk[drop:], skip - drop
+            out += chunk[: want - len(out)]
+            # A 206 of the size asked ends by itself, and its connection goes back to the pool.
+            # Anything longer (a 200 for the whole file, a server sending more than asked) is
+            # cut here: leaving the block closes the response, the rest is never read.
+            if len(out) >= want and (status != 206 or seen > want):
+                break
+        if length is None and len(out) > limit:
+            raise WeightsError(f"{self._what(what)} is larger than {limit:,} bytes: "
+                               "not the small JSON file mlxfit expects")
+        return _Body(bytes(out), str(r.url), total)
+
+    def _retry_after(self, r: Any, default: float) -> float:
+        value = r.headers.get("retry-after", "")
+        if value.strip().isdigit():
+            return min(self.max_wait, float(value))
+        return default
+
+    # -- messages (never the token: we compose them from status codes and names only)
+    def _what(self, what: str) -> str:
+        return f"{self.repo_id} {what}" if what == "model info" else f"{self.repo_id}/{what}"
+
+    def _status_error(self, r: Any, what: str, attempts: int) -> MlxfitError:
+        code = r.status_code
+        ecode = r.headers.get("x-error-code", "")
+        emsg = r.headers.get("x-error-message", "")
+        repo, ep = self.repo_id, self.endpoint
+        page = f"{ep}/{repo}"
+        if ecode == "GatedRepo" or (code in (401, 403) and "gated" in emsg.lower()):
+            if self.token:
+                return SourceError(
+                    f"{repo} is gated and this account has not been granted access ({code}): "
+                    f"request it on {page} and wait for approval, or log in with an account "
+                    "that has it (`hf auth login` or HF_TOKEN)")
+            return SourceError(
+                f"{repo} is gated ({code}): {_LOGIN}, and request access on {page} "
+                "(it must be granted before its files can be read)")
+        if ecode == "RevisionNotFound":
+            return SourceError(f"revision {self.revision or 'main'} not found in {repo} on the "
+                               f"Hub at {ep}")
+        if ecode == "RepoNotFound" or (what == "model info" and code == 404):
+            if code == 401 or not self.token:
+                return SourceError(
+                    f"{repo} not found on the Hub at {ep} ({code}), or it is private: "
+                    f"if you have access, {_LOGIN}")
+            return SourceError(f"{repo} not found on the Hub at {ep} ({code}; if it is private, "
+                               "this token has no access to it)")
+        if code == 401:
+            if self.token:
+                return SourceError(f"the Hub at {ep} rejected the token for {repo} (401): "
+                                   f"{_LOGIN} again")
+            return SourceError(f"{repo} needs authentication (401): {_LOGIN}; if it is gated, "
+                               f"request access on {page}")
+        if code == 403:
+            return SourceError(
+                f"access to {self._what(what)} denied (403): if {repo} is gated or private, "
+                f"{_LOGIN} with an account that has been granted access on {page}")
+        if code == 404:
+            return WeightsError(f"{self._what(what)}: listed by the Hub but not found (404)")
+        if code in _RETRY_STATUS:
+            return HubUnreachable(
+                f"the Hub at {ep} answered {code} {_reason(r)} for {self._what(what)} "
+                f"{attempts} time{'s' * (attempts != 1)}; try again later ({_OFFLINE_HINT})")
+        if 300 <= code < 400:
+            return SourceError(f"the Hub at {ep} redirected {self._what(what)} ({code}) "
+                               "without a usable location")
+        return SourceError(f"the Hub at {ep} answered {code} {_reason(r)} for {self._what(what)}")
+
+    def _transport_error(self, e: Exception, what: str, attempts: int) -> MlxfitError:
+        x = self.x
+        if isinstance(e, x.TimeoutException):
+            return HubUnreachable(
+                f"the Hub at {self.endpoint} did not answer within {self.timeout:g} s for "
+                f"{self._what(what)} ({attempts} attempts; HF_HUB_DOWNLOAD_TIMEOUT sets the "
+                f"limit); {_OFFLINE_HINT}")
+        return HubUnreachable(
+            f"connection cut while reading {self._what(what)} from {self.endpoint} "
+            f"({attempts} attempts: {_short(e)}); try again; {_OFFLINE_HINT}")
+
+
+def _token_to_send(token: str | bool | None) -> str | None:
+    """As huggingface_hub decides: an explicit string; False for none; otherwise HF_TOKEN or the
+    stored login (``hf auth login``), unless HF_HUB_DISABLE_IMPLICIT_TOKEN is set."""
+    if isinstance(token, str):
+        return token or None
+    if token is False:
+        return None
+    if token is None and _truthy(os.environ.get("HF_HUB_DISABLE_IMPLICIT_TOKEN")):
+        return None
+    from huggingface_hub.utils import get_token
+
+    found = get_token()
+    if token is True and not found:
+        raise SourceError(f"no Hugging Face token found: {_LOGIN}")
+    return found
+
+
+def _user_agent() -> str:
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        ours, theirs = version("mlxfit"), version("huggingface_hub")
+    except PackageNotFoundError:  # pragma: no cover - run from a source tree
+        ours, theirs = "unknown", "unknown"
+    return f"mlxfit/{ours}; hf_hub/{theirs}; python/{platform.python_version()}"
+
+
+def _huggingface_hub() -> None:
+    """Import huggingface_hub's HTTP layer, or say in one line why it cannot be (it parses
+    environment variables at import: HF_HUB_DOWNLOAD_TIMEOUT=0.5 makes it raise)."""
+    try:
+        import huggingface_hub.utils._http  # noqa: F401
+    except (ImportError, ValueError, TypeError) as e:
+        raise SourceError(f"cannot use huggingface_hub to read the Hub: {_short(e)}") from None
+
+
+def _short(e: BaseException) -> str:
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}" if text else type(e).__name__
+
+
+def _reason(r: Any) -> str:
+    return getattr(r, "reason_phrase", "") or ""
+
+
+_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
+
+
+def _content_range(r: Any) -> tuple[int | None, int | None]:
+    m = _CONTENT_RANGE.match(r.headers.get("content-range", "").strip())
+    if not m:
+        return None, None
+    start = int(m.group(1)) if m.group(1) else None
+    total = int(m.group(3)) if m.group(3) != "*" else None
+    return start, total
+
+
+def _content_range_start(r: Any) -> int | None:
+    return _content_range(r)[0]
+
+
+def _content_range_total(r: Any) -> int | None:
+    return _content_range(r)[1]
+

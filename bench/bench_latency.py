@@ -29,41 +29,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from st_helpers import make_folder, make_hf_cache, make_many_shards
+from st_helpers import make_hf_cache, make_many_shards, make_qwen3_8b_bf16
 
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"
 PY = sys.executable
 
 
-def qwen3_8b_spec() -> dict[str, tuple[str, list[int]]]:
-    spec: dict[str, tuple[str, list[int]]] = {
-        "model.embed_tokens.weight": ("BF16", [151936, 4096]),
-        "lm_head.weight": ("BF16", [151936, 4096]),
-        "model.norm.weight": ("BF16", [4096]),
-    }
-    for i in range(36):
-        p = f"model.layers.{i}."
-        spec.update({
-            p + "self_attn.q_proj.weight": ("BF16", [4096, 4096]),
-            p + "self_attn.k_proj.weight": ("BF16", [1024, 4096]),
-            p + "self_attn.v_proj.weight": ("BF16", [1024, 4096]),
-            p + "self_attn.o_proj.weight": ("BF16", [4096, 4096]),
-            p + "mlp.gate_proj.weight": ("BF16", [12288, 4096]),
-            p + "mlp.up_proj.weight": ("BF16", [12288, 4096]),
-            p + "mlp.down_proj.weight": ("BF16", [4096, 12288]),
-            p + "input_layernorm.weight": ("BF16", [4096]),
-            p + "post_attention_layernorm.weight": ("BF16", [4096]),
-        })
-    return spec
-
-
 def build_inputs(root: Path) -> tuple[Path, Path]:
     cfg = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
-    spec = qwen3_8b_spec()
-    names = list(spec)
-    shards = {f"model-{s + 1:05d}-of-00100.safetensors": {n: spec[n] for n in names[s::100]}
-              for s in range(100)}
-    folder = make_folder(root / "Qwen3-8B-100-shards", cfg, shards, index=True)
+    folder = make_qwen3_8b_bf16(root / "Qwen3-8B-100-shards", cfg, 100)
     cache = root / "hub"
     small = json.loads((CONFIGS / "Qwen__Qwen3-0.6B.json").read_text())
     one = {"model.embed_tokens.weight": ("BF16", [151936, 1024]),

@@ -119,6 +119,43 @@ def make_hf_cache(
     return snap
 
 
+def qwen3_8b_bf16_spec() -> Spec:
+    """Qwen3-8B in bf16 as mlx-lm loads it (16.4 GB of tensors): embed and lm_head
+    151936 x 4096; per layer q, o 4096 x 4096, k, v 1024 x 4096, q/k norms 128, gate/up
+    12288 x 4096, down 4096 x 12288, two 4096 norms; a final norm."""
+    spec: Spec = {
+        "model.embed_tokens.weight": ("BF16", [151936, 4096]),
+        "lm_head.weight": ("BF16", [151936, 4096]),
+        "model.norm.weight": ("BF16", [4096]),
+    }
+    for i in range(36):
+        p = f"model.layers.{i}."
+        spec.update({
+            p + "self_attn.q_proj.weight": ("BF16", [4096, 4096]),
+            p + "self_attn.k_proj.weight": ("BF16", [1024, 4096]),
+            p + "self_attn.v_proj.weight": ("BF16", [1024, 4096]),
+            p + "self_attn.o_proj.weight": ("BF16", [4096, 4096]),
+            p + "self_attn.q_norm.weight": ("BF16", [128]),
+            p + "self_attn.k_norm.weight": ("BF16", [128]),
+            p + "mlp.gate_proj.weight": ("BF16", [12288, 4096]),
+            p + "mlp.up_proj.weight": ("BF16", [12288, 4096]),
+            p + "mlp.down_proj.weight": ("BF16", [4096, 12288]),
+            p + "input_layernorm.weight": ("BF16", [4096]),
+            p + "post_attention_layernorm.weight": ("BF16", [4096]),
+        })
+    return spec
+
+
+def make_qwen3_8b_bf16(folder: Path, config: dict[str, Any], n_shards: int) -> Path:
+    """The sparse Qwen3-8B bf16 model in n contiguous model-0000i-of-0000n shards + index."""
+    spec = qwen3_8b_bf16_spec()
+    names = list(spec)
+    per = -(-len(names) // n_shards)
+    shards = {f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors":
+              {n: spec[n] for n in names[s * per:(s + 1) * per]} for s in range(n_shards)}
+    return make_folder(folder, config, shards, index=True)
+
+
 def make_many_shards(folder: Path, n_shards: int, per_shard: int) -> list[Path]:
     """Sparse shards shaped like a real big checkpoint, for the timing check."""
     folder.mkdir(parents=True, exist_ok=True)

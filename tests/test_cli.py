@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from st_helpers import make_folder, make_hf_cache
+from st_helpers import make_folder, make_hf_cache, make_qwen3_8b_bf16
 from typer.testing import CliRunner
 
 from mlxfit import api
@@ -25,37 +25,9 @@ def invoke(*args: str):
 
 
 def qwen3_8b_bf16_folder(root: Path) -> Path:
-    """A sparse bf16 Qwen3-8B with its real config: the tensors mlx-lm would load.
-    Sizes by hand: embed 151936 x 4096, lm_head the same, 36 layers of q(4096x4096),
-    k,v (1024x4096), o (4096x4096), gate/up (12288x4096), down (4096x12288), 2 norms + q/k norms."""
+    """A sparse bf16 Qwen3-8B with its real config, in 2 shards + index (st_helpers)."""
     cfg = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
-    spec: dict[str, tuple[str, list[int]]] = {
-        "model.embed_tokens.weight": ("BF16", [151936, 4096]),
-        "lm_head.weight": ("BF16", [151936, 4096]),
-        "model.norm.weight": ("BF16", [4096]),
-    }
-    for i in range(36):
-        p = f"model.layers.{i}."
-        spec.update({
-            p + "self_attn.q_proj.weight": ("BF16", [4096, 4096]),
-            p + "self_attn.k_proj.weight": ("BF16", [1024, 4096]),
-            p + "self_attn.v_proj.weight": ("BF16", [1024, 4096]),
-            p + "self_attn.o_proj.weight": ("BF16", [4096, 4096]),
-            p + "self_attn.q_norm.weight": ("BF16", [128]),
-            p + "self_attn.k_norm.weight": ("BF16", [128]),
-            p + "mlp.gate_proj.weight": ("BF16", [12288, 4096]),
-            p + "mlp.up_proj.weight": ("BF16", [12288, 4096]),
-            p + "mlp.down_proj.weight": ("BF16", [4096, 12288]),
-            p + "input_layernorm.weight": ("BF16", [4096]),
-            p + "post_attention_layernorm.weight": ("BF16", [4096]),
-        })
-    names = list(spec)
-    half = len(names) // 2
-    shards = {
-        "model-00001-of-00002.safetensors": {n: spec[n] for n in names[:half]},
-        "model-00002-of-00002.safetensors": {n: spec[n] for n in names[half:]},
-    }
-    return make_folder(root / "Qwen3-8B", cfg, shards, index=True)
+    return make_qwen3_8b_bf16(root / "Qwen3-8B", cfg, 2)
 
 
 QWEN3_8B_BF16 = 2 * (2 * 151936 * 4096 + 4096 + 36 * (

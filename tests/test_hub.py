@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 from hub_server import FakeHub
-from st_helpers import make_folder, make_hf_cache, write_raw
+from st_helpers import make_folder, make_hf_cache, make_qwen3_8b_bf16, write_raw
 from typer.testing import CliRunner
 
 from mlxfit import api
@@ -101,27 +101,7 @@ def qwen_tiny(root: Path, *, n_shards: int = 3, index: bool = True, kv_config: b
 def qwen3_8b_bf16(root: Path, n_shards: int = 4) -> Path:
     """Qwen3-8B in bf16 (16.4 GB) as sparse shards: only headers occupy disk."""
     cfg = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
-    spec: dict = {"model.embed_tokens.weight": ("BF16", [151936, 4096]),
-                  "lm_head.weight": ("BF16", [151936, 4096]),
-                  "model.norm.weight": ("BF16", [4096])}
-    for i in range(36):
-        p = f"model.layers.{i}."
-        spec.update({p + "self_attn.q_proj.weight": ("BF16", [4096, 4096]),
-                     p + "self_attn.k_proj.weight": ("BF16", [1024, 4096]),
-                     p + "self_attn.v_proj.weight": ("BF16", [1024, 4096]),
-                     p + "self_attn.o_proj.weight": ("BF16", [4096, 4096]),
-                     p + "self_attn.q_norm.weight": ("BF16", [128]),
-                     p + "self_attn.k_norm.weight": ("BF16", [128]),
-                     p + "mlp.gate_proj.weight": ("BF16", [12288, 4096]),
-                     p + "mlp.up_proj.weight": ("BF16", [12288, 4096]),
-                     p + "mlp.down_proj.weight": ("BF16", [4096, 12288]),
-                     p + "input_layernorm.weight": ("BF16", [4096]),
-                     p + "post_attention_layernorm.weight": ("BF16", [4096])})
-    names = list(spec)
-    per = -(-len(names) // n_shards)
-    shards = {f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors":
-              {n: spec[n] for n in names[s * per:(s + 1) * per]} for s in range(n_shards)}
-    return make_folder(root, cfg, shards, index=True)
+    return make_qwen3_8b_bf16(root, cfg, n_shards)
 
 
 def header_len(path: Path) -> int:

@@ -158,6 +158,23 @@ def test_batched_decode_estimate():
         four["aggregate_tps"])
 
 
+def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
+    """The batched estimate shares fit's decode factors: Qwen2.5-7B (28 q / 4 kv heads, gqa 7)
+    on an M3 Ultra takes the Ultra efficiency and the gqa > 4 KV-read penalty in both."""
+    model, machine = "mlx-community/Qwen2.5-7B-Instruct-4bit", "M3 Ultra 512GB"
+    r = api.fit(model, 32768, machine=machine)
+    from mlxfit.calibration import load_calibration
+    from mlxfit.sources import resolve_model
+
+    inp = api.model_inputs(resolve_model(model))
+    cal = load_calibration()
+    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 1,
+                         ultra=True)
+    assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
+    plain = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 1)
+    assert plain["per_sequence_tps"] > one["per_sequence_tps"]
+
+
 def test_moe_batched_decode_reads_more_experts():
     r = api.fit("mlx-community/Qwen3-30B-A3B-4bit", 4096, machine=BIG)
     from mlxfit.calibration import load_calibration

@@ -10,7 +10,7 @@ from typing import Any
 
 from mlxfit.calibration import Calibration, load_calibration
 from mlxfit.config import ModelConfig, parse_config
-from mlxfit.core import FitResult, fit_core
+from mlxfit.core import FitResult, fit_core, is_ultra
 from mlxfit.errors import MachineError, MlxfitError, UsageError
 from mlxfit.memory import Run
 from mlxfit.serving import Serving
@@ -243,9 +243,10 @@ def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
     info["command"] = sv.command_line(model_ref or inputs.name, run2, serving)
     extra_warn: list[str] = []
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
-        info["batched_decode"] = sv.batched_decode(inputs.cfg, run2, inputs.weights,
-                                                   m.bandwidth_gbs, cal.decode,
-                                                   serving.sequences)
+        info["batched_decode"] = sv.batched_decode(
+            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal.decode, serving.sequences,
+            fused_decode=cal.backend(run2.backend).fused_decode_head_dims,
+            ultra=is_ultra(m.name))
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
                           "depends on how many draft tokens are accepted")
@@ -333,7 +334,7 @@ def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None)
     """Total memory and decode tok/s against the context (mlxfit.chart), from the same core."""
     from mlxfit import chart as ch
     from mlxfit import serving as sv
-    from mlxfit.core import DEFAULT_MAX_CONTEXT, is_ultra, totals_at
+    from mlxfit.core import DEFAULT_MAX_CONTEXT, totals_at
     from mlxfit.speed import decode_seconds
 
     serving = serving or sv.Serving()

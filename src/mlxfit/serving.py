@@ -46,7 +46,13 @@ from mlxfit.memory import (
     prefill_phase,
     tokens_final,
 )
-from mlxfit.speed import WeightsRead, kv_read_term, weights_read_term
+from mlxfit.speed import (
+    WeightsRead,
+    kv_read_term,
+    layer_seconds,
+    read_seconds,
+    weights_read_term,
+)
 from mlxfit.tensors import TensorInfo
 
 # mlx_lm.server defaults (server.py argparse) and generate's draft default.
@@ -264,21 +270,24 @@ def extra_terms_fn(cfg: ModelConfig, cal: Calibration, serving: Serving) -> Extr
 
 
 def batched_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   dec: Decode, sequences: int) -> dict[str, Any]:
+                   dec: Decode, sequences: int, *,
+                   fused_decode: tuple[int, ...] = (64, 96, 128, 256),
+                   ultra: bool = False) -> dict[str, Any]:
     """Memory-bound estimate of one batched decode step of ``sequences`` sequences: weights read
     once (a MoE layer reads the union of the experts the batch routes to, uniform routing
     assumed), every sequence's attended KV, the calibrated fixed costs. Compute limits at large
-    batches are not modelled: an upper bound."""
+    batches are not modelled: an upper bound. One sequence is exactly fit's decode estimate
+    (same KV-read factors, same Ultra efficiency)."""
     wr = weights_read_term(cfg, w)
-    kr = kv_read_term(cfg, run)
+    kr = kv_read_term(cfg, run, dec, fused_decode=fused_decode, ultra=ultra)
     read = wr.bytes
     if cfg.is_moe and w.expert_bytes and cfg.num_experts:
         one = cfg.top_k / cfg.num_experts
         union = 1 - (1 - one) ** sequences
         read += int(w.expert_bytes * (union - one))
     moe_layers = sum(1 for ly in cfg.layers if ly.moe)
-    fixed = dec.fixed_s + dec.per_layer_s * cfg.num_layers + dec.per_moe_layer_s * moe_layers
-    secs = (read + sequences * kr.bytes) / (dec.eta * bandwidth_gbs * 1e9) + fixed
+    secs = (read_seconds(read + sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
+            + layer_seconds(cfg.num_layers, moe_layers, dec))
     return {
         "sequences": sequences,
         "step_seconds": secs,

@@ -9,7 +9,7 @@ from typing import NoReturn
 
 import typer
 
-from mlxfit.cli_common import console, fail
+from mlxfit.cli_common import console, fail, print_error
 from mlxfit.errors import MlxfitError
 
 app = typer.Typer(
@@ -162,9 +162,8 @@ def main() -> None:
     except ImportError:  # pragma: no cover
         from click.exceptions import UsageError as ClickUsageError
 
-    def one_line(msg: str) -> NoReturn:
-        print("mlxfit: error: " + msg.replace("\r", "\\r").replace("\n", "\\n"),
-              file=sys.stderr)
+    def one_line(msg: str) -> NoReturn:  # outside the app: exit directly, not typer.Exit
+        print_error(msg)
         sys.exit(2)
 
     try:

@@ -451,7 +451,8 @@ def _neutral_decode():
 def _kv_read_plain(cfg: ModelConfig, run: Run) -> int:
     """KV bytes read per decode step, without the (possibly native) unfused/GQA multipliers."""
     if "cal" in inspect.signature(kv_read_term).parameters:
-        return kv_read_term(cfg, run, _neutral_decode()).bytes
+        fused = cal_with(base_doc(), neutral=True).backend("metal").fused_decode_head_dims
+        return kv_read_term(cfg, run, _neutral_decode(), fused_decode=fused).bytes
     return kv_read_term(cfg, run).bytes
 
 

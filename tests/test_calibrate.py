@@ -22,7 +22,7 @@ from mlxfit.cli import app
 from mlxfit.config import parse_config
 from mlxfit.core import totals_at
 from mlxfit.memory import Run
-from mlxfit.speed import WeightsRead, decode_seconds
+from mlxfit.speed import WeightsRead, predicted_decode_seconds
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -146,7 +146,8 @@ def test_decode_eta_and_fixed_cost_from_metal_records(tmp_path):
                         expert_bytes=600_000_000 if cfg is QWEN3_MOE else 0,
                         embedding_bytes=100_000_000, tied_embeddings=True)
         run = Run(ctx=ctx, gen=1, prefill_step=2048, backend="metal")
-        secs, _ = decode_seconds(parse_config(cfg, act_bytes=4), run, w, bw, true)
+        secs, _ = predicted_decode_seconds(parse_config(cfg, act_bytes=4), run, w, bw, cal_true,
+                                           "M?")
         rec.update(decode_tok_s=1 / secs, machine_info={"name": "M?", "bandwidth_gbs": bw},
                    weights_read=w.__dict__)
         recs.append(rec)

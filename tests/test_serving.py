@@ -146,9 +146,9 @@ def test_batched_decode_estimate():
     src = resolve_model(Q8B)
     inp = api.model_inputs(src)
     cal = load_calibration()
-    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 1)
+    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1)
     assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
-    four = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 4)
+    four = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 4)
     assert four["per_sequence_tps"] < one["per_sequence_tps"]
     assert four["aggregate_tps"] == pytest.approx(4 * four["per_sequence_tps"])
     # Weights are read once per step for all four: more than twice the single stream.
@@ -168,10 +168,10 @@ def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
 
     inp = api.model_inputs(resolve_model(model))
     cal = load_calibration()
-    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 1,
-                         ultra=True)
+    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, machine, 1)
     assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
-    plain = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal.decode, 1)
+    # The same bandwidth under a non-Ultra name: neither Ultra factor applies.
+    plain = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, "M3 Max", 1)
     assert plain["per_sequence_tps"] > one["per_sequence_tps"]
 
 
@@ -181,9 +181,9 @@ def test_moe_batched_decode_reads_more_experts():
     from mlxfit.sources import resolve_model
 
     inp = api.model_inputs(resolve_model("mlx-community/Qwen3-30B-A3B-4bit"))
-    dec = load_calibration().decode
-    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, dec, 1)
-    eight = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, dec, 8)
+    cal = load_calibration()
+    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1)
+    eight = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 8)
     # 8 tokens x top-8 of 128 experts: 1 - (1 - 8/128)^8 = 40.3% of the experts read.
     frac = 1 - (1 - 8 / 128) ** 8
     expected = one["weights_read_bytes"] + int(inp.weights.expert_bytes * (frac - 8 / 128))

@@ -10,7 +10,7 @@ from typing import Any
 
 from mlxfit.calibration import Calibration, load_calibration
 from mlxfit.config import ModelConfig, parse_config
-from mlxfit.core import FitResult, fit_core, is_ultra
+from mlxfit.core import FitResult, fit_core
 from mlxfit.errors import MachineError, MlxfitError, UsageError
 from mlxfit.memory import Run
 from mlxfit.serving import Serving
@@ -244,9 +244,7 @@ def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
     extra_warn: list[str] = []
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
         info["batched_decode"] = sv.batched_decode(
-            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal.decode, serving.sequences,
-            fused_decode=cal.backend(run2.backend).fused_decode_head_dims,
-            ultra=is_ultra(m.name))
+            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences)
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
                           "depends on how many draft tokens are accepted")
@@ -335,7 +333,7 @@ def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None)
     from mlxfit import chart as ch
     from mlxfit import serving as sv
     from mlxfit.core import DEFAULT_MAX_CONTEXT, totals_at
-    from mlxfit.speed import decode_seconds
+    from mlxfit.speed import predicted_decode_seconds
 
     serving = serving or sv.Serving()
     run, _ = sv.validate_serving(inputs.cfg, run, serving)
@@ -351,10 +349,7 @@ def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None)
     def tps_at(n: int) -> float | None:
         if not m.bandwidth_gbs:
             return None
-        return 1.0 / decode_seconds(
-            cfg, at(n), w, m.bandwidth_gbs, cal.decode,
-            fused_decode=cal.backend(run.backend).fused_decode_head_dims,
-            ultra=is_ultra(m.name))[0]
+        return 1.0 / predicted_decode_seconds(cfg, at(n), w, m.bandwidth_gbs, cal, m.name)[0]
 
     limit = cfg.max_position or DEFAULT_MAX_CONTEXT
     safe = fit_inputs(inputs, run, m, cal, extra_terms=extra).max_safe_context

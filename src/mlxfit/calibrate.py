@@ -308,9 +308,11 @@ def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
     return vals, active, tuple(k for k in params if k not in active)
 
 
-def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, float]]:
-    """(name, cfg, run, weights read, bandwidth GB/s, measured seconds/token) of the Metal
-    records that measured a decode speed on a known bandwidth."""
+def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, float, str]]:
+    """(name, cfg, run, weights read, bandwidth GB/s, measured seconds/token, machine name) of
+    the Metal records that measured a decode speed on a known bandwidth. The machine name is
+    the record's (``machine_info.name``): an Ultra record is predicted with the Ultra factor,
+    as ``fit`` predicts it, so the fitted eta does not absorb that factor a second time."""
     from mlxfit.config import parse_config
     from mlxfit.memory import Run
     from mlxfit.speed import WeightsRead
@@ -329,7 +331,7 @@ def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, f
                       quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
                       max_kv_size=rec.get("max_kv_size"), backend="metal")
             rows.append((_record_name(rec, i), cfg, run, WeightsRead(**wr), float(bw),
-                         1.0 / float(tps)))
+                         1.0 / float(tps), str(mach.get("name") or "")))
         except (ValueError, TypeError, KeyError, MlxfitError):
             continue
     return rows
@@ -339,15 +341,15 @@ def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
     """eta and fixed_s from Metal records with a measured decode speed (least squares on the
     relative error of the seconds per token; the other decode constants are kept); None
     without any such record."""
-    from mlxfit.speed import decode_seconds
+    from mlxfit.speed import predicted_decode_seconds
 
     rows = _decode_rows(records)
     if not rows:
         return None
 
     def seconds(d, row) -> float:
-        _, cfg, run, w, bw, _ = row
-        return decode_seconds(cfg, run, w, bw, d)[0]
+        _, cfg, run, w, bw, _, machine_name = row
+        return predicted_decode_seconds(cfg, run, w, bw, cal, machine_name, decode=d)[0]
 
     def residuals(v: dict[str, float]) -> list[float]:
         d = replace(cal.decode, **v)

@@ -17,10 +17,10 @@ from mlxfit.calibration import Calibration
 from mlxfit.cluster_hosts import HostMachine, Link
 from mlxfit.cluster_results import ClusterResult, HostPlan, Plan
 from mlxfit.config import Layer, ModelConfig
-from mlxfit.core import DEFAULT_MAX_CONTEXT, is_ultra, largest_true, run_at, totals_at
+from mlxfit.core import DEFAULT_MAX_CONTEXT, largest_true, run_at, totals_at
 from mlxfit.errors import UsageError
 from mlxfit.memory import Run, Term, kv_bytes_final, validate_run
-from mlxfit.speed import kv_read_term, layer_seconds, read_seconds
+from mlxfit.speed import decode_factors, kv_read_term, layer_seconds, read_seconds
 from mlxfit.tensors import TensorInfo
 from mlxfit.weights import is_embedding, is_expert, is_lm_head, is_vision
 
@@ -69,11 +69,10 @@ _HEAD_SHARDED = frozenset({"embed_q", "unembed_out"})  # MLA per-head matrices: 
 _LAYER_RE = re.compile(r"(?:^|\.)layers\.(\d+)\.")  # sharded_load's own pattern
 
 
-def _kv_read(sub: ModelConfig, run: Run, cal: Calibration, ultra: bool) -> int:
+def _kv_read(sub: ModelConfig, run: Run, cal: Calibration, machine_name: str) -> int:
     """Cache bytes a host reads per token, with the same decode factors fit applies."""
-    return kv_read_term(sub, run, cal.decode,
-                        fused_decode=cal.backend(run.backend).fused_decode_head_dims,
-                        ultra=ultra).bytes
+    fused, ultra = decode_factors(cal, run.backend, machine_name)
+    return kv_read_term(sub, run, cal.decode, fused_decode=fused, ultra=ultra).bytes
 
 
 # --------------------------------------------------------------------------- weights by role
@@ -403,9 +402,9 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     head_s = 0.0
     if speed_known:
         for h, sub, ob, oe in zip(hosts, subs, own, own_exp):
-            ultra = is_ultra(h.machine_name)
+            ultra = decode_factors(cal, run.backend, h.machine_name)[1]
             moe = sum(1 for ly in sub.layers if ly.moe)
-            read = _stage_read(cfg, ob, oe) + _kv_read(sub, run, cal, ultra)
+            read = _stage_read(cfg, ob, oe) + _kv_read(sub, run, cal, h.machine_name)
             stage_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
                            + layer_seconds(sub.num_layers, moe, d, fixed=False))
             head_s = max(head_s, read_seconds(_replicated_read(w), h.bandwidth_gbs, d,
@@ -513,11 +512,11 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
         if not speed_known:
             host_s.append(None)
             continue
-        ultra = is_ultra(h.machine_name)
+        ultra = decode_factors(cal, run.backend, h.machine_name)[1]
         moe = sum(1 for ly in sub.layers if ly.moe)
         read = own + repl - (exp * (1 - cfg.top_k / cfg.num_experts) if cfg.is_moe else 0)
         read -= 0 if w.tied else w.embedding
-        read += _kv_read(sub, run, cal, ultra)
+        read += _kv_read(sub, run, cal, h.machine_name)
         host_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
                       + layer_seconds(cfg.num_layers, moe, d))
     host_plans = tuple(

@@ -12,7 +12,7 @@ from typing import Any
 from mlxfit.calibration import Calibration
 from mlxfit.config import ModelConfig
 from mlxfit.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
-from mlxfit.speed import WeightsRead, decode_seconds
+from mlxfit.speed import WeightsRead, predicted_decode_seconds
 
 # Used when config.json has no max_position_embeddings: the solver needs an upper bound.
 DEFAULT_MAX_CONTEXT = 131072
@@ -59,11 +59,6 @@ def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
         phase=phase,
         extra=tuple(extra(run, phase)) if extra is not None else (),
     )
-
-
-def is_ultra(machine_name: str) -> bool:
-    """Ultra chips are two dies: the decode model applies its measured efficiency factor."""
-    return " ultra" in f" {machine_name.lower()}"
 
 
 def run_at(run: Run, n: int) -> Run:
@@ -199,10 +194,7 @@ def fit_core(
     elif not fits:
         warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
     else:
-        secs, st = decode_seconds(
-            cfg, run, weights, bandwidth_gbs, cal.decode,
-            fused_decode=cal.backend(run.backend).fused_decode_head_dims,
-            ultra=is_ultra(machine_name))
+        secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
         tps = 1.0 / secs
         speed_terms = tuple(st)
 

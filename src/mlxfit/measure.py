@@ -107,6 +107,23 @@ class Measurement:
         raise KeyError(name)
 
 
+def predict(inputs, run, cal, machine=None) -> tuple[Any, float | None]:
+    """What ``measure`` compares a run with, computed without mlx: (core.Totals of ``run``,
+    predicted decode tok/s on ``machine``). ``inputs``: api.ModelInputs; ``machine``: an
+    ``api.machine_for`` result or None. No tok/s without a machine bandwidth or on the cpu
+    backend (the decode model is Apple Silicon's unified memory)."""
+    from mlxfit.core import totals_at
+    from mlxfit.speed import predicted_decode_seconds
+
+    tot = totals_at(inputs.cfg, inputs.weights.total_bytes, run, cal)
+    bw = getattr(machine, "bandwidth_gbs", None)
+    tps = None
+    if bw and run.backend != "cpu":
+        tps = 1.0 / predicted_decode_seconds(inputs.cfg, run, inputs.weights, bw, cal,
+                                             machine.name)[0]
+    return tot, tps
+
+
 def measure(
     model: str,
     ctx: int,
@@ -138,10 +155,8 @@ def measure(
     """
     from mlxfit import api
     from mlxfit.calibration import load_calibration
-    from mlxfit.core import totals_at
     from mlxfit.memory import Run
     from mlxfit.sources import ModelSource, read_config, resolve_model
-    from mlxfit.speed import decode_seconds
 
     require_mlx()
     _check_tokens(ctx, gen, prefill_step_size)
@@ -202,20 +217,16 @@ def measure(
         rec = measure_folder(src.location, ctx, dtype_label=wdtype, **kw)
 
     cal = calibration or load_calibration(api.user_calibration())
-    tot = totals_at(inputs.cfg, inputs.weights.total_bytes, run, cal)
     m = None
     try:
         m = api.machine_for(machine)
     except MlxfitError as e:
         notes.append(f"machine unknown ({e}): no decode speed predicted")
     bw = getattr(m, "bandwidth_gbs", None)
-    tps = None
-    if bw:
-        tps = 1.0 / decode_seconds(inputs.cfg, run, inputs.weights, bw, cal.decode)[0]
+    tot, tps = predict(inputs, run, cal, m)
     if backend == "cpu":
         notes.append("backend cpu: mlxfit predicts decode speed for Apple Silicon's unified "
                      "memory only; tok/s are measured, not predicted")
-        tps = None
     elif not bw:
         notes.append("memory bandwidth unknown: no decode speed predicted (pass --machine)")
     if cal.source != "calibration.toml":
@@ -236,7 +247,8 @@ def measure(
         "weights_read": {"total_bytes": inputs.weights.total_bytes,
                          "expert_bytes": inputs.weights.expert_bytes,
                          "embedding_bytes": inputs.weights.embedding_bytes,
-                         "tied_embeddings": inputs.weights.tied_embeddings},
+                         "tied_embeddings": inputs.weights.tied_embeddings,
+                         "lookup_bytes": inputs.weights.lookup_bytes},
         "machine_info": None if m is None else {"name": m.name, "bandwidth_gbs": bw,
                                            "ram_bytes": m.ram_bytes},
         "predicted": {"backend": backend, "calibration": cal.source,

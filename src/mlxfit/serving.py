@@ -29,7 +29,7 @@ import shlex
 from dataclasses import dataclass, replace
 from typing import Any
 
-from mlxfit.calibration import Backend, Calibration, Decode
+from mlxfit.calibration import Backend, Calibration
 from mlxfit.config import ModelConfig
 from mlxfit.core import ExtraTerms
 from mlxfit.errors import UsageError
@@ -48,6 +48,7 @@ from mlxfit.memory import (
 )
 from mlxfit.speed import (
     WeightsRead,
+    decode_factors,
     kv_read_term,
     layer_seconds,
     read_seconds,
@@ -270,16 +271,16 @@ def extra_terms_fn(cfg: ModelConfig, cal: Calibration, serving: Serving) -> Extr
 
 
 def batched_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   dec: Decode, sequences: int, *,
-                   fused_decode: tuple[int, ...] = (64, 96, 128, 256),
-                   ultra: bool = False) -> dict[str, Any]:
+                   cal: Calibration, machine_name: str, sequences: int) -> dict[str, Any]:
     """Memory-bound estimate of one batched decode step of ``sequences`` sequences: weights read
     once (a MoE layer reads the union of the experts the batch routes to, uniform routing
     assumed), every sequence's attended KV, the calibrated fixed costs. Compute limits at large
     batches are not modelled: an upper bound. One sequence is exactly fit's decode estimate
-    (same KV-read factors, same Ultra efficiency)."""
+    (same KV-read factors, same Ultra efficiency: ``speed.decode_factors``)."""
+    dec = cal.decode
+    fused, ultra = decode_factors(cal, run.backend, machine_name)
     wr = weights_read_term(cfg, w)
-    kr = kv_read_term(cfg, run, dec, fused_decode=fused_decode, ultra=ultra)
+    kr = kv_read_term(cfg, run, dec, fused_decode=fused, ultra=ultra)
     read = wr.bytes
     if cfg.is_moe and w.expert_bytes and cfg.num_experts:
         one = cfg.top_k / cfg.num_experts

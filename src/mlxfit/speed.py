@@ -2,13 +2,17 @@
 
 seconds/token = bytes_read / (eta * bandwidth) + fixed_s + per_layer_s * layers
                 + per_moe_layer_s * moe_layers            (constants: calibration.toml [decode])
+
+``predicted_decode_seconds`` is the one predictor every verb calls (fit, the serving estimate,
+the chart, measure, calibrate): it takes the backend's fused decode head dims from the
+calibration and the Ultra factor from the machine name, so no caller assembles them itself.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mlxfit.calibration import Decode
+from mlxfit.calibration import Calibration, Decode
 from mlxfit.config import ModelConfig
 from mlxfit.memory import Run, Term, _layer_kv_bytes, attn_groups
 
@@ -44,11 +48,12 @@ def weights_read_term(cfg: ModelConfig, w: WeightsRead) -> Term:
 
 
 def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
-                 fused_decode: tuple[int, ...] = (64, 96, 128, 256), ultra: bool = False) -> Term:
+                 fused_decode: tuple[int, ...], ultra: bool = False) -> Term:
     """Attention reads every cached token it attends to (not the unused capacity); recurrent
     state is read and written once per token. Unfused decode attention (Gemma 2's softcap,
     head dims Metal's sdpa_vector lacks) reads the keys ~kv_unfused times; on Ultra chips a
-    GQA factor above 4 costs more blocks (MLX's 2-pass vector kernel)."""
+    GQA factor above 4 costs more blocks (MLX's 2-pass vector kernel). ``fused_decode``: the
+    backend's ``fused_decode_head_dims`` (calibration.toml; see ``decode_factors``)."""
     quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
     total = 0.0
     for a, count in attn_groups(cfg, run):
@@ -70,10 +75,34 @@ def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
                 {"ctx": run.ctx, "ultra": ultra})
 
 
+def is_ultra(machine_name: str) -> bool:
+    """Ultra chips are two dies: the decode model applies its measured efficiency factor."""
+    return " ultra" in f" {machine_name.lower()}"
+
+
+def decode_factors(cal: Calibration, backend: str, machine_name: str
+                   ) -> tuple[tuple[int, ...], bool]:
+    """(fused decode head dims of ``backend``, Ultra chip?): the two machine/backend facts a
+    decode prediction applies, from the calibration and the machine name."""
+    return cal.backend(backend).fused_decode_head_dims, is_ultra(machine_name)
+
+
+def predicted_decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                             cal: Calibration, machine_name: str, *,
+                             decode: Decode | None = None) -> tuple[float, list[Term]]:
+    """Seconds per generated token of ``run`` on the machine ``machine_name`` (its bandwidth
+    ``bandwidth_gbs``), with ``run.backend``'s fused head dims and the Ultra factor.
+    ``decode``: other decode constants than ``cal.decode`` (calibrate's trial values)."""
+    fused, ultra = decode_factors(cal, run.backend, machine_name)
+    return decode_seconds(cfg, run, w, bandwidth_gbs, cal.decode if decode is None else decode,
+                          fused_decode=fused, ultra=ultra)
+
+
 def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   cal: Decode, *, fused_decode: tuple[int, ...] = (64, 96, 128, 256),
+                   cal: Decode, *, fused_decode: tuple[int, ...],
                    ultra: bool = False) -> tuple[float, list[Term]]:
-    """Seconds per generated token; ``ultra`` applies the two-die efficiency factor."""
+    """Seconds per generated token; ``ultra`` applies the two-die efficiency factor. Callers
+    go through ``predicted_decode_seconds`` (which supplies both factors)."""
     wr = weights_read_term(cfg, w)
     kr = kv_read_term(cfg, run, cal, fused_decode=fused_decode, ultra=ultra)
     moe_layers = sum(1 for ly in cfg.layers if ly.moe)

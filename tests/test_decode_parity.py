@@ -1,0 +1,146 @@
+"""One decode predictor: every verb that shows or fits a decode speed agrees with ``fit``.
+
+``speed.predicted_decode_seconds`` applies the backend's fused decode head dims (from the
+calibration) and the Ultra factor (from the machine name). Before it existed, ``measure`` and
+``calibrate`` called the bare predictor without either factor: on an M3 Ultra 512GB,
+Qwen2.5-7B-Instruct-4bit at 32K was 74.3 tok/s in ``fit`` and 103.3 tok/s in ``measure``, and
+``calibrate`` fitted eta against the latter (counting the Ultra factor twice).
+
+Hand check of that fit number (shipped calibration: eta 0.948, ultra_eta 0.867, gqa_ultra
+0.134, per_layer_s 7.63e-5; 819 GB/s):
+  weights read   = 4,284,263,424 - 306,561,024 (untied input embedding) = 3,977,702,400 B
+  KV read        = 28 layers x 2 (K, V) x 4 kv heads x 128 x 2 B x 32,768 = 1,879,048,192 B,
+                   x (1 + 0.134 x 7) for gqa 28/4 = 7 > 4 on an Ultra     = 3,641,595,396 B
+  seconds/token  = 7,619,297,796 / (0.948 x 0.867 x 819e9) + 28 x 7.63e-5
+                 = 0.0113189 + 0.0021364 = 0.0134553 s          -> 74.32 tok/s
+  without the Ultra factors (the old measure/calibrate number):
+                   5,856,750,592 / (0.948 x 819e9) + 0.0021364 = 0.0096797 s -> 103.31 tok/s
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from mlxfit import api
+from mlxfit import serving as sv
+from mlxfit.calibrate import fit_decode
+from mlxfit.calibration import load_calibration
+from mlxfit.measure import predict
+from mlxfit.memory import Run
+from mlxfit.sources import resolve_model
+from mlxfit.speed import predicted_decode_seconds
+
+ULTRA = "M3 Ultra 512GB"
+CTX = 32768
+QWEN7 = "mlx-community/Qwen2.5-7B-Instruct-4bit"  # head dim 128 (fused), gqa 7: Ultra factors
+GEMMA4 = "mlx-community/gemma-4-26b-a4b-it-4bit"  # head dims 512 (unfused) and 256, gqa 8
+
+
+def _record(src, inputs, run: Run, machine) -> dict:
+    """A Metal record with the keys ``measure --save`` writes that calibrate's decode fit reads
+    (the measured speed is arbitrary: only the prediction for the record is compared)."""
+    w = inputs.weights
+    return {
+        "config": src.config, "ctx": run.ctx, "gen_tokens": run.gen,
+        "prefill_step_size": run.prefill_step, "kv_bits": run.kv_bits,
+        "kv_group_size": run.kv_group, "quantized_kv_start": run.quantized_kv_start,
+        "max_kv_size": run.max_kv_size, "backend": "metal", "decode_tok_s": 50.0,
+        "act_bytes": inputs.cfg.act_bytes,
+        "weights_read": {"total_bytes": w.total_bytes, "expert_bytes": w.expert_bytes,
+                         "embedding_bytes": w.embedding_bytes,
+                         "tied_embeddings": w.tied_embeddings, "lookup_bytes": w.lookup_bytes},
+        "machine_info": {"name": machine.name, "bandwidth_gbs": machine.bandwidth_gbs,
+                         "ram_bytes": machine.ram_bytes},
+        "predicted": {"backend": "metal", "decode_tps": None},
+    }
+
+
+def _calibrate_tps(rec: dict, cal) -> float:
+    d = fit_decode([rec], cal)
+    assert d is not None and d.n_records == 1
+    return d.rows[0].old_tps  # the record predicted with the calibration's own constants
+
+
+def _every_verb(model: str, cal) -> dict[str, float]:
+    """Decode tok/s of ``model`` at CTX on the Ultra, as each verb computes it."""
+    r = api.fit(model, CTX, machine=ULTRA, calibration=cal, chart=True)
+    src = resolve_model(model)
+    inputs = api.model_inputs(src)
+    m = api.machine_for(ULTRA)
+    _, measure_tps = predict(inputs, r.run, cal, m)
+    chart = {p.ctx: p.decode_tps for p in r.chart.points}
+    cluster = api.cluster(model, [ULTRA], CTX, calibration=cal)
+    assert cluster.chosen == "single"
+    batched = sv.batched_decode(inputs.cfg, r.run, inputs.weights, m.bandwidth_gbs, cal, m.name, 1)
+    return {
+        "fit": r.predicted_decode_tps,
+        "measure": measure_tps,
+        "calibrate": _calibrate_tps(_record(src, inputs, r.run, m), cal),
+        "chart": chart[CTX],
+        "cluster": cluster.plan.predicted_decode_tps,
+        "batched_1": batched["per_sequence_tps"],
+    }
+
+
+@pytest.mark.parametrize("model", [QWEN7, GEMMA4])
+def test_every_verb_predicts_fits_decode_speed_on_an_ultra(model):
+    cal = load_calibration()
+    tps = _every_verb(model, cal)
+    for verb, v in tps.items():
+        assert v == pytest.approx(tps["fit"], rel=1e-9), (verb, tps)
+
+
+def test_qwen7_on_the_ultra_is_the_hand_computed_figure():
+    cal = load_calibration()
+    d = cal.decode
+    tps = _every_verb(QWEN7, cal)
+    weights = 4_284_263_424 - 306_561_024
+    kv = 28 * 2 * 4 * 128 * 2 * CTX * (1 + d.gqa_ultra * 7)
+    secs = (weights + kv) / (d.eta * d.ultra_eta * 819e9) + 28 * d.per_layer_s
+    for verb, v in tps.items():
+        assert v == pytest.approx(1 / secs, rel=1e-6), verb
+    assert tps["fit"] == pytest.approx(74.32, abs=0.01)  # the docstring's figure
+
+
+def test_the_ultra_factor_and_the_fused_dims_change_the_prediction():
+    """So the parity above can fail: a non-Ultra name at the same bandwidth, and a backend
+    whose fused dims include Gemma 4's 512, give other speeds, in the predictor and in
+    calibrate's record."""
+    cal = load_calibration()
+    src = resolve_model(GEMMA4)
+    inputs = api.model_inputs(src)
+    m = api.machine_for(ULTRA)
+    run = Run(ctx=CTX, backend="metal")
+    ultra = 1 / predicted_decode_seconds(inputs.cfg, run, inputs.weights, m.bandwidth_gbs, cal,
+                                         m.name)[0]
+    plain = 1 / predicted_decode_seconds(inputs.cfg, run, inputs.weights, m.bandwidth_gbs, cal,
+                                         "M3 Max")[0]
+    assert plain > 1.1 * ultra
+    rec = _record(src, inputs, run, m)
+    assert _calibrate_tps(rec, cal) == pytest.approx(ultra, rel=1e-9)
+    rec_plain = dict(rec, machine_info=dict(rec["machine_info"], name="M3 Max"))
+    assert _calibrate_tps(rec_plain, cal) == pytest.approx(plain, rel=1e-9)
+
+    metal = cal.backend("metal")
+    assert 512 not in metal.fused_decode_head_dims
+    wide = replace(cal, backends={**cal.backends, "metal": replace(
+        metal, fused_decode_head_dims=metal.fused_decode_head_dims + (512,))})
+    tps_wide = _every_verb(GEMMA4, wide)
+    assert tps_wide["fit"] > 1.05 * ultra
+    for verb, v in tps_wide.items():
+        assert v == pytest.approx(tps_wide["fit"], rel=1e-9), (verb, tps_wide)
+
+
+def test_served_batched_estimate_takes_the_ultra_factors():
+    """fit_served's batched estimate (parallel 2) is batched_decode with the machine's name."""
+    cal = load_calibration()
+    r = api.fit(QWEN7, CTX, machine=ULTRA, parallel=2, prompt_cache=0, calibration=cal)
+    inputs = api.model_inputs(resolve_model(QWEN7))
+    two = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, ULTRA, 2)
+    plain = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, "M3 Max",
+                              2)
+    got = r.serving["batched_decode"]["aggregate_tps"]
+    assert got == pytest.approx(two["aggregate_tps"], rel=1e-12)
+    assert got < plain["aggregate_tps"]

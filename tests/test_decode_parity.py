@@ -144,3 +144,50 @@ def test_served_batched_estimate_takes_the_ultra_factors():
     got = r.serving["batched_decode"]["aggregate_tps"]
     assert got == pytest.approx(two["aggregate_tps"], rel=1e-12)
     assert got < plain["aggregate_tps"]
+
+
+# --------------------------------------------------------------------------- weights read
+
+
+def _gemma4_with_lookup_tables(folder):
+    """The catalog's Gemma 4 26B-A4B as a real folder (sparse safetensors from its headers) plus
+    a Gemma 3n/4-style per-layer lookup table of 262,144 rows x 30 layers x 256 (bf16, 4 GB)."""
+    from st_helpers import make_folder
+
+    from mlxfit.catalog import load_entry
+
+    entry = load_entry(GEMMA4)
+    spec = {t.name: (t.dtype, list(t.shape)) for t in entry.tensors}
+    lookup = "language_model.model.embed_tokens_per_layer.weight"
+    assert lookup not in spec
+    spec[lookup] = ("BF16", [262144, 30 * 256])
+    half = len(spec) // 2
+    names = list(spec)
+    shards = {"model-00001-of-00002.safetensors": {n: spec[n] for n in names[:half]},
+              "model-00002-of-00002.safetensors": {n: spec[n] for n in names[half:]}}
+    return make_folder(folder, entry.config, shards, index=True), 262144 * 30 * 256 * 2
+
+
+def test_single_host_cluster_reads_the_weights_fit_reads(tmp_path):
+    """The cluster planner reads weights by fit's rule (speed.weights_read_term): the per-layer
+    lookup tables are gathered, not streamed, so one host's plan is fit's tok/s; counting the
+    4 GB table as read (the old cluster rule) would be much slower."""
+    folder, lookup_bytes = _gemma4_with_lookup_tables(tmp_path / "g4")
+    cal = load_calibration()
+    r = api.fit(str(folder), CTX, machine=ULTRA, calibration=cal)
+    inputs = api.model_inputs(resolve_model(str(folder)))
+    assert inputs.weights.lookup_bytes == lookup_bytes
+    read = {t.name: t for t in r.speed_terms}["weights_read_per_token"]
+    assert read.inputs["lookup_skipped"] == lookup_bytes
+    c = api.cluster(str(folder), [ULTRA], CTX, calibration=cal)
+    assert c.chosen == "single"
+    assert c.plan.predicted_decode_tps == pytest.approx(r.predicted_decode_tps, rel=1e-9)
+
+    # The lookup bytes matter: streamed, they would cost lookup / (eta x ultra_eta x bw) more.
+    streamed = replace(inputs.weights, lookup_bytes=0)
+    slower = 1 / predicted_decode_seconds(inputs.cfg, r.run, streamed, r.bandwidth_gbs, cal,
+                                          ULTRA)[0]
+    d = cal.decode
+    assert 1 / slower - 1 / r.predicted_decode_tps == pytest.approx(
+        lookup_bytes / (d.eta * d.ultra_eta * r.bandwidth_gbs * 1e9), rel=1e-6)
+    assert c.plan.predicted_decode_tps > 1.2 * slower

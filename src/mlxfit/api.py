@@ -153,12 +153,12 @@ class ModelInputs:
 
 def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     """A ModelSource (folder, hf-cache snapshot or catalog entry) -> the model's fit inputs."""
-    from mlxfit.weights import summarize_weights
+    from mlxfit.weights import is_lookup_table, summarize_weights
 
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     w = summarize_weights(src.tensors, src.config, with_vision=with_vision)
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
-    lookup = sum(t.nbytes for t in src.tensors if "embed_tokens_per_layer" in t.name)
+    lookup = sum(t.nbytes for t in src.tensors if is_lookup_table(t.name))
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
                      lookup_bytes=lookup)

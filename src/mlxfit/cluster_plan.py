@@ -20,9 +20,16 @@ from mlxfit.config import Layer, ModelConfig
 from mlxfit.core import DEFAULT_MAX_CONTEXT, largest_true, run_at, totals_at
 from mlxfit.errors import UsageError
 from mlxfit.memory import Run, Term, kv_bytes_final, validate_run
-from mlxfit.speed import decode_factors, kv_read_term, layer_seconds, read_seconds
+from mlxfit.speed import (
+    WeightsRead,
+    decode_factors,
+    kv_read_term,
+    layer_seconds,
+    read_seconds,
+    weights_read_term,
+)
 from mlxfit.tensors import TensorInfo
-from mlxfit.weights import is_embedding, is_expert, is_lm_head, is_vision
+from mlxfit.weights import is_embedding, is_expert, is_lm_head, is_lookup_table, is_vision
 
 STRATEGIES = ("pipeline", "tensor", "auto")
 
@@ -90,6 +97,7 @@ class WeightsSplit:
     lm_head: int
     tied: bool
     expert_total: int
+    lookup: int = 0  # per-layer lookup tables (replicated; decode gathers rows, no stream)
 
     @property
     def layer_total(self) -> int:
@@ -102,11 +110,12 @@ def split_weights(tensors: Sequence[TensorInfo], num_layers: int,
     exact: sum(per_layer) + replicated == total (the total ``fit`` uses)."""
     per = [0] * num_layers
     per_exp = [0] * num_layers
-    total = replicated = emb = head = experts = 0
+    total = replicated = emb = head = experts = lookup = 0
     for t in tensors:
         if is_vision(t.name) and not with_vision:
             continue
         total += t.nbytes
+        lookup += t.nbytes if is_lookup_table(t.name) else 0
         exp = is_expert(t.name)
         experts += t.nbytes if exp else 0
         if is_embedding(t.name):
@@ -121,7 +130,7 @@ def split_weights(tensors: Sequence[TensorInfo], num_layers: int,
         else:
             replicated += t.nbytes
     return WeightsSplit(total, tuple(per), tuple(per_exp), replicated, emb, head,
-                        head == 0 and emb > 0, experts)
+                        head == 0 and emb > 0, experts, lookup)
 
 
 # --------------------------------------------------------------------------- pure planning
@@ -309,16 +318,18 @@ def _host_plan(h: HostMachine, cfg: ModelConfig, run: Run, cal: Calibration, *,
         decode_seconds=seconds, terms=terms)
 
 
-def _stage_read(cfg: ModelConfig, layer_bytes: int, layer_experts: int) -> float:
-    """Bytes of a block of layers read per token: routed experts at top_k/num_experts."""
-    if cfg.is_moe and layer_experts:
-        return layer_bytes - layer_experts * (1 - cfg.top_k / cfg.num_experts)
-    return float(layer_bytes)
+def _stage_read(cfg: ModelConfig, layer_bytes: int, layer_experts: int) -> int:
+    """Bytes of a block of layers read per token, by fit's rule (speed.weights_read_term):
+    routed experts at top_k/num_experts (no embedding or lookup table lives in a layer)."""
+    return weights_read_term(cfg, WeightsRead(layer_bytes, layer_experts, 0, True)).bytes
 
 
-def _replicated_read(w: WeightsSplit) -> int:
-    """Embeddings are a row lookup unless tied (the head then reads the whole table)."""
-    return w.replicated - (0 if w.tied else w.embedding)
+def _replicated_read(cfg: ModelConfig, w: WeightsSplit) -> int:
+    """The replicated weights read per token, by fit's rule: the input embedding is a row
+    lookup unless tied (the head then reads the whole table), per-layer lookup tables are
+    gathered, not streamed."""
+    return weights_read_term(cfg, WeightsRead(w.replicated, 0, w.embedding, w.tied,
+                                              w.lookup)).bytes
 
 
 def _pipeline_comm_bytes(cfg: ModelConfig, run: Run, n: int) -> int:
@@ -407,7 +418,7 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
             read = _stage_read(cfg, ob, oe) + _kv_read(sub, run, cal, h.machine_name)
             stage_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
                            + layer_seconds(sub.num_layers, moe, d, fixed=False))
-            head_s = max(head_s, read_seconds(_replicated_read(w), h.bandwidth_gbs, d,
+            head_s = max(head_s, read_seconds(_replicated_read(cfg, w), h.bandwidth_gbs, d,
                                               ultra=ultra))
     else:
         stage_s = [None] * n
@@ -432,7 +443,7 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
                  "bandwidth) + per-layer costs",
                  {hp.label: round(hp.decode_seconds or 0.0, 6) for hp in host_plans}),
             Term("head_seconds", 0, "replicated weights read (output head) on the slowest host",
-                 {"seconds": round(head_s, 6), "bytes": _replicated_read(w)}),
+                 {"seconds": round(head_s, 6), "bytes": _replicated_read(cfg, w)}),
             Term("comm_seconds", 0, "(N-1) sends + (N-1)-step all_gather of hidden x dtype",
                  {"seconds": round(comm_s, 6), "message_bytes": msg,
                   "latency_us": link.latency_s * 1e6, "bandwidth_gbs": link.bandwidth_gbs}),
@@ -514,8 +525,8 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
             continue
         ultra = decode_factors(cal, run.backend, h.machine_name)[1]
         moe = sum(1 for ly in sub.layers if ly.moe)
-        read = own + repl - (exp * (1 - cfg.top_k / cfg.num_experts) if cfg.is_moe else 0)
-        read -= 0 if w.tied else w.embedding
+        read = weights_read_term(cfg, WeightsRead(own + repl, exp, w.embedding, w.tied,
+                                                  w.lookup)).bytes
         read += _kv_read(sub, run, cal, h.machine_name)
         host_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
                       + layer_seconds(cfg.num_layers, moe, d))

@@ -87,6 +87,12 @@ def is_vision(name: str) -> bool:
     return not VISION_SEGMENTS.isdisjoint(name.split("."))
 
 
+def is_lookup_table(name: str) -> bool:
+    """A per-layer lookup table (Gemma 3n/4 ``embed_tokens_per_layer``): decode gathers rows
+    of it, it does not stream it (speed.WeightsRead.lookup_bytes)."""
+    return "embed_tokens_per_layer" in name
+
+
 def is_expert(name: str) -> bool:
     return ".experts." in name or "switch_mlp" in name
 

@@ -8,6 +8,10 @@ prompt token and every generated token one at a time.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlxfit.config import Attn
 
 STEP = 256  # KVCache.step / QuantizedKVCache.step / RotatingKVCache.step
 
@@ -42,6 +46,73 @@ class Schedule:
         if rest == 0:
             return full, self.chunk, full
         return full, rest, full + 1
+
+    # Chunk facts. Every byte term and the buffer check ask these, so that the size, the offset
+    # and the cache's precision of "prefill chunk n" (1-based) have one definition.
+
+    def chunk_at(self, n: int) -> Chunk:
+        """Prefill chunk ``n`` (1 <= n <= number of chunks): its size and the cache offset
+        before it. Every chunk is ``chunk`` tokens but the last, which holds the rest."""
+        full, last, total = self.chunks()
+        if not 1 <= n <= total:
+            raise ValueError(f"chunk {n} of a prefill of {total} chunks")
+        return Chunk(n, self.chunk if n <= full else last, (n - 1) * self.chunk)
+
+    def chunk_size(self, n: int) -> int:
+        return self.chunk_at(n).size
+
+    def offset_before(self, n: int) -> int:
+        """Tokens in the cache when chunk n starts (the cache's offset)."""
+        return self.chunk_at(n).offset_before
+
+    def offset_after(self, n: int) -> int:
+        """Tokens in the cache once chunk n is appended."""
+        return self.chunk_at(n).offset_after
+
+    def keys_seen(self, a: Attn, n: int) -> int:
+        """Keys chunk n's queries attend over (the score matrix's width): every token so far
+        (this chunk included) for a full cache; a RotatingKVCache's length after the update; a
+        ChunkedKVCache's kept window plus this chunk."""
+        c = self.chunk_at(n)
+        if a.cache == "rotating":
+            return rotating_size_prefill(self, a.window or 0, n)
+        if a.cache == "chunked":
+            return min(c.offset_after, (a.window or 0) + c.size)
+        return c.offset_after
+
+    def kv_quantized_during(self, n: int, kv_bits: int | None, quantized_kv_start: int) -> bool:
+        """Whether chunk n runs on a QuantizedKVCache. generate_step calls
+        maybe_quantize_kv_cache after each model call, converting once offset >=
+        quantized_kv_start: chunk n > 1 runs quantized when the offset before it reached the
+        start; the first chunk always runs on the full-precision cache, even with
+        --quantized-kv-start 0."""
+        return kv_bits is not None and n > 1 and self.offset_before(n) >= quantized_kv_start
+
+    def kv_converted_after(self, n: int, kv_bits: int | None, quantized_kv_start: int) -> bool:
+        """Whether the cache is converted right after chunk n (it ran full precision and its
+        tokens reach the start): that chunk holds the bf16 cache and its quantized copy."""
+        return (kv_bits is not None
+                and not self.kv_quantized_during(n, kv_bits, quantized_kv_start)
+                and self.offset_after(n) >= quantized_kv_start)
+
+    @property
+    def largest_call(self) -> int:
+        """Tokens of generate_step's largest model call: the first prefill chunk, or the
+        single-token step when the prompt is too short to be chunked."""
+        return max(self.chunk_size(1) if self.prefill_tokens > 0 else 0, 1)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One prefill chunk: generate_step's n-th multi-token model call (n from 1)."""
+
+    n: int
+    size: int
+    offset_before: int
+
+    @property
+    def offset_after(self) -> int:
+        return self.offset_before + self.size
 
 
 def _update(cap: int, off: int, k: int) -> tuple[int, int]:
@@ -121,13 +192,11 @@ def rotating_size_prefill(s: Schedule, window: int, n_chunks: int) -> int:
     """RotatingKVCache length after the n-th prefill chunk: a multi-token update keeps the
     last window-1 tokens it holds and appends the whole chunk, so the length is
     min(tokens before this chunk, window-1) + chunk."""
-    full, last, total = s.chunks()
-    n_chunks = min(n_chunks, total)
+    n_chunks = min(n_chunks, s.chunks()[2])
     if n_chunks <= 0:
         return 0
-    before = (n_chunks - 1) * s.chunk  # every chunk but possibly the last is full
-    this = s.chunk if n_chunks <= full else last
-    return min(before, window - 1) + this
+    c = s.chunk_at(n_chunks)
+    return min(c.offset_before, window - 1) + c.size
 
 
 def rotating_size_final(s: Schedule, window: int, tokens: int | None = None) -> int:

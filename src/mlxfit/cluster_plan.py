@@ -333,19 +333,18 @@ def _replicated_read(cfg: ModelConfig, w: WeightsSplit) -> int:
 
 
 def _pipeline_comm_bytes(cfg: ModelConfig, run: Run, n: int) -> int:
-    """Per host during a prefill chunk: the received hidden state and the all_gather output
-    (n copies), in the activation dtype."""
+    """Per host during the largest prefill chunk (Schedule.largest_call): the received hidden
+    state and the all_gather output (n copies), in the activation dtype."""
     if n == 1:
         return 0
-    chunk = min(run.prefill_step, run.ctx)
-    return (n + 1) * chunk * cfg.hidden * cfg.act_bytes
+    return (n + 1) * run.schedule().largest_call * cfg.hidden * cfg.act_bytes
 
 
 def _tp_comm_bytes(cfg: ModelConfig, run: Run, n: int) -> int:
-    """The all_sum's input and output of one chunk's hidden state."""
+    """The all_sum's input and output of the largest chunk's hidden state."""
     if n == 1:
         return 0
-    return 2 * min(run.prefill_step, run.ctx) * cfg.hidden * cfg.act_bytes
+    return 2 * run.schedule().largest_call * cfg.hidden * cfg.act_bytes
 
 
 PIPELINE_ASSUMPTIONS = (

@@ -89,7 +89,7 @@ def refuse_unsupported(cfg, run) -> None:
     validate_run(cfg, run)
     # deepseek_v32 keeps its MLA latent in a CacheList, which mlx-lm never quantizes (no
     # to_quantized): only the plain-KVCache MLA families fail.
-    if run.kv_bits is not None and run.ctx > run.quantized_kv_start and not cfg.own_cache and any(
+    if run.kv_quantized and not cfg.own_cache and any(
         a.mla for a, _ in attn_groups(cfg, run)
     ):
         raise UsageError(

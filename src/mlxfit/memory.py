@@ -32,6 +32,11 @@ class Run:
         return cs.Schedule(ctx=self.ctx if ctx is None else ctx, gen=self.gen,
                            chunk=self.prefill_step)
 
+    @property
+    def kv_quantized(self) -> bool:
+        """Whether the cache is a QuantizedKVCache once it holds the whole context."""
+        return self.kv_bits is not None and self.ctx > self.quantized_kv_start
+
 
 @dataclass(frozen=True)
 class Term:
@@ -117,8 +122,10 @@ def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
         return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
     cap = cs.full_capacity_prefill(s, n_chunks)
     if a.cache == "chunked":
-        full, last, _ = s.chunks()
-        return cs.chunked_tokens(cap, a.window or 0, s.chunk if n_chunks <= full else last)
+        n_chunks = min(n_chunks, s.chunks()[2])
+        if n_chunks < 1:
+            return 0
+        return cs.chunked_tokens(cap, a.window or 0, s.chunk_size(n_chunks))
     return cap
 
 
@@ -134,18 +141,6 @@ def tokens_final(a: Attn, s: cs.Schedule) -> int:
     return cap
 
 
-def keys_seen(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
-    """Keys the n-th chunk's queries attend over (the score matrix's width)."""
-    full, last, _ = s.chunks()
-    offset = min(n_chunks, full) * s.chunk + (last if n_chunks > full else 0)
-    if a.cache == "rotating":
-        return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
-    if a.cache == "chunked":
-        this = s.chunk if n_chunks <= full else last
-        return min(offset, (a.window or 0) + this)
-    return offset
-
-
 def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: int) -> float:
     if quantized and a.cache == "full":
         return tokens * quantized_per_token_bytes(a, run.kv_bits or 8, run.kv_group, act_bytes)
@@ -154,8 +149,7 @@ def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: 
 
 def kv_bytes_final(cfg: ModelConfig, run: Run) -> int:
     s = run.schedule()
-    quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
-    return int(sum(n * _layer_kv_bytes(a, tokens_final(a, s), quant, run, cfg.act_bytes)
+    return int(sum(n * _layer_kv_bytes(a, tokens_final(a, s), run.kv_quantized, run, cfg.act_bytes)
                    for a, n in attn_groups(cfg, run)))
 
 
@@ -166,7 +160,7 @@ def kv_term(cfg: ModelConfig, run: Run) -> Term:
     kinds: dict[str, int] = {}
     for a, n in groups:
         kinds[a.cache] = kinds.get(a.cache, 0) + n
-    quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
+    quant = run.kv_quantized
     return Term(
         "kv_cache",
         kv_bytes_final(cfg, run),
@@ -278,16 +272,17 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
     )
 
 
-def scores_term(cfg: ModelConfig, run: Run, c: int, n_chunk: int, be: Backend,
+def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
                 quantized: bool) -> Term:
     """The largest attention intermediate of one layer: unfused score matrices (plus the bool
     mask) and MLA's pe_scores and rebuilt per-head K/V; plus, added, a state-space mixer's
     chunked-scan intermediates."""
     s = run.schedule()
+    c = s.chunk_size(n_chunk)
     b = cfg.act_bytes
     best, best_in = 0.0, {}
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
-        k = keys_seen(a, s, n_chunk)
+        k = s.keys_seen(a, n_chunk)
         v = 0.0
         q_attn = quantized and a.cache == "full"
         unfused = attn_unfused(a, be, cfg, q_attn)
@@ -338,7 +333,7 @@ def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     s = run.schedule()
     best = 0.0
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
-        best = max(best, _layer_kv_bytes(a, keys_seen(a, s, n_chunk), quantized, run,
+        best = max(best, _layer_kv_bytes(a, s.keys_seen(a, n_chunk), quantized, run,
                                          cfg.act_bytes))
     return Term("kv_keys_copy", int(be.act_kv * best),
                 "act_kv x keys x one layer's KV bytes per token", {"act_kv": be.act_kv})
@@ -360,21 +355,18 @@ def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
 def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phase:
     """Caches and transient while the n-th prefill chunk runs."""
     s = run.schedule()
-    full, last, _ = s.chunks()
-    c = s.chunk if n_chunk <= full else last
-    offset_before = (n_chunk - 1) * s.chunk
-    offset_after = offset_before + c
+    c = s.chunk_size(n_chunk)
     start = run.quantized_kv_start
     # mlx-lm converts a cache after a model call (maybe_quantize_kv_cache), so the first chunk
     # always runs on the full-precision cache, even with --quantized-kv-start 0.
-    quant_now = run.kv_bits is not None and n_chunk > 1 and offset_before >= start
-    converting = run.kv_bits is not None and not quant_now and offset_after >= start
+    quant_now = s.kv_quantized_during(n_chunk, run.kv_bits, start)
+    converting = s.kv_converted_after(n_chunk, run.kv_bits, start)
     groups = attn_groups(cfg, run)
     kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
              for a, n in groups)
     terms = [
         activations_term(cfg, c, be),
-        scores_term(cfg, run, c, n_chunk, be, quant_now),
+        scores_term(cfg, run, n_chunk, be, quant_now),
         keys_copy_term(cfg, run, n_chunk, be, quant_now),
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
     ]
@@ -392,7 +384,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phas
 def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     """The last decode step: caches at the context, one layer's growth copy, the logits."""
     s = run.schedule()
-    quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
+    quant = run.kv_quantized
     kv = kv_bytes_final(cfg, run)
     copy = 0.0
     for a, _ in attn_groups(cfg, run):

@@ -40,7 +40,6 @@ from mlxfit.memory import (
     attn_groups,
     attn_unfused,
     decode_phase,
-    keys_seen,
     kv_bytes_final,
     peak_phase,
     prefill_phase,
@@ -324,7 +323,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
     the last prefill chunks (MLA: pe_scores and the rebuilt per-head K/V), one layer's cached
     keys, an MLP intermediate of a chunk, the decode logits."""
     s = run.schedule()
-    full, last, total = s.chunks()
+    total = s.chunks()[2]
     b = serving.prefill_batch if serving.sequences > 1 else 1
     n_seq = serving.sequences
     act = cfg.act_bytes
@@ -333,13 +332,13 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
     for n in {total, total - 1}:
         if n < 1:
             continue
-        c = s.chunk if n <= full else last
-        offset_before = (n - 1) * s.chunk
-        quant = run.kv_bits is not None and offset_before >= run.quantized_kv_start
+        c = s.chunk_size(n)
+        # The same rule as memory.prefill_phase: the first chunk never runs quantized.
+        quant = s.kv_quantized_during(n, run.kv_bits, run.quantized_kv_start)
         for a, _ in attn_groups(cfg, run):
             if a.cache == "shared":
                 continue
-            k = keys_seen(a, s, n)
+            k = s.keys_seen(a, n)
             cands = []
             if attn_unfused(a, be, cfg, quant and a.cache == "full"):
                 cands.append((b * a.q_heads * c * k * act,
@@ -358,7 +357,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
     if best_scores is not None:
         out.append(best_scores)
     kv_best: Buffer | None = None
-    quant_final = run.kv_bits is not None and run.ctx > run.quantized_kv_start
+    quant_final = run.kv_quantized
     for a, _ in attn_groups(cfg, run):
         if a.cache == "shared":
             continue
@@ -373,7 +372,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
     if kv_best is not None:
         out.append(kv_best)
     if total:
-        c = s.chunk if full else last
+        c = s.chunk_size(1)
         width = max(cfg.intermediate, cfg.top_k * max(cfg.moe_intermediate, cfg.hidden))
         out.append(Buffer("mlp intermediate (prefill)", b * c * width * act,
                           f"{b} x {c} tokens x {width} x {act} B"))

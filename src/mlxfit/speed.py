@@ -54,7 +54,7 @@ def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
     head dims Metal's sdpa_vector lacks) reads the keys ~kv_unfused times; on Ultra chips a
     GQA factor above 4 costs more blocks (MLX's 2-pass vector kernel). ``fused_decode``: the
     backend's ``fused_decode_head_dims`` (calibration.toml; see ``decode_factors``)."""
-    quant = run.kv_bits is not None and run.ctx > run.quantized_kv_start
+    quant = run.kv_quantized
     total = 0.0
     for a, count in attn_groups(cfg, run):
         if a.cache == "shared":

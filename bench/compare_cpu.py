@@ -25,7 +25,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 def predict(rec: dict, cal) -> tuple[int, int, int]:
     cfg = parse_config(rec["config"], act_bytes=DTYPE_BYTES[rec["dtype"]])
     run = Run(ctx=rec["ctx"], gen=rec.get("gen_tokens", 0) or 0,
-              prefill_step=rec["prefill_step_size"], kv_bits=rec.get("kv_bits"),
+              prefill_step_size=rec["prefill_step_size"], kv_bits=rec.get("kv_bits"),
               kv_group=rec.get("kv_group_size", 64),
               quantized_kv_start=rec.get("quantized_kv_start", 5000),
               max_kv_size=rec.get("max_kv_size"), backend="cpu")

@@ -215,7 +215,7 @@ def bandwidth(machine: str) -> float:
 
 
 def run_of(c: Case, ctx: int | None = None) -> Run:
-    return Run(ctx=ctx or c.P + c.G, gen=c.G, prefill_step=c.step, kv_bits=c.kv_bits,
+    return Run(ctx=ctx or c.P + c.G, gen=c.G, prefill_step_size=c.step, kv_bits=c.kv_bits,
                quantized_kv_start=c.qstart, max_kv_size=c.max_kv, backend="metal")
 
 

@@ -140,7 +140,7 @@ def _refused(r, kind):
 def test_sliding_window_model(advised):
     r, *_ = advised["sliding-window"]
     (pre,) = [o for o in _by(r, "prefill_step") if len(o.changes) == 1]
-    step = pre.result.run.prefill_step
+    step = pre.result.run.prefill_step_size
     assert pre.label == f"--prefill-step-size {step}" and step in (1024, 512, 256)
     assert "prompt processing slower" in pre.changes[0].cost
     # The smallest change: the next larger step does not fit.
@@ -238,7 +238,7 @@ def test_nothing_fits_says_so():
 
 
 def test_command_lines():
-    run = Run(ctx=8192, gen=100, prefill_step=512, kv_bits=4, quantized_kv_start=0)
+    run = Run(ctx=8192, gen=100, prefill_step_size=512, kv_bits=4, quantized_kv_start=0)
     assert command_line("org/m", run, Serving()) == (
         "mlx_lm.generate --model org/m --max-tokens 100 --prefill-step-size 512 --kv-bits 4 "
         "--quantized-kv-start 0 --prompt - < prompt.txt")

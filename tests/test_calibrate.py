@@ -57,7 +57,7 @@ def _with_cpu(cal, values):
 
 def _record(config, ctx, step, *, act_bytes=4, gen=1, cal=None, backend="cpu", **run_kw):
     cfg = parse_config(config, act_bytes=act_bytes)
-    run = Run(ctx=ctx, gen=gen, prefill_step=step, backend=backend, **run_kw)
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=step, backend=backend, **run_kw)
     t = totals_at(cfg, WEIGHTS, run, cal or SHIPPED)
     return {
         "config": config, "ctx": ctx, "gen_tokens": gen, "prefill_step_size": step,
@@ -145,7 +145,7 @@ def test_decode_eta_and_fixed_cost_from_metal_records(tmp_path):
         w = WeightsRead(total_bytes=4_000_000_000 if cfg is LLAMA128 else 900_000_000,
                         expert_bytes=600_000_000 if cfg is QWEN3_MOE else 0,
                         embedding_bytes=100_000_000, tied_embeddings=True)
-        run = Run(ctx=ctx, gen=1, prefill_step=2048, backend="metal")
+        run = Run(ctx=ctx, gen=1, prefill_step_size=2048, backend="metal")
         secs, _ = predicted_decode_seconds(parse_config(cfg, act_bytes=4), run, w, bw, cal_true,
                                            "M?")
         rec.update(decode_tok_s=1 / secs, machine_info={"name": "M?", "bandwidth_gbs": bw},

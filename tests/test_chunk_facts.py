@@ -56,7 +56,7 @@ SCORES = "attention (prefill)"
 
 
 def test_schedule_chunk_facts_worked_by_hand():
-    s = Schedule(ctx=4098, gen=0, chunk=2048)
+    s = Schedule(ctx=4098, gen=0, prefill_step_size=2048)
     assert s.chunks() == (2, 1, 3)
     assert [s.chunk_size(n) for n in (1, 2, 3)] == [2048, 2048, 1]
     assert [s.offset_before(n) for n in (1, 2, 3)] == [0, 2048, 4096]
@@ -90,15 +90,15 @@ def test_schedule_chunk_facts_worked_by_hand():
         with pytest.raises(ValueError):
             s.chunk_at(n)
 
-    assert Schedule(ctx=4097, gen=0, chunk=2048).chunks() == (2, 2048, 2)
-    short = Schedule(ctx=2000, gen=0, chunk=2048)
+    assert Schedule(ctx=4097, gen=0, prefill_step_size=2048).chunks() == (2, 2048, 2)
+    short = Schedule(ctx=2000, gen=0, prefill_step_size=2048)
     assert short.chunks() == (0, 1999, 1)
     assert (short.chunk_size(1), short.offset_before(1), short.largest_call) == (1999, 0, 1999)
     assert short.kv_quantized_during(1, 8, 0) is False
-    assert Schedule(ctx=1, gen=0, chunk=2048).chunks() == (0, 0, 0)
-    assert Schedule(ctx=1, gen=0, chunk=2048).largest_call == 1
+    assert Schedule(ctx=1, gen=0, prefill_step_size=2048).chunks() == (0, 0, 0)
+    assert Schedule(ctx=1, gen=0, prefill_step_size=2048).largest_call == 1
     # gen tokens are decoded one at a time: ctx 2100 with 101 generated leaves 1998 chunked.
-    assert Schedule(ctx=2100, gen=101, chunk=2048).largest_call == 1998
+    assert Schedule(ctx=2100, gen=101, prefill_step_size=2048).largest_call == 1998
 
 
 def test_run_kv_quantized_is_the_end_of_run_rule():
@@ -131,7 +131,7 @@ CASES = [
 @pytest.mark.parametrize(("ctx", "step", "start", "expected"), CASES)
 def test_buffer_check_agrees_with_the_prefill_terms(q8b, ctx, step, start, expected):
     cfg, be = q8b
-    run = Run(ctx=ctx, prefill_step=step, kv_bits=8, quantized_kv_start=start)
+    run = Run(ctx=ctx, prefill_step_size=step, kv_bits=8, quantized_kv_start=start)
     total = run.schedule().chunks()[2]
     from_terms = []
     for n in {total, total - 1} - {0}:

@@ -44,7 +44,7 @@ def _record(src, inputs, run: Run, machine) -> dict:
     w = inputs.weights
     return {
         "config": src.config, "ctx": run.ctx, "gen_tokens": run.gen,
-        "prefill_step_size": run.prefill_step, "kv_bits": run.kv_bits,
+        "prefill_step_size": run.prefill_step_size, "kv_bits": run.kv_bits,
         "kv_group_size": run.kv_group, "quantized_kv_start": run.quantized_kv_start,
         "max_kv_size": run.max_kv_size, "backend": "metal", "decode_tok_s": 50.0,
         "act_bytes": inputs.cfg.act_bytes,

@@ -59,7 +59,7 @@ def test_odd_prefill_step_trims_then_steps():
     1000 % 256 != 0) trims to 1000 and adds 1024 -> 2024; chunk 3 -> 2000 + 1024 = 3024;
     remainder 499 at offset 3000 fits (3499 > 3024? yes: trims to 3000, + 512 = 3512).
     Qwen3-0.6B ctx 3500: prefill 3499 tokens; the last token 3500 fits in 3512."""
-    assert kv("Qwen__Qwen3-0.6B.json", 3500, prefill_step=1000) == 3512 * 114_688
+    assert kv("Qwen__Qwen3-0.6B.json", 3500, prefill_step_size=1000) == 3512 * 114_688
 
 
 def test_mistral_sliding_window_ignored_and_qwen2_use_sliding_false():

@@ -64,7 +64,7 @@ def test_quantized_kv_start_regime():
 def test_chunk_bound_regime():
     """With a small prefill step the chunk's activations are small; the solver still lands on
     a boundary where n fits and n+1 does not."""
-    check_boundary(cfg("Qwen__Qwen3-8B.json"), Run(ctx=1, prefill_step=256), 3000)
+    check_boundary(cfg("Qwen__Qwen3-8B.json"), Run(ctx=1, prefill_step_size=256), 3000)
 
 
 def test_nothing_fits_returns_zero():
@@ -97,7 +97,7 @@ def test_prefill_step_is_the_lever_at_long_context():
     """Smaller chunks shrink the transient: 256 < 2048 for an unfused model at 128K."""
     g = cfg("Creekside__gemma-3-4b-text__variant.json")
     big = totals_at(g, WEIGHTS, Run(ctx=131072), CAL).total
-    small = totals_at(g, WEIGHTS, Run(ctx=131072, prefill_step=256), CAL).total
+    small = totals_at(g, WEIGHTS, Run(ctx=131072, prefill_step_size=256), CAL).total
     assert small < big
 
 
@@ -121,7 +121,7 @@ def test_bad_runs_are_usage_errors():
     kw = {"model": "m", "source_kind": "folder", "cfg": c,
               "weights": WeightsRead(WEIGHTS, 0, 0, False), "cal": CAL, "machine_name": "x",
               "ram_bytes": 1, "bandwidth_gbs": None, "usable_bytes": 1, "usable_source": "x"}
-    for run in (Run(ctx=0), Run(ctx=-5), Run(ctx=100, gen=100), Run(ctx=100, prefill_step=0),
+    for run in (Run(ctx=0), Run(ctx=-5), Run(ctx=100, gen=100), Run(ctx=100, prefill_step_size=0),
                 Run(ctx=100, kv_bits=7)):
         with pytest.raises(UsageError):
             fit_core(run=run, **kw)

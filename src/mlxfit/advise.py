@@ -300,14 +300,14 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
     cfg = s.ev.cfg
     out: list[_Lever] = []
 
-    steps = prefill_steps_below(run.prefill_step)
+    steps = prefill_steps_below(run.prefill_step_size)
     if steps:
         out.append(_discrete("prefill_step", RANK["prefill_step"], [
             (lambda c, st=st: _change(c, Change(
                 "prefill_step", f"--prefill-step-size {st}",
-                f"prompt processing slower ({st}-token chunks instead of {c.run.prefill_step} use "
+                f"prompt processing slower ({st}-token chunks instead of {c.run.prefill_step_size} use "
                 "the GPU less efficiently); the transient shrinks, the output is identical"),
-                run=replace(c.run, prefill_step=st)))
+                run=replace(c.run, prefill_step_size=st)))
             for st in steps]))
 
     k = serving.cached_prompts

@@ -108,7 +108,7 @@ def fit(
 
     if advise not in (False, None, "auto", True):
         raise UsageError(f"advise must be True, False or 'auto', got {advise!r}")
-    run = Run(ctx=ctx, gen=gen, prefill_step=prefill_step_size, kv_bits=kv_bits,
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
               kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
               max_kv_size=max_kv_size, backend=backend)
     src = resolve_model(model, revision=revision, progress=progress)

@@ -26,7 +26,7 @@ class Schedule:
 
     ctx: int
     gen: int
-    chunk: int
+    prefill_step_size: int
 
     @property
     def prompt(self) -> int:
@@ -42,9 +42,9 @@ class Schedule:
         p = self.prefill_tokens
         if p <= 0:
             return 0, 0, 0
-        full, rest = divmod(p, self.chunk)
+        full, rest = divmod(p, self.prefill_step_size)
         if rest == 0:
-            return full, self.chunk, full
+            return full, self.prefill_step_size, full
         return full, rest, full + 1
 
     # Chunk facts. Every byte term and the buffer check ask these, so that the size, the offset
@@ -52,11 +52,11 @@ class Schedule:
 
     def chunk_at(self, n: int) -> Chunk:
         """Prefill chunk ``n`` (1 <= n <= number of chunks): its size and the cache offset
-        before it. Every chunk is ``chunk`` tokens but the last, which holds the rest."""
+        before it. Every chunk is ``prefill_step_size`` tokens but the last, which holds the rest."""
         full, last, total = self.chunks()
         if not 1 <= n <= total:
             raise ValueError(f"chunk {n} of a prefill of {total} chunks")
-        return Chunk(n, self.chunk if n <= full else last, (n - 1) * self.chunk)
+        return Chunk(n, self.prefill_step_size if n <= full else last, (n - 1) * self.prefill_step_size)
 
     def chunk_size(self, n: int) -> int:
         return self.chunk_at(n).size
@@ -163,12 +163,12 @@ def full_capacity_prefill(s: Schedule, n_chunks: int) -> int:
     if n_chunks <= 0:
         return 0
     n_full = min(n_chunks, full)
-    if s.chunk % STEP == 0:
-        cap = n_full * s.chunk
+    if s.prefill_step_size % STEP == 0:
+        cap = n_full * s.prefill_step_size
         if n_chunks > full:  # the short last chunk
             cap += _ceil_to(last, STEP)
         return cap
-    cap, off = capacity_after_equal_updates(n_full, s.chunk)
+    cap, off = capacity_after_equal_updates(n_full, s.prefill_step_size)
     if n_chunks > full:
         cap, off = _update(cap, off, last)
     return cap

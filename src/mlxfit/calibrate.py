@@ -111,7 +111,7 @@ def prepare(rec: dict, i: int = 0) -> Sample:
         raise ValueError(f"activation dtype unknown ({rec.get('dtype')!r})")
     cfg = parse_config(rec["config"], act_bytes=int(act), where=_record_name(rec, i))
     run = Run(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
-              prefill_step=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
+              prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
               kv_group=int(rec.get("kv_group_size") or 64),
               quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
               max_kv_size=rec.get("max_kv_size"), backend=backend)
@@ -326,7 +326,7 @@ def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, f
         try:
             cfg = parse_config(rec["config"], act_bytes=int(rec["act_bytes"]))
             run = Run(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
-                      prefill_step=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
+                      prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
                       kv_group=int(rec.get("kv_group_size") or 64),
                       quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
                       max_kv_size=rec.get("max_kv_size"), backend="metal")

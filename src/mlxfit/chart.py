@@ -375,8 +375,8 @@ def kinks_for(cfg: Any, run: Any) -> list[Kink]:
                     if a.cache == "rotating" else "the attention chunk is full")
             out.setdefault(a.window, f"{what}: {n} layers stop growing")
     # The prompt is ctx - gen tokens, its first prompt - 1 are prefilled in chunks.
-    out.setdefault(run.prefill_step + 1 + run.gen,
-                   f"prefill step {run.prefill_step}: longer prompts are chunked")
+    out.setdefault(run.prefill_step_size + 1 + run.gen,
+                   f"prefill step {run.prefill_step_size}: longer prompts are chunked")
     if run.kv_bits is not None and run.quantized_kv_start > 0:
         out.setdefault(run.quantized_kv_start + 1,
                        f"the KV cache is quantized to {run.kv_bits} bits beyond this")

@@ -55,7 +55,7 @@ def render_measurement(m: Any, out: Any) -> None:
     mk = f", --max-kv-size {run.max_kv_size}" if run.max_kv_size else ""
     out.print(f"[bold]{m.model}[/] ({m.source_kind}, {kind}, {m.dtype}) on MLX's "
               f"[bold]{m.backend}[/] backend: {run.ctx:,} tokens ({run.ctx - run.gen:,} prompt "
-              f"in chunks of {run.prefill_step:,}, {run.gen:,} generated{kv}{mk})",
+              f"in chunks of {run.prefill_step_size:,}, {run.gen:,} generated{kv}{mk})",
               soft_wrap=True)
     scale, name = _unit(m.term("peak").measured)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)

@@ -133,7 +133,7 @@ def cluster(
     lk = link if isinstance(link, Link) else resolve_link(str(link), link_latency_us, link_gbs)
     if isinstance(extra.get("backend"), str):
         lk = replace(lk, backend=extra["backend"])
-    run = Run(ctx=ctx, gen=gen, prefill_step=prefill_step_size, kv_bits=kv_bits,
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
               kv_group=kv_group_size, quantized_kv_start=quantized_kv_start, backend=backend)
     src = resolve_model(model, revision=revision)
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"

@@ -150,7 +150,7 @@ def launch_commands(r: ClusterResult) -> dict[str, str]:
     if strat == "single":
         launch = ""
     bench = (f"{launch} {py}mlx_lm.benchmark --model {model}{flag} -p {prompt} -g {gen} "
-             f"--prefill-step-size {r.run.prefill_step} -n 1").strip()
+             f"--prefill-step-size {r.run.prefill_step_size} -n 1").strip()
     serve = f"{launch} {py}mlx_lm.server --model {model}{flag}".strip()
     return {"benchmark": bench, "server": serve}
 

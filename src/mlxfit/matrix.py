@@ -151,7 +151,7 @@ def matrix(
     macos_major = macos or 26  # as `fit --machine`: what a Mac bought today runs
     t = table if table is not None else mach.load_sku_table()
     skus = filter_skus(mach.all_skus(macos_major=macos_major, table=t), chips)
-    run = Run(ctx=ctx, gen=gen, prefill_step=prefill_step_size, kv_bits=kv_bits,
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
               kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
               max_kv_size=max_kv_size, backend=backend)
     src = resolve_model(model, revision=revision)

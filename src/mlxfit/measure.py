@@ -183,7 +183,7 @@ def measure(
         wdtype = _dtype_from_tensors(src.tensors) or "checkpoint"
 
     backend = _backend_in_use()
-    run = Run(ctx=ctx, gen=gen, prefill_step=prefill_step_size, kv_bits=kv_bits,
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
               kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
               max_kv_size=max_kv_size, backend=backend)
     if src is not None:
@@ -300,7 +300,7 @@ def measurement_to_json(m: Measurement) -> dict:
         "dtype": m.dtype,
         "backend": m.backend,
         "calibration": m.calibration,
-        "run": {"ctx": m.run.ctx, "gen": m.run.gen, "prefill_step_size": m.run.prefill_step,
+        "run": {"ctx": m.run.ctx, "gen": m.run.gen, "prefill_step_size": m.run.prefill_step_size,
                 "kv_bits": m.run.kv_bits, "kv_group_size": m.run.kv_group,
                 "quantized_kv_start": m.run.quantized_kv_start,
                 "max_kv_size": m.run.max_kv_size},

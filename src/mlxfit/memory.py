@@ -21,7 +21,7 @@ class Run:
 
     ctx: int
     gen: int = 0
-    prefill_step: int = 2048
+    prefill_step_size: int = 2048
     kv_bits: int | None = None
     kv_group: int = 64
     quantized_kv_start: int = 5000
@@ -30,7 +30,7 @@ class Run:
 
     def schedule(self, ctx: int | None = None) -> cs.Schedule:
         return cs.Schedule(ctx=self.ctx if ctx is None else ctx, gen=self.gen,
-                           chunk=self.prefill_step)
+                           prefill_step_size=self.prefill_step_size)
 
     @property
     def kv_quantized(self) -> bool:
@@ -53,8 +53,8 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
         raise UsageError(f"--ctx {run.ctx} is beyond any model's context")
     if run.gen < 0 or run.gen >= run.ctx:
         raise UsageError(f"--gen must be between 0 and --ctx - 1, got {run.gen}")
-    if run.prefill_step < 1:
-        raise UsageError(f"--prefill-step-size must be positive, got {run.prefill_step}")
+    if run.prefill_step_size < 1:
+        raise UsageError(f"--prefill-step-size must be positive, got {run.prefill_step_size}")
     if run.kv_bits is not None:
         if run.kv_bits not in (2, 3, 4, 5, 6, 8):
             raise UsageError(f"--kv-bits must be one of 2,3,4,5,6,8, got {run.kv_bits}")
@@ -389,7 +389,7 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     copy = 0.0
     for a, _ in attn_groups(cfg, run):
         # The step that last grew (or trimmed) the cache held the old buffer beside the new.
-        before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.chunk))
+        before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size))
         if a.cache == "rotating":
             before = tokens_prefill(a, s, s.chunks()[2])
         copy = max(copy, _layer_kv_bytes(a, before, quant, run, cfg.act_bytes))

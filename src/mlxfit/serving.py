@@ -422,7 +422,7 @@ def summary(serving: Serving, run: Run, cfg: ModelConfig) -> dict[str, Any]:
         "batched": serving.server and not batch_blockers(cfg, run, serving),
         "draft_model": serving.draft.name if serving.draft else None,
         "num_draft_tokens": NUM_DRAFT_TOKENS if serving.draft else None,
-        "prefill_step_size": run.prefill_step,
+        "prefill_step_size": run.prefill_step_size,
     }
 
 
@@ -431,8 +431,8 @@ def command_line(model: str, run: Run, serving: Serving) -> str:
     serving set-up. ``mlx_lm.generate`` reads the prompt from stdin (``--prompt -``)."""
     q = shlex.quote
     kv: list[str] = []
-    if run.prefill_step != 2048:
-        kv += ["--prefill-step-size", str(run.prefill_step)]
+    if run.prefill_step_size != 2048:
+        kv += ["--prefill-step-size", str(run.prefill_step_size)]
     if run.kv_bits is not None:
         kv += ["--kv-bits", str(run.kv_bits)]
         if run.kv_group != 64:

@@ -67,7 +67,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None, help="default: mlxfit.hub.MAX_WORKERS")
     args = ap.parse_args()
 
-    from mlxfit import hub
+    from mlxfit.sources.hub import fetch as hub
 
     work = Path(tempfile.mkdtemp(prefix="mlxfit-bench-hub-"))
     server = None

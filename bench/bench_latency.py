@@ -93,7 +93,7 @@ def main() -> None:
             tgt = f"{targets[name]:.1f}" if name in targets else ""
             print(f"{name:26s} {med:9.3f} {med / floor:8.2f} {tgt:>7s}")
 
-        from mlxfit.safetensors_header import read_headers
+        from mlxfit.sources.safetensors_header import read_headers
 
         paths = make_many_shards(Path(d) / "scan", 1000, 200)
         read_headers(paths)  # warm the page cache: this times parsing, not the disk

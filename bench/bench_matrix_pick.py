@@ -78,7 +78,7 @@ def build_235b(root: Path) -> Path:
 
 def build_cache(root: Path, folder_235b: Path) -> Path:
     """A hub cache with the 235B and a handful of catalog models (sparse), for pick."""
-    from mlxfit.catalog import load_entry
+    from mlxfit.sources.catalog import load_entry
 
     cache = root / "hub"
     cfg235 = json.loads((folder_235b / "config.json").read_text())
@@ -137,10 +137,10 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=7)
     runs = ap.parse_args().runs
 
-    from mlxfit.catalog import load_entry
-    from mlxfit.machine import all_skus
-    from mlxfit.matrix import matrix
-    from mlxfit.pick import pick
+    from mlxfit.hardware.resolve import all_skus
+    from mlxfit.sources.catalog import load_entry
+    from mlxfit.verbs.matrix import matrix
+    from mlxfit.verbs.pick import pick
 
     n_skus = len(all_skus())
     with tempfile.TemporaryDirectory() as d:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measurement campaign on MLX's CPU backend: tiny random-weight models of each family.
 
-Every run goes through ``mlxfit.measure.measure_run`` (mlx-lm's own model classes and its own
+Every run goes through ``mlxfit.measure_run`` (mlx-lm's own model classes and its own
 ``generate_step``) and is written as one JSON line to ``bench/results/cpu_measurements.jsonl``
 with the full config used. MLX's CPU backend counts bytes exactly, so these records are ground
 truth for the weights, the caches and the transients of MLX's CPU backend; see
@@ -464,7 +464,7 @@ def main(argv=None) -> int:
     _maybe_reexec_with_openblas(args)
 
     sys.path.insert(0, str(REPO / "src"))
-    from mlxfit.measure import measure_run
+    from mlxfit.verbs.measure.run import measure_run
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
     t_start = time.perf_counter()

@@ -45,16 +45,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from metal_descriptors import load_descriptor
 
-from mlxfit.api import activation_bytes
-from mlxfit.calibration import Calibration, parse_calibration
-from mlxfit.config import ModelConfig, parse_config
-from mlxfit.core import totals_at
-from mlxfit.machine import resolve_machine
-from mlxfit.memory import Run, decode_phase, prefill_phase
+from mlxfit.calibration.constants import Calibration, parse_calibration
+from mlxfit.estimate.memory import Run, decode_phase, prefill_phase
+from mlxfit.estimate.solve import totals_at
+from mlxfit.estimate.speed import decode_seconds, kv_read_term, weights_read_term
+from mlxfit.hardware.resolve import resolve_machine
+from mlxfit.model.config import ModelConfig, parse_config
+from mlxfit.model.inputs import WeightsRead, activation_bytes
+from mlxfit.model.tensors import TensorInfo
+from mlxfit.model.weights import summarize_weights
 from mlxfit.resources import data_path
-from mlxfit.speed import WeightsRead, decode_seconds, kv_read_term, weights_read_term
-from mlxfit.tensors import TensorInfo
-from mlxfit.weights import summarize_weights
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = ROOT / "bench" / "results" / "metal_published.jsonl"
@@ -192,7 +192,7 @@ def map_row(i: int, r: dict) -> Case | Skipped:
 class Model:
     cfg: ModelConfig
     w: WeightsRead  # without per-layer lookup tables subtracted (tps_form applies that itself)
-    w_native: WeightsRead  # as mlxfit.api builds it (lookup_bytes where this mlxfit has the field)
+    w_native: WeightsRead  # as mlxfit.verbs.fit builds it (lookup_bytes where this mlxfit has the field)
 
 
 @cache
@@ -392,7 +392,7 @@ SCALE = {"base_bytes": 1e8}
 # --------------------------------------------------------------------------- formula variants
 #
 # Variants of the transient and speed formulas, evaluated here without touching src/: the peak
-# is recombined from mlxfit.memory's own candidate phases (decode, last two prefill chunks) and
+# is recombined from mlxfit.estimate.memory's own candidate phases (decode, last two prefill chunks) and
 # their terms, the speed from mlxfit.speed's byte terms.
 #   floor      transient activations >= floor * min(1, chunk / c0)   (Metal command-buffer floor)
 #   softcap    x score arrays for hand-written softcapped attention (cfg.scores_always: Gemma 2)

@@ -74,7 +74,7 @@ def seed_headers() -> list[bytes]:
         [(f"t{i}", d, [i + 1]) for i, d in enumerate(
             ["BOOL", "U8", "U16", "I16", "U32", "I32", "U64", "I64", "F64", "C64"])],
     ]
-    from mlxfit.tensors import DTYPE_BYTES
+    from mlxfit.model.tensors import DTYPE_BYTES
 
     for spec in specs:
         sizes = []

@@ -26,13 +26,13 @@ import atheris
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 with atheris.instrument_imports(include=["mlxfit"]):
-    from mlxfit.calibration import load_calibration
-    from mlxfit.config import FAMILIES, REMAP, parse_config
-    from mlxfit.core import totals_at
+    from mlxfit.calibration.load import load_calibration
     from mlxfit.errors import MlxfitError
-    from mlxfit.memory import Run
-    from mlxfit.sources import read_config
-    from mlxfit.weights import parse_quantization
+    from mlxfit.estimate.memory import Run
+    from mlxfit.estimate.solve import totals_at
+    from mlxfit.model.config import FAMILIES, REMAP, parse_config
+    from mlxfit.model.weights import parse_quantization
+    from mlxfit.sources.folder import read_config
 
 from _common import check_one_line, scratch_dir, seed_configs
 

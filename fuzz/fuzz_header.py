@@ -28,8 +28,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 with atheris.instrument_imports(include=["mlxfit"]):
     from mlxfit.errors import WeightsError
-    from mlxfit.safetensors_header import read_header, read_headers
-    from mlxfit.tensors import DTYPE_BYTES
+    from mlxfit.model.tensors import DTYPE_BYTES
+    from mlxfit.sources.safetensors_header import read_header, read_headers
 
 from _common import check_one_line, scratch_dir
 

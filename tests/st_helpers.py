@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from mlxfit.tensors import DTYPE_BYTES
+from mlxfit.model.tensors import DTYPE_BYTES
 
 Spec = dict[str, tuple[str, list[int]]]  # tensor name -> (dtype, shape)
 
@@ -175,7 +175,7 @@ def _time_scan(n_shards: int, per_shard: int) -> None:
     import tempfile
     import time
 
-    from mlxfit.safetensors_header import read_headers
+    from mlxfit.sources.safetensors_header import read_headers
 
     with tempfile.TemporaryDirectory() as d:
         paths = make_many_shards(Path(d), n_shards, per_shard)
@@ -189,7 +189,7 @@ def _time_scan(n_shards: int, per_shard: int) -> None:
         t = time.perf_counter()
         from safetensors import safe_open
 
-        from mlxfit.tensors import TensorInfo
+        from mlxfit.model.tensors import TensorInfo
 
         out = []
         for p in paths:

@@ -10,18 +10,17 @@ import shlex
 import pytest
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit.advise import (
+import mlxfit
+from mlxfit.cli.app import app
+from mlxfit.estimate.memory import Run
+from mlxfit.estimate.serving import Serving, command_line
+from mlxfit.verbs.advise import (
     RANK,
-    command_line,
     prefill_steps_below,
     quant_family,
     wired_cap_mb,
     wired_needed_mb,
 )
-from mlxfit.cli import app
-from mlxfit.memory import Run
-from mlxfit.serving import Serving
 
 runner = CliRunner()
 M4PRO = "M4 Pro 24GB"
@@ -92,7 +91,7 @@ def rerun_kwargs(option, base_kw: dict) -> tuple[str, dict]:
 def advised():
     out = {}
     for name, (model, ctx, kw) in CASES.items():
-        r = api.fit(model, ctx, advise=True, **kw)
+        r = mlxfit.fit(model, ctx, advise=True, **kw)
         out[name] = (r, model, ctx, kw)
     return out
 
@@ -105,7 +104,7 @@ def test_every_option_fits_when_rerun_from_its_command(advised, case):
         m, rkw = rerun_kwargs(o, kw)
         assert m == o.model
         n = o.result.context_tokens
-        again = api.fit(m, n, **rkw)
+        again = mlxfit.fit(m, n, **rkw)
         assert again.runs, (case, o.label, o.command)
         assert again.total_bytes == o.result.total_bytes
         assert again.max_safe_context == o.result.max_safe_context
@@ -144,7 +143,7 @@ def test_sliding_window_model(advised):
     assert pre.label == f"--prefill-step-size {step}" and step in (1024, 512, 256)
     assert "prompt processing slower" in pre.changes[0].cost
     # The smallest change: the next larger step does not fit.
-    assert not api.fit(GEMMA, 32768, machine=M4PRO, prefill_step_size=2 * step).fits
+    assert not mlxfit.fit(GEMMA, 32768, machine=M4PRO, prefill_step_size=2 * step).fits
     assert "RotatingKVCache" in _refused(r, "kv_bits")
     assert "make_cache()" in _refused(r, "max_kv_size")
     assert not _by(r, "kv_bits_8") and not _by(r, "max_kv_size")
@@ -165,7 +164,7 @@ def test_wired_limit_is_the_smallest_that_fits(advised):
     assert mb == wired_needed_mb(r.total_bytes) and mb % 256 == 0
     assert mb * 2**20 >= r.total_bytes > (mb - 256) * 2**20
     assert mb <= wired_cap_mb(24 * 2**30) == 20 * 1024
-    assert not api.fit(GEMMA, 32768, machine=M4PRO, wired_limit_mb=mb - 256).fits
+    assert not mlxfit.fit(GEMMA, 32768, machine=M4PRO, wired_limit_mb=mb - 256).fits
     assert "macOS" in o.changes[0].cost and "iogpu.wired_limit_mb=0" in o.changes[0].cost
 
 
@@ -183,7 +182,7 @@ def test_kv_bits_needs_unfused_room_moe(advised):
     (mk,) = _by(r, "max_kv_size")
     v = mk.result.run.max_kv_size
     assert v % 256 == 0 and "forgets" in mk.changes[0].cost
-    assert not api.fit(Q30, 32768, memory_budget_gb=20.7, max_kv_size=v + 256).fits
+    assert not mlxfit.fit(Q30, 32768, memory_budget_gb=20.7, max_kv_size=v + 256).fits
 
 
 def test_smaller_quant_from_the_catalog(advised):
@@ -225,14 +224,14 @@ def test_buffer_problem_advice(advised):
 
 
 def test_no_advice_needed_when_it_fits():
-    r = api.fit(Q8B, 8192, machine=M4PRO, advise=True)
+    r = mlxfit.fit(Q8B, 8192, machine=M4PRO, advise=True)
     assert r.advice is not None and not r.advice.needed and r.advice.options == ()
-    assert api.fit(Q8B, 8192, machine=M4PRO, advise="auto").advice is None
-    assert api.fit(GEMMA, 32768, machine=M4PRO, advise="auto").advice.needed
+    assert mlxfit.fit(Q8B, 8192, machine=M4PRO, advise="auto").advice is None
+    assert mlxfit.fit(GEMMA, 32768, machine=M4PRO, advise="auto").advice.needed
 
 
 def test_nothing_fits_says_so():
-    r = api.fit(Q30_8, 32768, memory_budget_gb=5, machine=M4PRO, advise=True)
+    r = mlxfit.fit(Q30_8, 32768, memory_budget_gb=5, machine=M4PRO, advise=True)
     assert r.advice.options == ()
     assert r.advice.notes and "not even one token" in _refused(r, "context")
 
@@ -274,7 +273,7 @@ def test_cli_shows_advice_when_it_does_not_fit():
     r = runner.invoke(app, ["fit", GEMMA, "--ctx", "32768", "--machine", M4PRO])
     assert r.exit_code == 1
     assert "what would make it fit" in r.output
-    first = api.fit(GEMMA, 32768, machine=M4PRO, advise=True).advice.options[0]
+    first = mlxfit.fit(GEMMA, 32768, machine=M4PRO, advise=True).advice.options[0]
     assert first.changes[0].kind == "prefill_step"
     assert f"$ {first.command}" in r.output
     assert first.command.startswith("mlx_lm.generate --model mlx-community/gemma-3-27b-it-4bit "
@@ -299,9 +298,9 @@ def test_cli_advise_when_it_fits_and_json():
 def test_wired_limit_argument():
     from mlxfit.errors import UsageError
 
-    r = api.fit(Q8B, 8192, machine=M4PRO, wired_limit_mb=16384)
+    r = mlxfit.fit(Q8B, 8192, machine=M4PRO, wired_limit_mb=16384)
     assert r.usable_bytes == 16384 * 2**20 and "iogpu.wired_limit_mb=16384" in r.usable_source
     with pytest.raises(UsageError, match="--memory-budget and a wired limit"):
-        api.fit(Q8B, 8192, machine=M4PRO, memory_budget_gb=10, wired_limit_mb=16384)
+        mlxfit.fit(Q8B, 8192, machine=M4PRO, memory_budget_gb=10, wired_limit_mb=16384)
     with pytest.raises(UsageError, match="advise must be"):
-        api.fit(Q8B, 8192, machine=M4PRO, advise="yes")
+        mlxfit.fit(Q8B, 8192, machine=M4PRO, advise="yes")

@@ -15,14 +15,18 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit.calibrate import FIT_PARAMS, NoMeasurements, calibrate, result_to_json
-from mlxfit.calibration import load_calibration
-from mlxfit.cli import app
-from mlxfit.config import parse_config
-from mlxfit.core import totals_at
-from mlxfit.memory import Run
-from mlxfit.speed import WeightsRead, predicted_decode_seconds
+import mlxfit
+from mlxfit import settings as api
+from mlxfit.calibration.load import load_calibration
+from mlxfit.cli.app import app
+from mlxfit.estimate.memory import Run
+from mlxfit.estimate.solve import totals_at
+from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.model.config import parse_config
+from mlxfit.model.inputs import WeightsRead
+from mlxfit.records import NoMeasurements
+from mlxfit.render.calibrate import result_to_json
+from mlxfit.verbs.calibrate.twin import FIT_PARAMS, calibrate
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -126,9 +130,9 @@ def test_write_stores_a_user_file_that_fit_uses_and_names(cpu_file, tmp_path, mo
     assert cal.backend("metal").act_hidden == 20.0
 
     model = "mlx-community/Llama-3.2-1B-Instruct-4bit"  # built-in catalog: no network
-    before = api.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
+    before = mlxfit.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
     monkeypatch.setattr(api, "USER_CALIBRATION", user)
-    after = api.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
+    after = mlxfit.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
     assert any(n == f"calibration: calibration.toml + {user}" for n in after.notes)
     assert not any(n.startswith("calibration:") for n in before.notes)
     assert after.transient_bytes != before.transient_bytes
@@ -229,7 +233,7 @@ def test_cli_calibrate_show_write_and_errors(cpu_file, tmp_path, monkeypatch):
 
 
 def test_default_paths_are_the_documented_ones():
-    from mlxfit import measure as ms
+    from mlxfit import records as ms
 
     assert str(ms.DEFAULT_RESULTS) == "~/.cache/mlxfit/measurements.jsonl"
     assert str(api.USER_CALIBRATION) == "~/.config/mlxfit/calibration.toml"

@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from mlxfit import catalog
-from mlxfit.catalog import CatalogEntry, catalog_ids, load_entry
 from mlxfit.errors import SourceError
+from mlxfit.sources import catalog
+from mlxfit.sources.catalog import CatalogEntry, catalog_ids, load_entry
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
 

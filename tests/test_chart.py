@@ -11,10 +11,11 @@ import pytest
 from rich.console import Console
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit.chart import ChartData, log_grid, render_terminal, svg, write_chart
-from mlxfit.cli import app
+import mlxfit
+from mlxfit.cli.app import app
 from mlxfit.errors import MlxfitError
+from mlxfit.render.chart import render_terminal, svg, write_chart
+from mlxfit.verbs.chart import ChartData, log_grid
 
 runner = CliRunner()
 M4PRO = "M4 Pro 24GB"
@@ -25,7 +26,7 @@ GPTOSS = "mlx-community/gpt-oss-20b-MXFP4-Q8"
 
 @pytest.fixture(scope="module")
 def gemma() -> tuple:
-    r = api.fit(GEMMA, 32768, machine=M4PRO, chart=True)
+    r = mlxfit.fit(GEMMA, 32768, machine=M4PRO, chart=True)
     return r, r.chart
 
 
@@ -42,7 +43,7 @@ def test_series_is_the_fit_at_each_context(gemma):
     ctxs = [p.ctx for p in d.points]
     assert ctxs == sorted(set(ctxs)) and d.lo == 256 and d.hi == 131072
     for p in d.points[:: max(1, len(d.points) // 12)] + (d.points[-1],):
-        f = api.fit(GEMMA, p.ctx, machine=M4PRO)
+        f = mlxfit.fit(GEMMA, p.ctx, machine=M4PRO)
         assert p.total_bytes == f.total_bytes
         assert p.fits == f.fits
         assert p.decode_tps == f.predicted_decode_tps
@@ -70,10 +71,10 @@ def test_kinks_where_caches_and_chunking_change(gemma):
 
 
 def test_kinks_gpt_oss_window_and_kv_start():
-    r = api.fit(GPTOSS, 8192, machine=M4PRO, chart=True)
+    r = mlxfit.fit(GPTOSS, 8192, machine=M4PRO, chart=True)
     kinks = {k.ctx for k in r.chart.kinks}
     assert 128 in kinks and r.chart.lo == 64  # the window is inside the chart
-    q = api.fit(Q8B, 16384, machine=M4PRO, kv_bits=8, chart=True)
+    q = mlxfit.fit(Q8B, 16384, machine=M4PRO, kv_bits=8, chart=True)
     labels = {k.ctx: k.label for k in q.chart.kinks}
     assert "quantized to 8 bits" in labels[5001]
     pts = {p.ctx: p.total_bytes for p in q.chart.points}
@@ -81,7 +82,7 @@ def test_kinks_gpt_oss_window_and_kv_start():
 
 
 def test_full_cache_model_total_grows_with_context():
-    r = api.fit(Q8B, 32768, machine=M4PRO, chart=True)
+    r = mlxfit.fit(Q8B, 32768, machine=M4PRO, chart=True)
     totals = [p.total_bytes for p in r.chart.points if p.ctx > 2049]
     assert totals == sorted(totals)
     speeds = [p.decode_tps for p in r.chart.points if p.decode_tps is not None]
@@ -89,8 +90,8 @@ def test_full_cache_model_total_grows_with_context():
 
 
 def test_serving_terms_are_in_the_series():
-    plain = api.fit(Q8B, 8192, machine=M4PRO, chart=True)
-    served = api.fit(Q8B, 8192, machine=M4PRO, parallel=2, prompt_cache=0, chart=True)
+    plain = mlxfit.fit(Q8B, 8192, machine=M4PRO, chart=True)
+    served = mlxfit.fit(Q8B, 8192, machine=M4PRO, parallel=2, prompt_cache=0, chart=True)
     p1 = {p.ctx: p.total_bytes for p in plain.chart.points}
     p2 = {p.ctx: p.total_bytes for p in served.chart.points}
     assert p2[8192] == served.total_bytes > p1[8192] == plain.total_bytes

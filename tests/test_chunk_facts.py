@@ -43,13 +43,14 @@ from __future__ import annotations
 
 import pytest
 
-from mlxfit import api
-from mlxfit.cache_sim import Schedule
-from mlxfit.calibration import load_calibration
-from mlxfit.config import Attn
-from mlxfit.memory import Run, prefill_phase
-from mlxfit.serving import Serving, run_buffers
-from mlxfit.sources import resolve_model
+import mlxfit
+from mlxfit.calibration.load import load_calibration
+from mlxfit.estimate.cache_sim import Schedule
+from mlxfit.estimate.memory import Run, prefill_phase
+from mlxfit.estimate.serving import Serving, run_buffers
+from mlxfit.model import inputs as api
+from mlxfit.model.config import Attn
+from mlxfit.sources.resolve import resolve_model
 
 Q8B = "mlx-community/Qwen3-8B-4bit"
 SCORES = "attention (prefill)"
@@ -148,7 +149,7 @@ def test_buffer_check_agrees_with_the_prefill_terms(q8b, ctx, step, start, expec
 
 
 def test_repro_first_chunk_is_fused_in_terms_and_buffers():
-    r = api.fit(Q8B, 2000, machine="M4 Pro 24GB", kv_bits=8, quantized_kv_start=0)
+    r = mlxfit.fit(Q8B, 2000, machine="M4 Pro 24GB", kv_bits=8, quantized_kv_start=0)
     terms = {t.name: t for t in r.terms}
     assert r.peak_phase == "prefill chunk 1 (1999 tokens)"
     assert terms["attention_scores"].bytes == 0

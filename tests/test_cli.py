@@ -11,9 +11,9 @@ import pytest
 from st_helpers import make_folder, make_hf_cache, make_qwen3_8b_bf16
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit.cli import app
-from mlxfit.render import fit_to_json
+import mlxfit
+from mlxfit.cli.app import app
+from mlxfit.render.fit import fit_to_json
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 runner = CliRunner()
@@ -56,7 +56,7 @@ def test_catalog_model_json_shape_and_sum():
 def test_cli_json_equals_library_result():
     r = invoke("fit", "mlx-community/Qwen3-30B-A3B-4bit", "--ctx", "16384",
                "--machine", "M4 Max 64GB", "--json")
-    lib = api.fit("mlx-community/Qwen3-30B-A3B-4bit", 16384, machine="M4 Max 64GB")
+    lib = mlxfit.fit("mlx-community/Qwen3-30B-A3B-4bit", 16384, machine="M4 Max 64GB")
     assert json.loads(r.output) == json.loads(json.dumps(fit_to_json(lib)))
 
 

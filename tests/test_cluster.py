@@ -17,23 +17,14 @@ import pytest
 from st_helpers import make_folder
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit.cli import app
-from mlxfit.cluster import (
-    SPLIT_SCRIPT,
-    HostSpec,
-    cluster,
-    cluster_to_json,
-    even_split,
-    hostfile_json,
-    load_links,
-    proportional_split,
-    rank_ranges,
-    read_hosts_file,
-    resolve_link,
-    write_launch,
-)
+import mlxfit
+from mlxfit.cli.app import app
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.render.cluster import cluster_to_json
+from mlxfit.verbs.cluster.hosts import HostSpec, load_links, read_hosts_file, resolve_link
+from mlxfit.verbs.cluster.launch import SPLIT_SCRIPT, hostfile_json, write_launch
+from mlxfit.verbs.cluster.plan import even_split, proportional_split, rank_ranges
+from mlxfit.verbs.cluster.twin import cluster
 
 runner = CliRunner()
 QWEN30 = "mlx-community/Qwen3-30B-A3B-4bit"
@@ -131,7 +122,7 @@ def qwen3_moe_folder(root: Path, moe_intermediate: int = 8) -> Path:
 ])
 def test_single_host_gives_the_numbers_of_fit(model, machine, ctx):
     r = cluster(model, [machine], ctx)
-    f = api.fit(model, ctx, machine=machine)
+    f = mlxfit.fit(model, ctx, machine=machine)
     assert r.chosen == "single"
     h = r.plan.hosts[0]
     assert (h.weights_bytes, h.kv_bytes, h.state_bytes, h.transient_bytes, h.total_bytes) == (
@@ -168,7 +159,7 @@ def test_single_host_cli_json_matches_fit_json():
 def test_pipeline_shares_sum_to_the_model_exactly(hosts):
     ctx = 32768
     r = cluster(NEXT80, hosts, ctx, strategy="pipeline")
-    f = api.fit(NEXT80, ctx, machine="M3 Ultra 512GB")
+    f = mlxfit.fit(NEXT80, ctx, machine="M3 Ultra 512GB")
     p = r.plan
     assert p.strategy == "pipeline" and p.supported
     own = sum(h.sharded_weights_bytes for h in p.hosts)
@@ -199,7 +190,7 @@ def test_pipeline_folder_model_attributes_each_tensor(tmp_path):
 def test_tensor_shares_sum_to_the_model_exactly(tmp_path):
     folder = qwen3_moe_folder(tmp_path, moe_intermediate=8)
     r = cluster(str(folder), ["2x M4 Pro 24GB"], 2048, strategy="tensor")
-    f = api.fit(str(folder), 2048, machine="M4 Pro 24GB")
+    f = mlxfit.fit(str(folder), 2048, machine="M4 Pro 24GB")
     p = r.plan
     assert p.supported, p.refusal
     h = p.hosts[0]
@@ -214,7 +205,7 @@ def test_tensor_shares_sum_to_the_model_exactly(tmp_path):
 
 def test_tensor_catalog_sums():
     r = cluster(QWEN30, ["2x M4 Max 64GB"], 8192, strategy="tensor")
-    f = api.fit(QWEN30, 8192, machine="M4 Max 64GB")
+    f = mlxfit.fit(QWEN30, 8192, machine="M4 Max 64GB")
     p = r.plan
     assert p.sums["weights_sharded"] + p.sums["weights_replicated"] == f.weights_bytes
     assert p.sums["kv"] == f.kv_bytes
@@ -578,7 +569,7 @@ def test_replace_keeps_plans_frozen():
 
 
 def test_twin_is_reachable_from_the_api_module():
-    from mlxfit import api
+    import mlxfit
 
-    r = api.cluster(QWEN30, ["M4 Max 128GB"], 4096)
+    r = mlxfit.cluster(QWEN30, ["M4 Max 128GB"], 4096)
     assert r.chosen == "single" and r.fits

@@ -23,14 +23,16 @@ from dataclasses import replace
 
 import pytest
 
-from mlxfit import api
-from mlxfit import serving as sv
-from mlxfit.calibrate import fit_decode
-from mlxfit.calibration import load_calibration
-from mlxfit.measure import predict
-from mlxfit.memory import Run
-from mlxfit.sources import resolve_model
-from mlxfit.speed import predicted_decode_seconds
+import mlxfit
+from mlxfit.calibration.load import load_calibration
+from mlxfit.estimate import serving as sv
+from mlxfit.estimate.memory import Run
+from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.model.inputs import model_inputs
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.calibrate.twin import fit_decode
+from mlxfit.verbs.edges import machine_for
+from mlxfit.verbs.measure.twin import predict
 
 ULTRA = "M3 Ultra 512GB"
 CTX = 32768
@@ -65,13 +67,13 @@ def _calibrate_tps(rec: dict, cal) -> float:
 
 def _every_verb(model: str, cal) -> dict[str, float]:
     """Decode tok/s of ``model`` at CTX on the Ultra, as each verb computes it."""
-    r = api.fit(model, CTX, machine=ULTRA, calibration=cal, chart=True)
+    r = mlxfit.fit(model, CTX, machine=ULTRA, calibration=cal, chart=True)
     src = resolve_model(model)
-    inputs = api.model_inputs(src)
-    m = api.machine_for(ULTRA)
+    inputs = model_inputs(src)
+    m = machine_for(ULTRA)
     _, measure_tps = predict(inputs, r.run, cal, m)
     chart = {p.ctx: p.decode_tps for p in r.chart.points}
-    cluster = api.cluster(model, [ULTRA], CTX, calibration=cal)
+    cluster = mlxfit.cluster(model, [ULTRA], CTX, calibration=cal)
     assert cluster.chosen == "single"
     batched = sv.batched_decode(inputs.cfg, r.run, inputs.weights, m.bandwidth_gbs, cal, m.name, 1)
     return {
@@ -110,8 +112,8 @@ def test_the_ultra_factor_and_the_fused_dims_change_the_prediction():
     calibrate's record."""
     cal = load_calibration()
     src = resolve_model(GEMMA4)
-    inputs = api.model_inputs(src)
-    m = api.machine_for(ULTRA)
+    inputs = model_inputs(src)
+    m = machine_for(ULTRA)
     run = Run(ctx=CTX, backend="metal")
     ultra = 1 / predicted_decode_seconds(inputs.cfg, run, inputs.weights, m.bandwidth_gbs, cal,
                                          m.name)[0]
@@ -136,8 +138,8 @@ def test_the_ultra_factor_and_the_fused_dims_change_the_prediction():
 def test_served_batched_estimate_takes_the_ultra_factors():
     """fit_served's batched estimate (parallel 2) is batched_decode with the machine's name."""
     cal = load_calibration()
-    r = api.fit(QWEN7, CTX, machine=ULTRA, parallel=2, prompt_cache=0, calibration=cal)
-    inputs = api.model_inputs(resolve_model(QWEN7))
+    r = mlxfit.fit(QWEN7, CTX, machine=ULTRA, parallel=2, prompt_cache=0, calibration=cal)
+    inputs = model_inputs(resolve_model(QWEN7))
     two = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, ULTRA, 2)
     plain = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, "M3 Max",
                               2)
@@ -154,7 +156,7 @@ def _gemma4_with_lookup_tables(folder):
     a Gemma 3n/4-style per-layer lookup table of 262,144 rows x 30 layers x 256 (bf16, 4 GB)."""
     from st_helpers import make_folder
 
-    from mlxfit.catalog import load_entry
+    from mlxfit.sources.catalog import load_entry
 
     entry = load_entry(GEMMA4)
     spec = {t.name: (t.dtype, list(t.shape)) for t in entry.tensors}
@@ -174,12 +176,12 @@ def test_single_host_cluster_reads_the_weights_fit_reads(tmp_path):
     4 GB table as read (the old cluster rule) would be much slower."""
     folder, lookup_bytes = _gemma4_with_lookup_tables(tmp_path / "g4")
     cal = load_calibration()
-    r = api.fit(str(folder), CTX, machine=ULTRA, calibration=cal)
-    inputs = api.model_inputs(resolve_model(str(folder)))
+    r = mlxfit.fit(str(folder), CTX, machine=ULTRA, calibration=cal)
+    inputs = model_inputs(resolve_model(str(folder)))
     assert inputs.weights.lookup_bytes == lookup_bytes
     read = {t.name: t for t in r.speed_terms}["weights_read_per_token"]
     assert read.inputs["lookup_skipped"] == lookup_bytes
-    c = api.cluster(str(folder), [ULTRA], CTX, calibration=cal)
+    c = mlxfit.cluster(str(folder), [ULTRA], CTX, calibration=cal)
     assert c.chosen == "single"
     assert c.plan.predicted_decode_tps == pytest.approx(r.predicted_decode_tps, rel=1e-9)
 

@@ -30,15 +30,17 @@ from hypothesis import strategies as st
 from st_helpers import header_for, make_folder, make_hf_cache, write_raw, write_sparse
 from typer.testing import CliRunner
 
-from mlxfit import api, catalog
-from mlxfit.cli import app
-from mlxfit.config import FAMILIES, REMAP, parse_config
+import mlxfit
+from mlxfit.cli.app import app
 from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
-from mlxfit.memory import Run, kv_term
-from mlxfit.safetensors_header import MAX_HEADER_BYTES, read_header, read_headers
-from mlxfit.sources import read_config, resolve_model
-from mlxfit.tensors import DTYPE_BYTES
-from mlxfit.weights import summarize_weights
+from mlxfit.estimate.memory import Run, kv_term
+from mlxfit.model.config import FAMILIES, REMAP, parse_config
+from mlxfit.model.tensors import DTYPE_BYTES
+from mlxfit.model.weights import summarize_weights
+from mlxfit.sources import catalog
+from mlxfit.sources.folder import read_config
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES, read_header, read_headers
 
 REPO = Path(__file__).resolve().parent.parent
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
@@ -307,7 +309,7 @@ def test_two_shards_never_double_count(tmp_path: Path, a, b) -> None:
 
 
 def _shrink_after_fstat(monkeypatch, path: Path, new_size: int) -> None:
-    import mlxfit.safetensors_header as sh
+    from mlxfit.sources import safetensors_header as sh
 
     real = os.fstat
     state = {"done": False}
@@ -508,7 +510,7 @@ QUANTIZED = [
 @FAST
 @given(block=QBLOCK, where=st.sampled_from(["quantization", "quantization_config", "text_config"]))
 def test_hostile_quantization_block(block, where) -> None:
-    from mlxfit.tensors import TensorInfo
+    from mlxfit.model.tensors import TensorInfo
 
     config = {where: {"quantization": block} if where == "text_config" else block}
     tensors = [TensorInfo.of(n, d, s) for n, d, s in QUANTIZED]
@@ -720,7 +722,7 @@ def test_model_specs_that_are_not_models(spec: str, fragment: str) -> None:
 _UNREADABLE_DRIVER = r"""
 import json, sys
 from typer.testing import CliRunner
-from mlxfit.cli import app
+from mlxfit.cli.app import app
 out = []
 for args in json.loads(sys.argv[1]):
     r = CliRunner().invoke(app, args)
@@ -845,7 +847,7 @@ def test_fit_never_gives_an_inconsistent_number(ctx, gen, step, budget) -> None:
     if step < 256 and ctx > 10**6:
         return  # known: cache_sim is O(ctx / step) for such steps (test_tiny_prefill_step_...)
     try:
-        r = api.fit(CATALOG_MODEL, ctx, machine="M4 Pro 24GB", gen=gen, prefill_step_size=step,
+        r = mlxfit.fit(CATALOG_MODEL, ctx, machine="M4 Pro 24GB", gen=gen, prefill_step_size=step,
                     memory_budget_gb=budget)
     except MlxfitError as e:
         one_line(e)

@@ -20,12 +20,13 @@ from hub_server import FakeHub
 from st_helpers import make_folder, make_hf_cache, make_qwen3_8b_bf16, write_raw
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit import hub as mhub
-from mlxfit.cli import app
+import mlxfit
+from mlxfit.cli.app import app
 from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
-from mlxfit.safetensors_header import read_headers
-from mlxfit.sources import resolve_model
+from mlxfit.sources.hub import fetch as mhub
+from mlxfit.sources.hub import http as mhub_http
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.sources.safetensors_header import read_headers
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 SENTINEL = "hf_SENTINELtokenZZZ0123456789abcdef"
@@ -165,7 +166,7 @@ def test_big_sparse_model_costs_kilobytes(server: FakeHub, tmp_path: Path) -> No
     total = sum(p.stat().st_size for p in shard_paths(folder))
     assert total > 16e9
 
-    r = api.fit("Qwen/Qwen3-8B", 4096, machine="M4 Max 64GB", verbose=True)
+    r = mlxfit.fit("Qwen/Qwen3-8B", 4096, machine="M4 Max 64GB", verbose=True)
 
     assert r.source_kind == "hub"
     assert r.weights_bytes == sum(t.nbytes for t in read_headers(shard_paths(folder)))
@@ -454,7 +455,7 @@ def test_500_forever_gives_up_after_bounded_retries(server: FakeHub, tmp_path: P
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
     server.fault("/config.json", status=500)
     t = time.perf_counter()
-    with pytest.raises(mhub.HubUnreachable) as e:
+    with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
     assert "answered 500" in msg and "acme/tiny/config.json" in msg
@@ -472,7 +473,7 @@ def test_slow_server_times_out(server: FakeHub, tmp_path: Path,
     monkeypatch.setattr(mhub, "RETRIES", 1)
     server.fault("/api/models/", delay=1.5)
     t = time.perf_counter()
-    with pytest.raises(mhub.HubUnreachable) as e:
+    with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
     assert "did not answer within 0.2 s" in msg and "2 attempts" in msg
@@ -494,7 +495,7 @@ def test_refused_connection(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         port = s.getsockname()[1]
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
     t = time.perf_counter()
-    with pytest.raises(mhub.HubUnreachable) as e:
+    with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
     assert f"cannot reach the Hub at http://127.0.0.1:{port}" in msg
@@ -541,7 +542,7 @@ def test_connection_cut_mid_header(server: FakeHub, tmp_path: Path) -> None:
     folder = qwen_tiny(tmp_path / "t")
     server.add_model("acme/tiny", folder)
     server.fault("model-00001-of-00003", drop=True, range_start=8)
-    with pytest.raises(mhub.HubUnreachable) as e:
+    with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
     assert "connection cut while reading acme/tiny/model-00001-of-00003.safetensors" in msg

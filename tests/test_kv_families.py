@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from mlxfit.config import parse_config
-from mlxfit.memory import Run, kv_bytes_final
+from mlxfit.estimate.memory import Run, kv_bytes_final
+from mlxfit.model.config import parse_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 

@@ -9,19 +9,19 @@ from pathlib import Path
 
 import pytest
 
-from mlxfit import machine as mm
 from mlxfit.errors import MachineError
-from mlxfit.machine import (
+from mlxfit.hardware import resolve as mm
+from mlxfit.hardware.probe import probe_machine
+from mlxfit.hardware.resolve import (
     GIB,
     Machine,
     all_skus,
-    load_sku_table,
     machine_with_budget,
-    probe_machine,
     resolve_machine,
     usable_bytes_for,
     working_set_fraction,
 )
+from mlxfit.hardware.skus import load_sku_table
 from mlxfit.resources import data_path
 
 FIXTURES = Path(__file__).parent / "fixtures" / "probe"
@@ -564,7 +564,7 @@ def test_known_chip_with_an_unlisted_ram_size_and_no_cores_gets_no_bandwidth_gue
 
 
 def test_module_import_is_cheap():
-    code = "import sys, mlxfit.machine; print('psutil' in sys.modules, 'subprocess' in sys.modules)"
+    code = "import sys, mlxfit.hardware.resolve; print('psutil' in sys.modules, 'subprocess' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
 

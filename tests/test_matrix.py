@@ -10,11 +10,14 @@ from st_helpers import make_folder
 from test_machine import recorded_runner
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit.cli import app
+import mlxfit
+from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
-from mlxfit.machine import all_skus, load_sku_table, probe_machine, resolve_machine
-from mlxfit.matrix import filter_skus, matrix, matrix_to_json
+from mlxfit.hardware.probe import probe_machine
+from mlxfit.hardware.resolve import all_skus, resolve_machine
+from mlxfit.hardware.skus import load_sku_table
+from mlxfit.render.matrix import matrix_to_json
+from mlxfit.verbs.matrix import filter_skus, matrix
 
 runner = CliRunner()
 NO_USER_TABLE = Path("/nonexistent/mlxfit/apple_skus.toml")
@@ -52,7 +55,7 @@ def test_every_row_is_fit_on_that_sku(model, ctx, kw):
     m = matrix(model, ctx, probe=False, **kw)
     assert len(m.rows) == len(all_skus()) == m.skus_considered
     for row in m.rows:
-        r = api.fit(model, ctx, machine=row.name, **kw)
+        r = mlxfit.fit(model, ctx, machine=row.name, **kw)
         for f in NUMERIC:
             assert getattr(row.result, f) == getattr(r, f), (row.name, f)
         assert (row.total_bytes, row.fits, row.max_safe_context, row.predicted_decode_tps,
@@ -74,7 +77,7 @@ def test_rows_where_the_gpu_buffer_limits_the_context_agree_with_fit():
                if any(w.startswith("largest safe context") for w in r.result.warnings)]
     assert limited, "the case must exercise the buffer limit"
     for row in limited + [r for r in m.rows if not r.fits][:5]:
-        r = api.fit(QWEN35, 131072, machine=row.name, **kw)
+        r = mlxfit.fit(QWEN35, 131072, machine=row.name, **kw)
         assert (row.max_safe_context, row.fits, row.runs, row.total_bytes) == (
             r.max_safe_context, r.fits, r.runs, r.total_bytes), row.name
         assert row.result.buffers == r.buffers and row.result.warnings == r.warnings

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfit.measure import mlx_missing_reason
+from mlxfit.verbs.measure.run import mlx_missing_reason
 
 MLX_MISSING = mlx_missing_reason()
 MLX = pytest.mark.mlx
@@ -215,8 +215,9 @@ def _worker(cases_file: str, out_file: str, root: str) -> int:
     """Runs in the subprocess: save each tiny model once, then measure every case."""
     import traceback
 
-    from mlxfit.calibration import load_calibration
-    from mlxfit.measure import measure, save_random_model
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.verbs.measure.run import save_random_model
+    from mlxfit.verbs.measure.twin import measure
 
     cases = json.loads(Path(cases_file).read_text())
     cal = load_calibration()  # the shipped constants only, whatever the user has
@@ -375,7 +376,7 @@ def test_prediction_matches_mlx_cpu(case, measured):
 
 @pytest.fixture(scope="module")
 def tiny_llama(tmp_path_factory) -> Path:
-    from mlxfit.measure import save_random_model
+    from mlxfit.verbs.measure.run import save_random_model
 
     return save_random_model(LLAMA64, tmp_path_factory.mktemp("tiny") / "llama", dtype="float32")
 
@@ -385,7 +386,7 @@ def tiny_llama(tmp_path_factory) -> Path:
 @NEEDS_MLX
 def test_refuses_kv_bits_where_mlx_lm_cannot_quantize(model, tmp_path):
     from mlxfit.errors import UsageError
-    from mlxfit.measure import measure
+    from mlxfit.verbs.measure.twin import measure
 
     (tmp_path / "config.json").write_text(json.dumps(MODELS[model]))
     with pytest.raises(UsageError) as e:
@@ -397,9 +398,9 @@ def test_refuses_kv_bits_where_mlx_lm_cannot_quantize(model, tmp_path):
 @pytest.mark.parametrize("model", ["gemma3_text", "gpt_oss"])
 def test_fit_refuses_kv_bits_for_rotating_caches(model):
     """The same refusal in the prediction itself (no mlx needed)."""
-    from mlxfit.config import parse_config
     from mlxfit.errors import UsageError
-    from mlxfit.memory import Run, validate_run
+    from mlxfit.estimate.memory import Run, validate_run
+    from mlxfit.model.config import parse_config
 
     cfg = parse_config(MODELS[model], act_bytes=4)
     with pytest.raises(UsageError, match="RotatingKVCache"):
@@ -409,8 +410,8 @@ def test_fit_refuses_kv_bits_for_rotating_caches(model):
 @MLX
 @NEEDS_MLX
 def test_measure_api_real_and_random_weights_agree(tiny_llama):
-    from mlxfit.calibration import load_calibration
-    from mlxfit.measure import measure
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.verbs.measure.twin import measure
 
     cal = load_calibration()
     real = measure(str(tiny_llama), 300, gen=2, calibration=cal)
@@ -431,8 +432,8 @@ def test_measure_api_real_and_random_weights_agree(tiny_llama):
 @MLX
 @NEEDS_MLX
 def test_measure_config_only_builds_in_the_config_dtype(tmp_path):
-    from mlxfit.calibration import load_calibration
-    from mlxfit.measure import measure
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.verbs.measure.twin import measure
 
     (tmp_path / "config.json").write_text(json.dumps(dict(LLAMA64, torch_dtype="bfloat16")))
     m = measure(str(tmp_path / "config.json"), 300, gen=2, random_weights=True,
@@ -448,10 +449,11 @@ def test_measure_config_only_builds_in_the_config_dtype(tmp_path):
 @MLX
 @NEEDS_MLX
 def test_measure_save_appends_to_the_injected_file_only(tiny_llama, tmp_path, monkeypatch):
-    from mlxfit import measure as ms
+    from mlxfit import records
+    from mlxfit.verbs.measure import twin as ms
 
     default = tmp_path / "cache" / "measurements.jsonl"
-    monkeypatch.setattr(ms, "DEFAULT_RESULTS", default)
+    monkeypatch.setattr(records, "DEFAULT_RESULTS", default)
     m1 = ms.measure(str(tiny_llama), 300, gen=2, save=True)
     m2 = ms.measure(str(tiny_llama), 300, gen=2, prefill_step_size=128, save=True)
     assert m1.saved_to == m2.saved_to == str(default)
@@ -475,9 +477,9 @@ def test_measure_hf_cache_repo_and_catalog(tiny_llama, tmp_path, monkeypatch):
     here, so it needs --random-weights (refused otherwise, before anything runs)."""
     from st_helpers import make_hf_cache
 
-    from mlxfit.calibration import load_calibration
+    from mlxfit.calibration.load import load_calibration
     from mlxfit.errors import UsageError
-    from mlxfit.measure import measure
+    from mlxfit.verbs.measure.twin import measure
 
     files = {p.name: p.read_bytes() for p in tiny_llama.iterdir() if p.is_file()}
     make_hf_cache(tmp_path / "hub", "acme/tiny-llama", files, commit="a" * 40)
@@ -497,7 +499,7 @@ def test_measure_hf_cache_repo_and_catalog(tiny_llama, tmp_path, monkeypatch):
 def _invoke(*args: str):
     from typer.testing import CliRunner
 
-    from mlxfit.cli import app
+    from mlxfit.cli.app import app
 
     return CliRunner().invoke(app, list(args))
 
@@ -505,11 +507,10 @@ def _invoke(*args: str):
 @MLX
 @NEEDS_MLX
 def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
-    from mlxfit import api
-    from mlxfit import measure as ms
+    from mlxfit import records, settings
 
-    monkeypatch.setattr(ms, "DEFAULT_RESULTS", tmp_path / "m.jsonl")
-    monkeypatch.setattr(api, "USER_CALIBRATION", tmp_path / "none.toml")
+    monkeypatch.setattr(records, "DEFAULT_RESULTS", tmp_path / "m.jsonl")
+    monkeypatch.setattr(settings, "USER_CALIBRATION", tmp_path / "none.toml")
     r = _invoke("measure", str(tiny_llama), "--ctx", "300", "--gen", "2")
     assert r.exit_code == 0, r.output
     for word in ("weights", "KV cache", "transient", "peak", "decode tok/s", "exact",

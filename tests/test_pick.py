@@ -15,21 +15,14 @@ import pytest
 from st_helpers import make_hf_cache, write_sparse
 from typer.testing import CliRunner
 
-from mlxfit.catalog import load_entry
-from mlxfit.cli import app
+from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
-from mlxfit.machine import GIB
-from mlxfit.pick import (
-    BUILTIN_DEFAULT_MODEL,
-    Option,
-    adapter_reason,
-    choose,
-    drafter_reason,
-    load_settings,
-    missing_numbered_shards,
-    pick,
-    pick_to_json,
-)
+from mlxfit.hardware.resolve import GIB
+from mlxfit.render.pick import pick_to_json
+from mlxfit.settings import DEFAULT_MODEL, load_settings
+from mlxfit.sources.catalog import load_entry
+from mlxfit.sources.hf_cache import adapter_reason, drafter_reason, missing_numbered_shards
+from mlxfit.verbs.pick import Option, choose, pick
 
 runner = CliRunner()
 
@@ -187,8 +180,8 @@ def test_rule_ties_are_broken_by_name():
 
 
 def test_default_model_is_qwen3_8b_4bit_and_in_the_catalog():
-    assert BUILTIN_DEFAULT_MODEL == QWEN8
-    assert load_entry(BUILTIN_DEFAULT_MODEL) is not None
+    assert DEFAULT_MODEL == QWEN8
+    assert load_entry(DEFAULT_MODEL) is not None
 
 
 def test_pick_default_when_downloaded(tmp_path):
@@ -206,11 +199,11 @@ def test_pick_default_when_downloaded(tmp_path):
 
 
 def test_pick_totals_are_those_of_fit(tmp_path):
-    from mlxfit import api
+    import mlxfit
 
     snap = cache_model(hub(tmp_path), QWEN30)
     p = pick(16384, machine=M4PRO24)
-    r = api.fit(QWEN30, 16384, machine=M4PRO24)
+    r = mlxfit.fit(QWEN30, 16384, machine=M4PRO24)
     c = p.candidates[0]
     assert (c.total_bytes, c.fits, c.runs, c.max_safe_context) == (
         r.total_bytes, r.fits, r.runs, r.max_safe_context)
@@ -281,7 +274,7 @@ def test_bad_settings_file(tmp_path, text, msg):
 def test_missing_settings_file_means_builtins(tmp_path):
     s = load_settings(tmp_path / "nope.toml")
     assert (s.default_model, s.coexist_fraction, s.default_model_from) == (
-        BUILTIN_DEFAULT_MODEL, 0.6, "built-in")
+        DEFAULT_MODEL, 0.6, "built-in")
 
 
 @pytest.mark.parametrize("kw", [{"ctx": 0}, {"coexist_fraction": 0.0},

@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from st_helpers import header_for, write_raw, write_real, write_sparse
 
-import mlxfit.safetensors_header as sh
 from mlxfit.errors import WeightsError
-from mlxfit.safetensors_header import read_header, read_headers
+from mlxfit.sources import safetensors_header as sh
+from mlxfit.sources.safetensors_header import read_header, read_headers
 
 
 def _reject(path: Path, fragment: str) -> None:

@@ -10,16 +10,14 @@ import json
 import pytest
 from typer.testing import CliRunner
 
-from mlxfit import api
-from mlxfit.cli import app
+import mlxfit
+from mlxfit.cli.app import app
 from mlxfit.errors import UsageError
-from mlxfit.render import fit_to_json
-from mlxfit.serving import (
-    SERVER_PROMPT_CACHE_SIZE,
-    batched_decode,
-    weight_buffers,
-)
-from mlxfit.tensors import TensorInfo
+from mlxfit.estimate.serving import SERVER_PROMPT_CACHE_SIZE, batched_decode
+from mlxfit.model import inputs as api
+from mlxfit.model.inputs import weight_buffers
+from mlxfit.model.tensors import TensorInfo
+from mlxfit.render.fit import fit_to_json
 
 Q8B = "mlx-community/Qwen3-8B-4bit"
 Q4B = "mlx-community/Qwen3-4B-Instruct-2507-4bit"
@@ -41,15 +39,15 @@ def _sum_ok(r):
 
 
 def test_plain_run_has_no_serving_terms():
-    r = api.fit(Q8B, 8192, machine=BIG)
+    r = mlxfit.fit(Q8B, 8192, machine=BIG)
     assert r.extra_terms == () and "mode" not in r.serving
     assert r.serving["command"].startswith("mlx_lm.generate --model mlx-community/Qwen3-8B-4bit")
     _sum_ok(r)
 
 
 def test_parallel_kv_is_one_cache_per_sequence():
-    one = api.fit(Q8B, 8192, machine=BIG)
-    r = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    one = mlxfit.fit(Q8B, 8192, machine=BIG)
+    r = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
     t = _terms(r)
     assert one.kv_bytes == 8192 * Q8B_KV_PER_TOKEN
     assert t["parallel_kv"] == 3 * one.kv_bytes
@@ -63,44 +61,44 @@ def test_parallel_kv_is_one_cache_per_sequence():
 def test_batched_transient_scales_the_per_sequence_terms():
     """At 8K the peak is the last prefill chunk: 4 prompts prefill together, so every term of
     that phase (activations, scores, copies) counts 4 times, the shared base once."""
-    one = api.fit(Q8B, 8192, machine=BIG)
+    one = mlxfit.fit(Q8B, 8192, machine=BIG)
     assert one.peak_phase.startswith("prefill")
     names = [t.name for t in one.terms]
     phase_terms = one.terms[names.index("transient") + 1:]  # the peak phase's own terms
     per_seq = sum(t.bytes for t in phase_terms if t.name != "base")
     assert per_seq > 0
-    r = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    r = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
     assert _terms(r)["batched_transient"] == 3 * per_seq
     # The prefill batch is capped by mlx_lm.server's --prompt-concurrency default (8).
-    r16 = api.fit(Q8B, 8192, machine=BIG, parallel=16, prompt_cache=0)
+    r16 = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=16, prompt_cache=0)
     assert _terms(r16)["batched_transient"] >= 7 * per_seq
     assert r16.serving["prefill_batch"] == 8
 
 
 def test_prompt_cache_default_is_mlx_lm_servers_ten():
-    one = api.fit(Q8B, 8192, machine=BIG)
-    r = api.fit(Q8B, 8192, machine=BIG, parallel=2)
+    one = mlxfit.fit(Q8B, 8192, machine=BIG)
+    r = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=2)
     assert SERVER_PROMPT_CACHE_SIZE == 10
     assert _terms(r)["prompt_cache"] == 10 * one.kv_bytes
     assert r.serving["prompt_cache_default"] is True
-    r3 = api.fit(Q8B, 8192, machine=BIG, prompt_cache=3)  # a server with one sequence
+    r3 = mlxfit.fit(Q8B, 8192, machine=BIG, prompt_cache=3)  # a server with one sequence
     assert _terms(r3) == {"prompt_cache": 3 * one.kv_bytes}
     assert r3.serving["mode"] == "mlx_lm.server" and r3.serving["parallel"] == 1
 
 
 def test_serving_max_context_is_solved_with_the_serving_terms():
-    r = api.fit(Q8B, 32768, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
+    r = mlxfit.fit(Q8B, 32768, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
     n = r.max_safe_context
-    assert 0 < n < api.fit(Q8B, 32768, machine="M4 Pro 24GB").max_safe_context
-    at = api.fit(Q8B, n, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
-    over = api.fit(Q8B, n + 1, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
+    assert 0 < n < mlxfit.fit(Q8B, 32768, machine="M4 Pro 24GB").max_safe_context
+    at = mlxfit.fit(Q8B, n, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
+    over = mlxfit.fit(Q8B, n + 1, machine="M4 Pro 24GB", parallel=2, prompt_cache=1)
     assert at.fits and not over.fits
 
 
 def test_draft_adds_its_weights_and_kv():
-    main = api.fit(Q8B, 16384, machine=BIG)
-    draft = api.fit(Q4B, 16384, machine=BIG)
-    r = api.fit(Q8B, 16384, machine=BIG, draft_model=Q4B)
+    main = mlxfit.fit(Q8B, 16384, machine=BIG)
+    draft = mlxfit.fit(Q4B, 16384, machine=BIG)
+    r = mlxfit.fit(Q8B, 16384, machine=BIG, draft_model=Q4B)
     t = _terms(r)
     assert t["draft_weights"] == draft.weights_bytes
     assert t["draft_kv_cache"] == draft.kv_bytes + draft.state_bytes
@@ -112,14 +110,14 @@ def test_draft_adds_its_weights_and_kv():
 
 
 def test_draft_drops_max_kv_size_like_mlx_lm():
-    r = api.fit(Q8B, 16384, machine=BIG, draft_model=Q4B, max_kv_size=4096)
+    r = mlxfit.fit(Q8B, 16384, machine=BIG, draft_model=Q4B, max_kv_size=4096)
     assert r.run.max_kv_size is None
     assert r.kv_bytes == 16384 * Q8B_KV_PER_TOKEN
     assert any("--max-kv-size is dropped" in w for w in r.warnings)
 
 
 def test_draft_warns_for_sliding_window_models():
-    r = api.fit(GEMMA, 8192, machine=BIG, draft_model=GEMMA)
+    r = mlxfit.fit(GEMMA, 8192, machine=BIG, draft_model=GEMMA)
     assert any("no longer trimmable" in w for w in r.warnings)
 
 
@@ -135,13 +133,13 @@ def test_draft_warns_for_sliding_window_models():
 def test_impossible_serving_setups_are_usage_errors(kw, needle):
     model = kw.pop("model", Q8B)
     with pytest.raises(UsageError, match=needle):
-        api.fit(model, 8192, machine=BIG, **kw)
+        mlxfit.fit(model, 8192, machine=BIG, **kw)
 
 
 def test_batched_decode_estimate():
-    r = api.fit(Q8B, 8192, machine=BIG)
-    from mlxfit.calibration import load_calibration
-    from mlxfit.sources import resolve_model
+    r = mlxfit.fit(Q8B, 8192, machine=BIG)
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.sources.resolve import resolve_model
 
     src = resolve_model(Q8B)
     inp = api.model_inputs(src)
@@ -153,7 +151,7 @@ def test_batched_decode_estimate():
     assert four["aggregate_tps"] == pytest.approx(4 * four["per_sequence_tps"])
     # Weights are read once per step for all four: more than twice the single stream.
     assert four["aggregate_tps"] > 2 * one["per_sequence_tps"]
-    served = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    served = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
     assert served.serving["batched_decode"]["aggregate_tps"] == pytest.approx(
         four["aggregate_tps"])
 
@@ -162,9 +160,9 @@ def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
     """The batched estimate shares fit's decode factors: Qwen2.5-7B (28 q / 4 kv heads, gqa 7)
     on an M3 Ultra takes the Ultra efficiency and the gqa > 4 KV-read penalty in both."""
     model, machine = "mlx-community/Qwen2.5-7B-Instruct-4bit", "M3 Ultra 512GB"
-    r = api.fit(model, 32768, machine=machine)
-    from mlxfit.calibration import load_calibration
-    from mlxfit.sources import resolve_model
+    r = mlxfit.fit(model, 32768, machine=machine)
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.sources.resolve import resolve_model
 
     inp = api.model_inputs(resolve_model(model))
     cal = load_calibration()
@@ -176,9 +174,9 @@ def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
 
 
 def test_moe_batched_decode_reads_more_experts():
-    r = api.fit("mlx-community/Qwen3-30B-A3B-4bit", 4096, machine=BIG)
-    from mlxfit.calibration import load_calibration
-    from mlxfit.sources import resolve_model
+    r = mlxfit.fit("mlx-community/Qwen3-30B-A3B-4bit", 4096, machine=BIG)
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.sources.resolve import resolve_model
 
     inp = api.model_inputs(resolve_model("mlx-community/Qwen3-30B-A3B-4bit"))
     cal = load_calibration()
@@ -200,7 +198,7 @@ def test_oversize_score_array_is_flagged_even_when_the_total_fits():
     """Gemma 3 12B (16 heads, head_dim 256: unfused on Metal) at 100,001 tokens in 50,000-token
     chunks: the second chunk's scores are 16 heads x 50000 x 100000 keys x 2 B = 160 GB, over
     the 256 GB Mac's maxBufferLength (0.5625 x 256 GiB = 154.6 GB) while the total fits."""
-    r = api.fit(G12, 100001, **OVER)
+    r = mlxfit.fit(G12, 100001, **OVER)
     assert r.fits and not r.runs
     (b,) = r.oversize_buffers
     assert b.name == "attention (prefill)"
@@ -212,21 +210,21 @@ def test_oversize_score_array_is_flagged_even_when_the_total_fits():
 
 
 def test_buffer_limits_the_largest_safe_context():
-    r = api.fit(G12, 100001, **OVER)
+    r = mlxfit.fit(G12, 100001, **OVER)
     n = r.max_safe_context
     assert 0 < n < 100001
-    assert api.fit(G12, n, **OVER).runs
-    assert not api.fit(G12, n + 1, **OVER).runs
+    assert mlxfit.fit(G12, n, **OVER).runs
+    assert not mlxfit.fit(G12, n + 1, **OVER).runs
 
 
 def test_fused_attention_has_no_score_buffer():
-    r = api.fit(Q4B, 65536, machine=BIG, prefill_step_size=26000)  # bf16 cache: fused SDPA
+    r = mlxfit.fit(Q4B, 65536, machine=BIG, prefill_step_size=26000)  # bf16 cache: fused SDPA
     assert all(b.name != "attention (prefill)" for b in r.buffers)
     assert r.runs
 
 
 def test_kv_layer_buffer_counts_every_parallel_sequence():
-    r = api.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
+    r = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
     kv = next(b for b in r.buffers if b.name.startswith("kv cache"))
     assert kv.bytes == 4 * 8 * 8192 * 128 * 2
 

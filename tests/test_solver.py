@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from mlxfit.calibration import load_calibration
-from mlxfit.config import parse_config
-from mlxfit.core import solve_max_context, totals_at
-from mlxfit.memory import Run, peak_phase
+from mlxfit.calibration.load import load_calibration
+from mlxfit.estimate.memory import Run, peak_phase
+from mlxfit.estimate.solve import solve_max_context, totals_at
+from mlxfit.model.config import parse_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 CAL = load_calibration()
@@ -113,9 +113,9 @@ def test_sliding_window_prefill_holds_window_minus_one_plus_chunk():
 
 
 def test_bad_runs_are_usage_errors():
-    from mlxfit.core import fit_core
     from mlxfit.errors import UsageError
-    from mlxfit.speed import WeightsRead
+    from mlxfit.estimate.solve import fit_core
+    from mlxfit.model.inputs import WeightsRead
 
     c = cfg("Qwen__Qwen3-8B.json")
     kw = {"model": "m", "source_kind": "folder", "cfg": c,
@@ -135,7 +135,7 @@ def test_cycle_skipping_capacity_equals_update_by_update():
     mlx-lm's KVCache rule update by update, for steps on and off the 256 grid."""
     import random
 
-    from mlxfit.cache_sim import capacity_after_equal_updates, kv_capacity_after_updates
+    from mlxfit.estimate.cache_sim import capacity_after_equal_updates, kv_capacity_after_updates
 
     rng = random.Random(7)
     cases = [(rng.randint(0, 600), rng.randint(1, 1500)) for _ in range(400)]

@@ -11,8 +11,10 @@ import pytest
 from st_helpers import make_folder, make_hf_cache, write_real, write_sparse
 
 from mlxfit.errors import ConfigError, SourceError, WeightsError
-from mlxfit.sources import CATALOG_NOTE, hf_hub_cache_dir, resolve_model
-from mlxfit.tensors import TensorInfo
+from mlxfit.model.tensors import TensorInfo
+from mlxfit.sources.hf_cache import hf_hub_cache_dir
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.sources.source import CATALOG_NOTE
 
 CONFIG = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2}
 SHA_A = "a" * 40
@@ -350,7 +352,7 @@ def fake_entry(repo_id: str) -> SimpleNamespace:
 
 
 def test_catalog_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    catalog = pytest.importorskip("mlxfit.catalog", reason="catalog.py is another engineer's file")
+    catalog = pytest.importorskip("mlxfit.sources.catalog", reason="catalog.py is another engineer's file")
     monkeypatch.setattr(
         catalog, "load_entry", lambda rid: fake_entry("Org/Model") if rid == "org/model" else None
     )
@@ -362,14 +364,14 @@ def test_catalog_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_cache_wins_over_catalog(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    catalog = pytest.importorskip("mlxfit.catalog", reason="catalog.py is another engineer's file")
+    catalog = pytest.importorskip("mlxfit.sources.catalog", reason="catalog.py is another engineer's file")
     monkeypatch.setattr(catalog, "load_entry", fake_entry)
     cached_repo(isolated_cache)
     assert resolve_model("org/tiny").kind == "hf-cache"
 
 
 def test_real_catalog_entry() -> None:
-    catalog = pytest.importorskip("mlxfit.catalog", reason="catalog.py is another engineer's file")
+    catalog = pytest.importorskip("mlxfit.sources.catalog", reason="catalog.py is another engineer's file")
     ids = catalog.catalog_ids()
     if not ids:
         pytest.skip("the built-in catalog has no entries yet")
@@ -395,7 +397,7 @@ def test_resolving_never_imports_model_code_or_numpy_for_folders(tmp_path: Path)
 
     make_folder(tmp_path / "m", CONFIG, {"model.safetensors": {"a": ("F32", [1])}})
     code = (
-        "import sys; from mlxfit.sources import resolve_model; resolve_model(sys.argv[1]); "
+        "import sys; from mlxfit.sources.resolve import resolve_model; resolve_model(sys.argv[1]); "
         "bad = [m for m in ('numpy', 'torch', 'huggingface_hub', 'transformers') if m in sys.modules]; "
         "print(bad)"
     )

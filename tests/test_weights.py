@@ -7,9 +7,9 @@ import pytest
 from st_helpers import write_real, write_sparse
 
 from mlxfit.errors import ConfigError
-from mlxfit.safetensors_header import read_header
-from mlxfit.tensors import TensorInfo
-from mlxfit.weights import summarize_weights
+from mlxfit.model.tensors import TensorInfo
+from mlxfit.model.weights import summarize_weights
+from mlxfit.sources.safetensors_header import read_header
 
 T = TensorInfo.of
 Q4 = {"quantization": {"group_size": 64, "bits": 4}}

@@ -1,3 +1,3 @@
-from mlxfit.cli import main
+from mlxfit.cli.app import main
 
 main()

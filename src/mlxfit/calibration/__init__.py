@@ -1,0 +1,1 @@
+"""The calibration constants: their types (constants) and where they are loaded from (load)."""

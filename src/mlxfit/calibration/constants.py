@@ -1,0 +1,115 @@
+"""The calibration constants: calibration.toml shipped with the package, optionally overridden
+by a user file (~/.config/mlxfit/calibration.toml). Pure data; loading is at the edge."""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass, fields
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    pass
+else:  # pragma: no cover
+    pass
+
+from mlxfit.errors import MlxfitError
+
+
+@dataclass(frozen=True)
+class Backend:
+    """Transient-memory constants of one MLX backend (see calibration.toml for sources)."""
+
+    fused_prefill_head_dims: tuple[int, ...]
+    fused_decode_head_dims: tuple[int, ...]
+    score_arrays: float
+    sink_score_arrays: float
+    softcap_score_arrays: float
+    quantized_score_arrays: float
+    mla_score_arrays: float
+    mla_kv_arrays: float
+    act_hidden: float
+    act_ffn: float
+    act_q: float
+    act_moe: float
+    act_kv: float
+    act_floor: float
+    act_floor_tokens: float
+    act_linear: float
+    bf16_act_bytes: float
+    ssd_square: float
+    ssd_token: float
+    linear_fallback: float
+    growth_copy_layers: float
+    base_bytes: float
+
+
+@dataclass(frozen=True)
+class Decode:
+    eta: float
+    fixed_s: float
+    per_layer_s: float
+    per_moe_layer_s: float
+    kv_unfused: float
+    gqa_ultra: float
+    ultra_eta: float
+
+
+@dataclass(frozen=True)
+class Calibration:
+    backends: dict[str, Backend]
+    decode: Decode
+    source: str
+
+    def backend(self, name: str) -> Backend:
+        try:
+            return self.backends[name]
+        except KeyError:
+            raise MlxfitError(
+                f"--backend {name!r}: unknown backend (known: {', '.join(sorted(self.backends))})"
+            ) from None
+
+
+# Constants that divide or scale a whole prediction: zero would be nonsense, not a bound.
+_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens"})
+
+
+def _number(v: Any, name: str, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise MlxfitError(f"{where}: '{name}' must be a finite number, got {v!r}")
+    if v < 0 or (v == 0 and name in _POSITIVE):
+        bound = "positive" if name in _POSITIVE else "zero or more"
+        raise MlxfitError(f"{where}: '{name}' must be {bound}, got {v!r}")
+    return float(v)
+
+
+def _build(cls: type, table: Any, where: str) -> Any:
+    if not isinstance(table, dict):
+        raise MlxfitError(f"{where}: must be a table of constants")
+    kwargs: dict[str, Any] = {}
+    for fld in fields(cls):
+        if fld.name not in table:
+            raise MlxfitError(f"{where}: missing calibration constant '{fld.name}'")
+        v = table[fld.name]
+        if isinstance(v, list):
+            if not all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v):
+                raise MlxfitError(f"{where}: '{fld.name}' must be a list of positive integers")
+            kwargs[fld.name] = tuple(v)
+        else:
+            kwargs[fld.name] = _number(v, fld.name, where)
+    return cls(**kwargs)
+
+
+def parse_calibration(doc: dict[str, Any], where: str) -> Calibration:
+    tables = doc.get("backend", {})
+    if not isinstance(tables, dict):
+        raise MlxfitError(f"{where}: [backend] must be a table of backends")
+    backends = {
+        name: _build(Backend, tbl, f"{where} [backend.{name}]") for name, tbl in tables.items()
+    }
+    decode = _build(Decode, doc.get("decode", {}), f"{where} [decode]")
+    return Calibration(backends=backends, decode=decode, source=where)
+
+
+
+

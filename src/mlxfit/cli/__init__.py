@@ -1,0 +1,1 @@
+"""The Typer command line: one module per verb (parse, call the twin, render)."""

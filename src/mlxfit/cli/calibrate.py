@@ -1,0 +1,40 @@
+"""`mlxfit calibrate`: fit the calibration constants to saved measurements, show old vs new."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from mlxfit.cli.common import console, fail
+from mlxfit.errors import MlxfitError
+from mlxfit.render.calibrate import render_calibration
+
+app = typer.Typer()
+
+@app.command("calibrate")
+def calibrate_cmd(
+    from_file: Path | None = typer.Option(None, "--from", help="Measurements (JSON lines); default ~/.cache/mlxfit/measurements.jsonl."),  # noqa: B008
+    write: bool = typer.Option(False, "--write", help="Store the fitted constants in ~/.config/mlxfit/calibration.toml."),
+    backend: list[str] | None = typer.Option(None, "--backend", help="Fit only this backend (cpu, metal); repeatable."),  # noqa: B008
+    show_all: bool = typer.Option(False, "--all", help="Every run, not only the worst."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    show_toml: bool = typer.Option(False, "--show-toml", help="Print the calibration file --write would store."),
+) -> None:
+    """Fit the calibration constants to `mlxfit measure --save` records; old vs new error."""
+    from mlxfit.render import calibrate as cb_calibrate
+    from mlxfit.verbs.calibrate import twin as cb
+
+    try:
+        r = cb.calibrate(from_file, write=write,
+                         backends=tuple(backend) if backend else None)
+    except MlxfitError as e:
+        fail(e)
+        return
+    if as_json:
+        print(json.dumps(cb_calibrate.result_to_json(r), indent=2))
+    elif show_toml:
+        print(r.toml, end="")
+    else:
+        render_calibration(r, console(), show_all=show_all)

@@ -1,0 +1,71 @@
+"""`mlxfit cluster`: one model across several Macs with MLX distributed (see mlxfit.cluster)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from mlxfit.cli.common import console, fail
+from mlxfit.errors import MlxfitError
+from mlxfit.render.cluster import render_cluster
+
+app = typer.Typer()
+
+@app.command("cluster")
+def cluster_cmd(
+    model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, or catalog id."),
+    host: list[str] | None = typer.Option(
+        None, "--host", help='A Mac of the cluster in rank order, e.g. "M3 Ultra 512GB" or '
+                             '"2x M4 Max 128GB"; repeat for each.'),
+    hosts_file: str | None = typer.Option(
+        None, "--hosts-file", help="TOML file of \\[\\[hosts]] (machine, name, ssh, ips, rdma, "
+                                   "memory_budget_gb, count); listed before any --host."),
+    ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end."),
+    strategy: str = typer.Option("auto", "--strategy", help="pipeline, tensor or auto."),
+    link: str | None = typer.Option(None, "--link", help="tb5 (JACCL RDMA), tb4 or 10gbe "
+                                                            "(ring over TCP); default tb5."),
+    link_latency_us: float | None = typer.Option(
+        None, "--link-latency-us", help="Your measured per-hop latency (replaces the table)."),
+    link_gbs: float | None = typer.Option(
+        None, "--link-gbs", help="Your measured link bandwidth, GB/s (replaces the table)."),
+    macos: int | None = typer.Option(None, "--macos", help="macOS major version (default 26)."),
+    revision: str | None = typer.Option(None, "--revision"),
+    gen: int = typer.Option(0, "--gen", help="How many of the --ctx tokens are generated."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size"),
+    kv_bits: int | None = typer.Option(None, "--kv-bits"),
+    kv_group_size: int = typer.Option(64, "--kv-group-size"),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
+    backend: str = typer.Option("metal", "--backend", help="metal or cpu."),
+    write: str | None = typer.Option(
+        None, "--write", help="Write hostfile.json, run.sh and plan.json for mlx.launch here."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    explain: bool = typer.Option(False, "--explain", help="Every host's terms."),
+) -> None:
+    """Split a model across several Macs (MLX distributed): per-host memory, context, speed."""
+    from mlxfit.render.cluster import cluster_to_json
+    from mlxfit.verbs.cluster.launch import write_launch
+    from mlxfit.verbs.cluster.twin import cluster
+
+    try:
+        r = cluster(model, host or [], ctx, hosts_file=hosts_file, strategy=strategy,
+                    link=link, link_latency_us=link_latency_us, link_gbs=link_gbs,
+                    macos=macos, revision=revision, gen=gen,
+                    prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
+                    backend=backend)
+        written = write_launch(r, write) if write else []
+    except MlxfitError as e:
+        fail(e)
+        return
+    if as_json:
+        doc = cluster_to_json(r)
+        if written:
+            doc["written"] = [str(p) for p in written]
+        print(json.dumps(doc, indent=2))
+    else:
+        c = console()
+        render_cluster(r, c, explain=explain)
+        if written:
+            c.print(f"wrote {', '.join(str(p) for p in written)}", soft_wrap=True)
+    raise typer.Exit(0 if r.fits else 1)

@@ -1,0 +1,91 @@
+"""`mlxfit fit`: parse, call the twin `mlxfit.fit`, render. No arithmetic here."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from mlxfit.cli.common import console, fail
+from mlxfit.errors import MlxfitError
+from mlxfit.render.chart import render_terminal, write_chart
+from mlxfit.render.fit import fit_to_json, render_fit
+from mlxfit.settings import DEFAULT_MODEL
+from mlxfit.verbs.fit import fit
+
+app = typer.Typer()
+
+
+CHART_SUFFIXES = (".png", ".svg")
+
+
+def _chart_path(model: str, extra: list[str], chart: bool) -> tuple[str, str | None]:
+    """`--chart [PATH]`: Typer has no optional option values, so a PATH after --chart arrives
+    as a positional argument; it is the one ending in .png/.svg. Returns (model, path)."""
+    words = [model] + list(extra)
+    paths = [w for w in words if w.lower().endswith(CHART_SUFFIXES)]
+    rest = [w for w in words if w not in paths]
+    if (paths and not chart) or len(paths) > 1 or len(rest) > 1:
+        unexpected = (paths + rest[1:]) if not chart else (paths[1:] + rest[1:])
+        raise typer.BadParameter(f"unexpected argument {unexpected[0]!r} "
+                                 "(a chart file goes after --chart and ends in .png or .svg)")
+    return (rest[0] if rest else DEFAULT_MODEL), (paths[0] if paths else None)
+
+
+@app.command("fit", context_settings={"allow_extra_args": True})
+def fit_cmd(
+    typer_ctx: typer.Context,
+    model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
+    ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end (prompt + generated)."),
+    machine: str | None = typer.Option(None, "--machine", help='e.g. "M4 Pro 24GB"; default: this machine.'),
+    memory_budget: float | None = typer.Option(None, "--memory-budget", help="Usable GB (10^9 B); replaces the machine's envelope."),
+    macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
+    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (HF cache or the Hub)."),
+    gen: int = typer.Option(0, "--gen", help="How many of the --ctx tokens are generated (the rest is prompt)."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx-lm's prefill chunk."),
+    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
+    kv_group_size: int = typer.Option(64, "--kv-group-size"),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
+    max_kv_size: int | None = typer.Option(None, "--max-kv-size", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
+    backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
+    with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    explain: bool = typer.Option(False, "--explain", help="Show each term's formula and inputs."),
+    advise: bool = typer.Option(False, "--advise", help="What would make it fit, cheapest first, with the mlx-lm command (shown anyway when it does not fit)."),
+    parallel: int | None = typer.Option(None, "--parallel", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
+    prompt_cache: int | None = typer.Option(None, "--prompt-cache", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
+    draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
+    chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg writes a file."),
+    verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
+) -> None:
+    """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""
+    try:
+        model, chart_file = _chart_path(model, typer_ctx.args, chart)
+    except typer.BadParameter as e:
+        fail(e)
+        return
+    try:
+        r = fit(model, ctx, machine=machine, memory_budget_gb=memory_budget, macos=macos,
+                    revision=revision, gen=gen, prefill_step_size=prefill_step_size,
+                    kv_bits=kv_bits, kv_group_size=kv_group_size,
+                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
+                    backend=backend, with_vision=with_vision, parallel=parallel,
+                    prompt_cache=prompt_cache, draft_model=draft_model,
+                    advise=True if advise else "auto", chart=chart,
+                    progress=not as_json, verbose=verbose)
+        if chart_file is not None:
+            write_chart(r.chart, chart_file)
+    except MlxfitError as e:
+        fail(e)
+        return
+    if as_json:
+        print(json.dumps(fit_to_json(r), indent=2))
+    else:
+        out = console()
+        render_fit(r, out, explain=explain)
+        if chart and chart_file is None:
+            out.print()
+            render_terminal(r.chart, out)
+        elif chart_file is not None:
+            out.print(f"chart written to {chart_file}", soft_wrap=True)
+    raise typer.Exit(0 if r.runs else 1)

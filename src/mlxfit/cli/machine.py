@@ -1,0 +1,32 @@
+"""`mlxfit machine`: parse, call the twin `mlxfit.machine`, render."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import typer
+
+from mlxfit.cli.common import console, fail
+from mlxfit.errors import MlxfitError
+from mlxfit.render.machine import render_machine
+from mlxfit.verbs.machine import machine
+
+app = typer.Typer()
+
+
+@app.command("machine")
+def machine_cmd(
+    spec: str | None = typer.Argument(None, help='Resolve a named SKU, e.g. "M4 Max 128GB".'),
+    macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """What mlxfit knows about this machine (or a named one), and where each figure came from."""
+    try:
+        m = machine(spec, macos=macos)
+    except MlxfitError as e:
+        fail(e)
+    if as_json:
+        print(json.dumps(asdict(m), indent=2))
+        return
+    render_machine(m, console())

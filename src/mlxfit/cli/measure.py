@@ -1,0 +1,55 @@
+"""`mlxfit measure`: run mlx-lm for real, print measured beside predicted. No arithmetic here
+beyond formatting (the comparison is mlxfit.measure's)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from mlxfit.cli.common import console, fail
+from mlxfit.errors import MlxfitError
+from mlxfit.render.measure import render_measurement
+
+app = typer.Typer()
+
+@app.command("measure")
+def measure_cmd(
+    model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id; with "
+                                "--random-weights also a catalog/Hub id or a config.json."),
+    ctx: int = typer.Option(..., "--ctx", help="Tokens in context at the end (prompt + generated)."),
+    gen: int = typer.Option(16, "--gen", help="Tokens generated (>= 1); decode tok/s is over them."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx-lm's prefill chunk."),
+    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
+    kv_group_size: int = typer.Option(64, "--kv-group-size"),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
+    max_kv_size: int | None = typer.Option(None, "--max-kv-size", help="Rotating cache size (as mlx-lm)."),
+    random_weights: bool = typer.Option(False, "--random-weights", help="Build from the config with random weights (nothing downloaded; same memory)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="With --random-weights: float32, bfloat16 or float16 (default: the checkpoint's)."),
+    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit in the HF cache."),
+    machine: str | None = typer.Option(None, "--machine", help="This Mac's name if it cannot be probed (for the predicted tok/s)."),
+    seed: int = typer.Option(0, "--seed", help="Random weights and prompt tokens."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (with the full record)."),
+    save: bool = typer.Option(False, "--save", help="Append the record to ~/.cache/mlxfit/measurements.jsonl (what `mlxfit calibrate` fits)."),
+) -> None:
+    """Run mlx-lm for real and set its measured memory (and tok/s) beside the prediction."""
+    from mlxfit.render import measure as ms_measure
+    from mlxfit.verbs.measure import twin as ms
+
+    try:
+        m = ms.measure(model, ctx, gen=gen, prefill_step_size=prefill_step_size,
+                       kv_bits=kv_bits, kv_group_size=kv_group_size,
+                       quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
+                       random_weights=random_weights, dtype=dtype, revision=revision,
+                       seed=seed, machine=machine, save=save)
+    except MlxfitError as e:
+        fail(e)
+        return
+    except (RuntimeError, ValueError, AttributeError, NotImplementedError, OSError,
+            KeyError, TypeError) as e:  # mlx / mlx-lm refusing this model or run
+        fail(MlxfitError(f"mlx-lm failed on this run: {type(e).__name__}: {e}"))
+        return
+    if as_json:
+        print(json.dumps(ms_measure.measurement_to_json(m), indent=2, default=str))
+    else:
+        render_measurement(m, console())

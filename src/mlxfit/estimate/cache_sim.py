@@ -1,0 +1,220 @@
+"""How many tokens each mlx-lm cache class has allocated at a point of a generation.
+
+Pure arithmetic over mlx_lm/models/cache.py (mlx-lm 0.32) and generate_step's schedule:
+the first P-1 prompt tokens go through the model in chunks of ``prefill_step_size``, the last
+prompt token and every generated token one at a time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from mlxfit.model.config import Attn
+
+STEP = 256  # KVCache.step / QuantizedKVCache.step / RotatingKVCache.step
+
+
+def _ceil_to(n: int, step: int) -> int:
+    return -(-n // step) * step
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A generation of ``ctx`` tokens: prompt ``ctx - gen`` then ``gen`` decode steps."""
+
+    ctx: int
+    gen: int
+    prefill_step_size: int
+
+    @property
+    def prompt(self) -> int:
+        return max(self.ctx - self.gen, 1)
+
+    @property
+    def prefill_tokens(self) -> int:
+        """Tokens processed in chunks (P-1: the last prompt token goes through _step)."""
+        return self.prompt - 1
+
+    def chunks(self) -> tuple[int, int, int]:
+        """(number of full chunks, size of the last chunk, number of chunks)."""
+        p = self.prefill_tokens
+        if p <= 0:
+            return 0, 0, 0
+        full, rest = divmod(p, self.prefill_step_size)
+        if rest == 0:
+            return full, self.prefill_step_size, full
+        return full, rest, full + 1
+
+    # Chunk facts. Every byte term and the buffer check ask these, so that the size, the offset
+    # and the cache's precision of "prefill chunk n" (1-based) have one definition.
+
+    def chunk_at(self, n: int) -> Chunk:
+        """Prefill chunk ``n`` (1 <= n <= number of chunks): its size and the cache offset
+        before it. Every chunk is ``prefill_step_size`` tokens but the last, which holds the rest."""
+        full, last, total = self.chunks()
+        if not 1 <= n <= total:
+            raise ValueError(f"chunk {n} of a prefill of {total} chunks")
+        return Chunk(n, self.prefill_step_size if n <= full else last, (n - 1) * self.prefill_step_size)
+
+    def chunk_size(self, n: int) -> int:
+        return self.chunk_at(n).size
+
+    def offset_before(self, n: int) -> int:
+        """Tokens in the cache when chunk n starts (the cache's offset)."""
+        return self.chunk_at(n).offset_before
+
+    def offset_after(self, n: int) -> int:
+        """Tokens in the cache once chunk n is appended."""
+        return self.chunk_at(n).offset_after
+
+    def keys_seen(self, a: Attn, n: int) -> int:
+        """Keys chunk n's queries attend over (the score matrix's width): every token so far
+        (this chunk included) for a full cache; a RotatingKVCache's length after the update; a
+        ChunkedKVCache's kept window plus this chunk."""
+        c = self.chunk_at(n)
+        if a.cache == "rotating":
+            return rotating_size_prefill(self, a.window or 0, n)
+        if a.cache == "chunked":
+            return min(c.offset_after, (a.window or 0) + c.size)
+        return c.offset_after
+
+    def kv_quantized_during(self, n: int, kv_bits: int | None, quantized_kv_start: int) -> bool:
+        """Whether chunk n runs on a QuantizedKVCache. generate_step calls
+        maybe_quantize_kv_cache after each model call, converting once offset >=
+        quantized_kv_start: chunk n > 1 runs quantized when the offset before it reached the
+        start; the first chunk always runs on the full-precision cache, even with
+        --quantized-kv-start 0."""
+        return kv_bits is not None and n > 1 and self.offset_before(n) >= quantized_kv_start
+
+    def kv_converted_after(self, n: int, kv_bits: int | None, quantized_kv_start: int) -> bool:
+        """Whether the cache is converted right after chunk n (it ran full precision and its
+        tokens reach the start): that chunk holds the bf16 cache and its quantized copy."""
+        return (kv_bits is not None
+                and not self.kv_quantized_during(n, kv_bits, quantized_kv_start)
+                and self.offset_after(n) >= quantized_kv_start)
+
+    @property
+    def largest_call(self) -> int:
+        """Tokens of generate_step's largest model call: the first prefill chunk, or the
+        single-token step when the prompt is too short to be chunked."""
+        return max(self.chunk_size(1) if self.prefill_tokens > 0 else 0, 1)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One prefill chunk: generate_step's n-th multi-token model call (n from 1)."""
+
+    n: int
+    size: int
+    offset_before: int
+
+    @property
+    def offset_after(self) -> int:
+        return self.offset_before + self.size
+
+
+def _update(cap: int, off: int, k: int) -> tuple[int, int]:
+    """One KVCache.update_and_fetch of k tokens: on overflow, trim to the offset (when it is
+    not on a step) and append ceil(k/256)*256 slots."""
+    if off + k > cap:
+        if off % STEP:
+            cap = off
+        cap += _ceil_to(k, STEP)
+    return cap, off + k
+
+
+def kv_capacity_after_updates(sizes: list[int]) -> int:
+    """KVCache capacity after updates of the given sizes."""
+    cap = off = 0
+    for k in sizes:
+        cap, off = _update(cap, off, k)
+    return cap
+
+
+def capacity_after_equal_updates(n: int, k: int, cap: int = 0, off: int = 0) -> tuple[int, int]:
+    """(capacity, offset) after n updates of k tokens each, in O(256) steps: the state
+    (offset mod 256, capacity - offset) repeats within 256 updates, and from then on every
+    cycle adds the same tokens to both, so whole cycles are skipped."""
+    seen: dict[tuple[int, int], tuple[int, int, int]] = {}
+    i = 0
+    while i < n:
+        key = (off % STEP, cap - off)
+        if key in seen:
+            j, _, off_j = seen[key]
+            period, grow = i - j, off - off_j  # cap grows by the same amount per cycle
+            skip = (n - i) // period
+            cap, off, i = cap + skip * grow, off + skip * grow, i + skip * period
+            seen.clear()
+            if i >= n:
+                break
+        else:
+            seen[key] = (i, cap, off)
+        cap, off = _update(cap, off, k)
+        i += 1
+    return cap, off
+
+
+def full_capacity_prefill(s: Schedule, n_chunks: int) -> int:
+    """KVCache capacity right after the ``n_chunks``-th prefill chunk."""
+    full, last, total = s.chunks()
+    n_chunks = min(n_chunks, total)
+    if n_chunks <= 0:
+        return 0
+    n_full = min(n_chunks, full)
+    if s.prefill_step_size % STEP == 0:
+        cap = n_full * s.prefill_step_size
+        if n_chunks > full:  # the short last chunk
+            cap += _ceil_to(last, STEP)
+        return cap
+    cap, off = capacity_after_equal_updates(n_full, s.prefill_step_size)
+    if n_chunks > full:
+        cap, off = _update(cap, off, last)
+    return cap
+
+
+def full_capacity_final(s: Schedule, tokens: int | None = None) -> int:
+    """KVCache capacity once it holds ``tokens`` (default: the whole context) after prefill."""
+    tokens = s.ctx if tokens is None else tokens
+    _, _, total = s.chunks()
+    cap = full_capacity_prefill(s, total)
+    off = s.prefill_tokens if total else 0
+    if tokens <= off:
+        return cap
+    # Single-token updates: when full, trim to the offset and append one 256 step.
+    if tokens > cap:
+        cap = cap + _ceil_to(tokens - cap, STEP)
+    return cap
+
+
+def rotating_size_prefill(s: Schedule, window: int, n_chunks: int) -> int:
+    """RotatingKVCache length after the n-th prefill chunk: a multi-token update keeps the
+    last window-1 tokens it holds and appends the whole chunk, so the length is
+    min(tokens before this chunk, window-1) + chunk."""
+    n_chunks = min(n_chunks, s.chunks()[2])
+    if n_chunks <= 0:
+        return 0
+    c = s.chunk_at(n_chunks)
+    return min(c.offset_before, window - 1) + c.size
+
+
+def rotating_size_final(s: Schedule, window: int, tokens: int | None = None) -> int:
+    """RotatingKVCache length once single-token steps have run: trimmed back to the window,
+    or grown in 256-token steps (capped at the window) while the context is shorter."""
+    tokens = s.ctx if tokens is None else tokens
+    _, _, total = s.chunks()
+    size = rotating_size_prefill(s, window, total)
+    if tokens <= s.prefill_tokens:
+        return size
+    if size >= window:
+        return window
+    if tokens <= size:
+        return size
+    return min(window, size + _ceil_to(tokens - size, STEP))
+
+
+def chunked_tokens(full_tokens: int, chunk_size: int, update: int) -> int:
+    """ChunkedKVCache (Llama 4 local layers): at most attention_chunk_size tokens are kept, plus
+    the update being appended, in 256-token steps."""
+    return min(full_tokens, _ceil_to(chunk_size + update, STEP))

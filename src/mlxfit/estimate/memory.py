@@ -1,0 +1,416 @@
+"""Byte terms of one mlx-lm generation: KV/state caches and the prefill/decode transients.
+
+Pure functions of (ModelConfig, Run, calibration). Each term is one named function returning a
+``Term`` with its formula and inputs, so ``--explain`` prints what the total is made of.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from mlxfit.calibration.constants import Backend
+from mlxfit.errors import UsageError
+from mlxfit.estimate import cache_sim as cs
+from mlxfit.model.config import Attn, ModelConfig
+
+
+@dataclass(frozen=True)
+class Run:
+    """The generation being sized (mlx_lm.generate's flags)."""
+
+    ctx: int
+    gen: int = 0
+    prefill_step_size: int = 2048
+    kv_bits: int | None = None
+    kv_group: int = 64
+    quantized_kv_start: int = 5000
+    max_kv_size: int | None = None
+    backend: str = "metal"
+
+    def schedule(self, ctx: int | None = None) -> cs.Schedule:
+        return cs.Schedule(ctx=self.ctx if ctx is None else ctx, gen=self.gen,
+                           prefill_step_size=self.prefill_step_size)
+
+    @property
+    def kv_quantized(self) -> bool:
+        """Whether the cache is a QuantizedKVCache once it holds the whole context."""
+        return self.kv_bits is not None and self.ctx > self.quantized_kv_start
+
+
+@dataclass(frozen=True)
+class Term:
+    name: str
+    bytes: int
+    formula: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def validate_run(cfg: ModelConfig, run: Run) -> None:
+    if run.ctx < 1:
+        raise UsageError(f"--ctx must be at least 1 token, got {run.ctx}")
+    if run.ctx > 10**9:
+        raise UsageError(f"--ctx {run.ctx} is beyond any model's context")
+    if run.gen < 0 or run.gen >= run.ctx:
+        raise UsageError(f"--gen must be between 0 and --ctx - 1, got {run.gen}")
+    if run.prefill_step_size < 1:
+        raise UsageError(f"--prefill-step-size must be positive, got {run.prefill_step_size}")
+    if run.kv_bits is not None:
+        if run.kv_bits not in (2, 3, 4, 5, 6, 8):
+            raise UsageError(f"--kv-bits must be one of 2,3,4,5,6,8, got {run.kv_bits}")
+        if run.kv_group not in (32, 64, 128):
+            raise UsageError(f"--kv-group-size must be 32, 64 or 128, got {run.kv_group}")
+        if run.quantized_kv_start < 0:
+            raise UsageError("--quantized-kv-start must be >= 0")
+        if any(a.mla is not None for a, _ in attn_groups(cfg, run)):
+            if cfg.family == "deepseek_v32":
+                raise UsageError("--kv-bits: mlx-lm never quantizes this model's CacheList "
+                                 "caches (no to_quantized), so the flag has no effect")
+            raise UsageError("--kv-bits: mlx-lm's MLA attention cannot use a quantized cache "
+                             "(it fails with AttributeError in mlx-lm 0.32)")
+        if any(a.cache == "rotating" for a, _ in attn_groups(cfg, run)):
+            raise UsageError(
+                "--kv-bits: this model's sliding-window layers use RotatingKVCache, which "
+                "mlx-lm cannot quantize (to_quantized raises NotImplementedError)"
+            )
+    if run.max_kv_size is not None and run.max_kv_size < 1:
+        raise UsageError(f"--max-kv-size must be positive, got {run.max_kv_size}")
+
+
+def _as_run_sees(a: Attn, cfg: ModelConfig, run: Run) -> Attn:
+    # --max-kv-size turns full caches into RotatingKVCache only for models without their own
+    # make_cache() (mlx_lm.models.cache.make_prompt_cache).
+    if run.max_kv_size and not cfg.own_cache and a.cache == "full":
+        return Attn("rotating", a.q_heads, a.kv_heads, a.k_dim, a.v_dim, a.head_dim,
+                    window=run.max_kv_size, sinks=a.sinks, mla=a.mla)
+    return a
+
+
+def effective_attn(cfg: ModelConfig, run: Run) -> list[Attn]:
+    """Attention layers, one per layer, with the caches mlx-lm builds for this run."""
+    return [_as_run_sees(a, cfg, run) for a in cfg.attention_layers]
+
+
+def attn_groups(cfg: ModelConfig, run: Run, *, prefill_compute: bool = False
+                ) -> list[tuple[Attn, int]]:
+    """Distinct attention layouts for this run with their layer counts (with prefill_compute,
+    only the layers whose attention a prefill chunk actually computes)."""
+    groups = cfg.attn_groups_computed_in_prefill if prefill_compute else cfg.attn_groups
+    return [(_as_run_sees(a, cfg, run), n) for a, n in groups]
+
+
+def per_token_bytes(a: Attn, act_bytes: int) -> int:
+    """Bytes one cached token costs one layer in the activation dtype (keys + values)."""
+    return a.kv_heads * (a.k_dim + a.v_dim) * act_bytes
+
+
+def quantized_per_token_bytes(a: Attn, bits: int, group: int, act_bytes: int) -> float:
+    """QuantizedKVCache: packed uint32 (bits/8 per element) plus a scale and a bias per group
+    in the activation dtype."""
+    elems = a.kv_heads * (a.k_dim + a.v_dim)
+    return elems * bits / 8 + elems / group * 2 * act_bytes
+
+
+# --------------------------------------------------------------------------- cache tokens
+
+
+def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
+    """Tokens a layer's cache has allocated right after the n-th prefill chunk."""
+    if a.cache == "shared":
+        return 0
+    if a.cache == "rotating":
+        return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
+    cap = cs.full_capacity_prefill(s, n_chunks)
+    if a.cache == "chunked":
+        n_chunks = min(n_chunks, s.chunks()[2])
+        if n_chunks < 1:
+            return 0
+        return cs.chunked_tokens(cap, a.window or 0, s.chunk_size(n_chunks))
+    return cap
+
+
+def tokens_final(a: Attn, s: cs.Schedule) -> int:
+    """Tokens a layer's cache has allocated when it holds the whole context."""
+    if a.cache == "shared":
+        return 0
+    if a.cache == "rotating":
+        return cs.rotating_size_final(s, a.window or 0)
+    cap = cs.full_capacity_final(s)
+    if a.cache == "chunked":
+        return cs.chunked_tokens(cap, a.window or 0, 1)
+    return cap
+
+
+def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: int) -> float:
+    if quantized and a.cache == "full":
+        return tokens * quantized_per_token_bytes(a, run.kv_bits or 8, run.kv_group, act_bytes)
+    return tokens * per_token_bytes(a, act_bytes)
+
+
+def kv_bytes_final(cfg: ModelConfig, run: Run) -> int:
+    s = run.schedule()
+    return int(sum(n * _layer_kv_bytes(a, tokens_final(a, s), run.kv_quantized, run, cfg.act_bytes)
+                   for a, n in attn_groups(cfg, run)))
+
+
+def kv_term(cfg: ModelConfig, run: Run) -> Term:
+    """KV cache holding the whole context, in mlx-lm's allocation steps."""
+    s = run.schedule()
+    groups = attn_groups(cfg, run)
+    kinds: dict[str, int] = {}
+    for a, n in groups:
+        kinds[a.cache] = kinds.get(a.cache, 0) + n
+    quant = run.kv_quantized
+    return Term(
+        "kv_cache",
+        kv_bytes_final(cfg, run),
+        "sum over attention layers: allocated tokens x kv_heads x (k_dim + v_dim) x dtype bytes"
+        + (" (quantized: bits/8 + 2*dtype/group per element)" if quant else ""),
+        {
+            "layers_by_cache": kinds,
+            "full_cache_tokens": cs.full_capacity_final(s),
+            "bytes_per_token_all_layers": sum(n * per_token_bytes(a, cfg.act_bytes)
+                                              for a, n in groups),
+            "kv_bits": run.kv_bits if quant else None,
+        },
+    )
+
+
+def state_term(cfg: ModelConfig) -> Term:
+    """ArraysCache state of linear-attention / SSM / conv layers: constant in the context."""
+    kinds: dict[str, int] = {}
+    for ly in cfg.layers:
+        if ly.state_kind:
+            kinds[ly.state_kind] = kinds.get(ly.state_kind, 0) + 1
+    return Term("recurrent_state", cfg.state_bytes,
+                "sum over linear/SSM/conv layers of conv state + recurrent state", kinds)
+
+
+# --------------------------------------------------------------------------- widths
+
+
+def q_width(cfg: ModelConfig) -> int:
+    """Widest query projection output per token (x2 where q_proj also carries an output gate;
+    MLA: heads x (nope + rope))."""
+    w = 0
+    for a, _ in cfg.attn_groups:
+        if a.mla:
+            w = max(w, a.mla.heads * (a.mla.qk_nope + a.mla.qk_rope))
+        else:
+            w = max(w, a.q_heads * a.head_dim * (2 if cfg.gated_q else 1))
+    return w
+
+
+def ffn_width(cfg: ModelConfig) -> int:
+    """Per-token MLP width a chunk computes: the dense intermediate, or for MoE layers the
+    top_k routed experts' intermediates plus the shared experts (the number of experts does
+    not matter: only the routed copies are materialized)."""
+    dense = cfg.intermediate if any(not ly.moe for ly in cfg.layers) or not cfg.is_moe else 0
+    if not cfg.is_moe:
+        return dense
+    return max(dense, cfg.top_k * cfg.moe_intermediate + cfg.shared_intermediate)
+
+
+def _act_dtype_bytes(cfg: ModelConfig, be: Backend) -> float:
+    # The CPU backend upcasts norms and RoPE to float32, so bf16 costs more than 2 bytes.
+    return be.bf16_act_bytes if cfg.act_bytes == 2 else float(cfg.act_bytes)
+
+
+def attn_unfused(a: Attn, be: Backend, cfg: ModelConfig, quantized: bool) -> bool:
+    """Whether a prefill chunk materializes this layer's score matrix on the backend."""
+    if quantized or cfg.scores_always:
+        return True
+    return a.head_dim not in be.fused_prefill_head_dims
+
+
+# --------------------------------------------------------------------------- transients
+
+
+@dataclass(frozen=True)
+class Phase:
+    """One candidate peak moment: the caches then and the transient on top."""
+
+    name: str
+    kv_bytes: int
+    terms: tuple[Term, ...]
+
+    @property
+    def transient(self) -> int:
+        return sum(t.bytes for t in self.terms)
+
+    @property
+    def total_over_weights(self) -> int:
+        return self.kv_bytes + self.transient
+
+
+def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
+    """A chunk's activations: linear in the chunk and in the model's widths."""
+    h, f, q = cfg.hidden, ffn_width(cfg), q_width(cfg)
+    moe_copies = cfg.top_k * cfg.hidden if cfg.is_moe else 0
+    if cfg.num_layers == 1:
+        # The only layer's attention and MLP feed nothing a cache needs: never computed.
+        f = q = moe_copies = 0
+    elems = be.act_hidden * h + be.act_ffn * f + be.act_q * q + be.act_moe * moe_copies
+    per_tok = _act_dtype_bytes(cfg, be) * elems
+    # Metal holds intermediates until their command buffer completes (MLX commits every ~50
+    # ops / 50 MB): small per-op arrays saturate at a device-level live set, a floor reached
+    # at act_floor_tokens of chunk.
+    floor = be.act_floor * min(1.0, c / be.act_floor_tokens) if be.act_floor else 0.0
+    linear = 0.0
+    if cfg.linear_v_heads and be.act_linear:
+        # Gated-delta layers (Qwen3-Next / 3.5): float32 copies of the value state per token.
+        linear = be.act_linear * c * cfg.linear_v_heads * cfg.linear_v_dim * 4
+    return Term(
+        "activations",
+        int(max(c * per_tok, floor) + linear),
+        "max(chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
+        "+ act_moe*top_k*hidden), act_floor x min(1, chunk/act_floor_tokens)) "
+        "+ act_linear x chunk x Hv x Dv x 4",
+        {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
+         "bytes_per_chunk_token": round(per_tok), "floor": int(floor),
+         "gated_delta": int(linear)},
+    )
+
+
+def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
+                quantized: bool) -> Term:
+    """The largest attention intermediate of one layer: unfused score matrices (plus the bool
+    mask) and MLA's pe_scores and rebuilt per-head K/V; plus, added, a state-space mixer's
+    chunked-scan intermediates."""
+    s = run.schedule()
+    c = s.chunk_size(n_chunk)
+    b = cfg.act_bytes
+    best, best_in = 0.0, {}
+    for a, _ in attn_groups(cfg, run, prefill_compute=True):
+        k = s.keys_seen(a, n_chunk)
+        v = 0.0
+        q_attn = quantized and a.cache == "full"
+        unfused = attn_unfused(a, be, cfg, q_attn)
+        if q_attn:
+            arrays = be.quantized_score_arrays  # mlx-lm's hand-written quantized SDPA
+        elif cfg.scores_always:
+            arrays = be.softcap_score_arrays  # hand-written softcapped attention (Gemma 2)
+        else:
+            arrays = be.sink_score_arrays if a.sinks else be.score_arrays
+        if a.mla:
+            m = a.mla
+            arrays = be.mla_score_arrays if unfused else 1.0  # pe_scores is always built
+            v += arrays * m.heads * c * k * b + c * k
+            v += be.mla_kv_arrays * m.heads * k * (m.qk_nope + m.v_head) * b
+        elif unfused:
+            v += arrays * a.q_heads * c * k * b + c * k
+        if v > best:
+            best = v
+            best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
+                       "unfused": unfused, "mla": a.mla is not None,
+                       "score_arrays": arrays if (unfused or a.mla) else 0}
+    if cfg.linear_v_heads and be.linear_fallback:
+        # Gated delta rule without a fused kernel (CPU): per-token (Hv, Dv, Dk) float32; it
+        # runs in other layers than the attention, so the larger of the two is alive.
+        lin = (be.linear_fallback * c * cfg.linear_v_heads * cfg.linear_k_dim
+               * cfg.linear_v_dim * 4)
+        if lin > best:
+            best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c}
+    mixer = 0.0
+    if cfg.ssm_heads:
+        # Mamba2 SSD (mlx_lm/models/ssm.py ssm_attn): float32 (heads, s, s) decay/attention
+        # matrices per 256-token step, plus per-token float32 copies of x.
+        step = min(c, 256)
+        mixer = (be.ssd_square * cfg.ssm_heads * step * step * 4
+                 + be.ssd_token * c * cfg.ssm_heads * cfg.ssm_head_dim * 4)
+    if mixer:
+        best_in["state_space_scan"] = int(mixer)
+    return Term("attention_scores", int(best + mixer),
+                "unfused layers: score_arrays x q_heads x chunk x keys x dtype + chunk x keys "
+                "(mask); MLA: pe_scores + heads x keys x (qk_nope + v_head) x dtype; "
+                "+ SSM chunked-scan intermediates", best_in)
+
+
+def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
+                   quantized: bool = False) -> Term:
+    """Keys and values gathered for the chunk's attention: proportional to the keys seen and
+    one layer's KV bytes per token (packed bytes when the cache is quantized)."""
+    s = run.schedule()
+    best = 0.0
+    for a, _ in attn_groups(cfg, run, prefill_compute=True):
+        best = max(best, _layer_kv_bytes(a, s.keys_seen(a, n_chunk), quantized, run,
+                                         cfg.act_bytes))
+    return Term("kv_keys_copy", int(be.act_kv * best),
+                "act_kv x keys x one layer's KV bytes per token", {"act_kv": be.act_kv})
+
+
+def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
+                     quantized: bool) -> Term:
+    """A KVCache grows by concatenating: the old buffer of a layer lives beside the new one."""
+    s = run.schedule()
+    best = 0.0
+    for a, _ in attn_groups(cfg, run):
+        old = tokens_prefill(a, s, n_chunk - 1) if n_chunk > 1 else 0
+        best = max(best, _layer_kv_bytes(a, old, quantized, run, cfg.act_bytes))
+    return Term("kv_growth_copy", int(be.growth_copy_layers * best),
+                "growth_copy_layers x one layer's cache before this chunk (concatenate copy)",
+                {"growth_copy_layers": be.growth_copy_layers})
+
+
+def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phase:
+    """Caches and transient while the n-th prefill chunk runs."""
+    s = run.schedule()
+    c = s.chunk_size(n_chunk)
+    start = run.quantized_kv_start
+    # mlx-lm converts a cache after a model call (maybe_quantize_kv_cache), so the first chunk
+    # always runs on the full-precision cache, even with --quantized-kv-start 0.
+    quant_now = s.kv_quantized_during(n_chunk, run.kv_bits, start)
+    converting = s.kv_converted_after(n_chunk, run.kv_bits, start)
+    groups = attn_groups(cfg, run)
+    kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
+             for a, n in groups)
+    terms = [
+        activations_term(cfg, c, be),
+        scores_term(cfg, run, n_chunk, be, quant_now),
+        keys_copy_term(cfg, run, n_chunk, be, quant_now),
+        growth_copy_term(cfg, run, n_chunk, be, quant_now),
+    ]
+    if converting:
+        q = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), True, run, cfg.act_bytes)
+                for a, n in groups)
+        terms.append(Term("kv_quantize_copy", int(q),
+                          "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
+                          "its quantized copy", {"quantized_kv_start": start}))
+    terms.append(Term("base", int(be.base_bytes), "backend allocations present in every run"))
+    return Phase(f"prefill chunk {n_chunk} ({c} tokens)", int(kv + cfg.state_bytes),
+                 tuple(terms))
+
+
+def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
+    """The last decode step: caches at the context, one layer's growth copy, the logits."""
+    s = run.schedule()
+    quant = run.kv_quantized
+    kv = kv_bytes_final(cfg, run)
+    copy = 0.0
+    for a, _ in attn_groups(cfg, run):
+        # The step that last grew (or trimmed) the cache held the old buffer beside the new.
+        before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size))
+        if a.cache == "rotating":
+            before = tokens_prefill(a, s, s.chunks()[2])
+        copy = max(copy, _layer_kv_bytes(a, before, quant, run, cfg.act_bytes))
+    logits = cfg.vocab * 4 * 2  # float32 logits and log-probs of one position
+    terms = (
+        Term("kv_growth_copy", int(be.growth_copy_layers * copy),
+             "one layer's cache buffer before its last 256-token growth",
+             {"growth_copy_layers": be.growth_copy_layers}),
+        Term("logits", logits, "vocab x 4 bytes x 2 (logits and log-probs, float32)",
+             {"vocab": cfg.vocab}),
+        Term("base", int(be.base_bytes), "backend allocations present in every run"),
+    )
+    return Phase("decode at full context", int(kv + cfg.state_bytes), terms)
+
+
+def peak_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
+    """The phase with the largest caches + transient: the last two prefill chunks (the last
+    full chunk has the most activations, the final chunk the most keys) or decode."""
+    _, _, total = run.schedule().chunks()
+    cands = [decode_phase(cfg, run, be)]
+    for n in {total, total - 1}:
+        if n >= 1:
+            cands.append(prefill_phase(cfg, run, be, n))
+    return max(cands, key=lambda p: p.total_over_weights)

@@ -1,0 +1,238 @@
+"""The pure core: (ModelConfig, weights, run, machine figures, calibration) -> FitResult.
+
+No I/O, no clock, no environment: everything arrives as arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mlxfit.calibration.constants import Calibration
+from mlxfit.estimate.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
+from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.model.config import ModelConfig
+from mlxfit.model.inputs import WeightsRead
+
+# Used when config.json has no max_position_embeddings: the solver needs an upper bound.
+DEFAULT_MAX_CONTEXT = 131072
+
+# Terms beyond one generation's (serving budgets: more sequences, cached prompts, a draft
+# model): a function of the run at the probed context and of that run's peak phase, so the
+# solver and the fit add exactly the same bytes. See mlxfit/serving.py.
+ExtraTerms = Callable[[Run, Phase], tuple[Term, ...]]
+
+
+@dataclass(frozen=True)
+class Totals:
+    """Everything at one context: the peak is weights + KV + state + transient."""
+
+    weights: int
+    kv: int
+    state: int
+    phase: Phase
+    extra: tuple[Term, ...] = ()  # serving terms (empty for one mlx_lm.generate run)
+
+    @property
+    def transient(self) -> int:
+        # The peak moment's caches may differ from the final ones (a sliding window holds
+        # window-1+chunk tokens during prefill; a full cache is smaller mid-prefill).
+        return self.phase.total_over_weights - self.kv - self.state
+
+    @property
+    def extra_bytes(self) -> int:
+        return sum(t.bytes for t in self.extra)
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.phase.total_over_weights + self.extra_bytes
+
+
+def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
+              extra: ExtraTerms | None = None) -> Totals:
+    be = cal.backend(run.backend)
+    phase = peak_phase(cfg, run, be)
+    return Totals(
+        weights=weights_bytes,
+        kv=kv_term(cfg, run).bytes,
+        state=cfg.state_bytes,
+        phase=phase,
+        extra=tuple(extra(run, phase)) if extra is not None else (),
+    )
+
+
+def run_at(run: Run, n: int) -> Run:
+    """The same run at another context (generated tokens capped below it)."""
+    return replace(run, ctx=n, gen=min(run.gen, n - 1))
+
+
+def largest_true(ok: Callable[[int], bool], hi: int) -> int:
+    """Largest n in [1, hi] with ok(n), by bisection (0 if not even ok(1)); ok is assumed
+    monotone, and the invariant ok(lo) and not ok(top) makes the answer's n+1 fail."""
+    if hi < 1 or not ok(1):
+        return 0
+    if ok(hi):
+        return hi
+    lo, top = 1, hi
+    while top - lo > 1:
+        mid = (lo + top) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            top = mid
+    return lo
+
+
+def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
+                      usable: int, hi: int, extra: ExtraTerms | None = None) -> int:
+    """Largest n in [1, hi] whose total fits (0 if even one token does not): bisection on the
+    same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not."""
+
+    memo = cfg.totals_memo
+
+    def total(n: int) -> int:
+        r = run_at(run, n)
+        if extra is not None:  # a serving closure: its terms are not part of the key
+            return totals_at(cfg, weights_bytes, r, cal, extra).total
+        hit = memo.get((weights_bytes, r))
+        if hit is not None and hit[0] is cal:  # the same constants, by identity
+            return hit[1]
+        value = totals_at(cfg, weights_bytes, r, cal).total
+        if len(memo) < 4096:
+            memo[(weights_bytes, r)] = (cal, value)
+        return value
+
+    return largest_true(lambda n: total(n) <= usable, hi)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    model: str
+    source_kind: str
+    machine_name: str
+    ram_bytes: int
+    bandwidth_gbs: float | None
+    usable_bytes: int
+    usable_source: str
+    context_tokens: int
+    weights_bytes: int
+    kv_bytes: int
+    state_bytes: int
+    transient_bytes: int
+    total_bytes: int
+    fits: bool
+    max_safe_context: int
+    context_limit: int
+    predicted_decode_tps: float | None
+    peak_phase: str
+    terms: tuple[Term, ...]
+    speed_terms: tuple[Term, ...]
+    run: Run
+    warnings: tuple[str, ...] = field(default=())
+    notes: tuple[str, ...] = field(default=())
+    weights_detail: dict = field(default_factory=dict)
+    # Serving budgets (--parallel, --prompt-cache, --draft-model): named terms included in
+    # total_bytes, and a summary of the serving set-up (empty for a plain generate run).
+    extra_terms: tuple[Term, ...] = field(default=())
+    serving: dict = field(default_factory=dict)
+    # Single arrays checked against the GPU's maxBufferLength (mlxfit.model.inputs.Buffer), largest
+    # first, and the limit (None when unknown).
+    buffers: tuple[Any, ...] = field(default=())
+    max_buffer_bytes: int | None = None
+    advice: Any = None  # mlxfit.verbs.advise.Advice when asked for (fit(advise=...))
+    chart: Any = None  # mlxfit.verbs.chart.ChartData when asked for (fit(chart=True))
+
+    @property
+    def oversize_buffers(self) -> tuple[Any, ...]:
+        """Arrays larger than maxBufferLength: Metal cannot allocate them, whatever the total."""
+        if self.max_buffer_bytes is None:
+            return ()
+        return tuple(b for b in self.buffers if b.bytes > self.max_buffer_bytes)
+
+    @property
+    def runs(self) -> bool:
+        """Fits in memory and no single array exceeds the GPU's largest buffer."""
+        return self.fits and not self.oversize_buffers
+
+
+def fit_core(
+    *,
+    model: str,
+    source_kind: str,
+    cfg: ModelConfig,
+    weights: WeightsRead,
+    run: Run,
+    cal: Calibration,
+    machine_name: str,
+    ram_bytes: int,
+    bandwidth_gbs: float | None,
+    usable_bytes: int,
+    usable_source: str,
+    warnings: tuple[str, ...] = (),
+    notes: tuple[str, ...] = (),
+    weights_detail: dict | None = None,
+    extra_terms: ExtraTerms | None = None,
+) -> FitResult:
+    validate_run(cfg, run)
+    warn = list(warnings) + list(cfg.warnings)
+    t = totals_at(cfg, weights.total_bytes, run, cal, extra_terms)
+    fits = t.total <= usable_bytes
+    if cfg.max_position:
+        limit = cfg.max_position
+    else:
+        limit = DEFAULT_MAX_CONTEXT
+        warn.append(f"config has no max_position_embeddings: max context searched up to {limit}")
+    if run.ctx > limit:
+        warn.append(f"--ctx {run.ctx} is beyond the model's max_position_embeddings ({limit})")
+    max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
+                                extra_terms)
+
+    tps = None
+    speed_terms: tuple[Term, ...] = ()
+    if bandwidth_gbs is None:
+        warn.append("memory bandwidth unknown for this machine: no decode speed (pass --machine)")
+    elif not fits:
+        warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
+    else:
+        secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
+        tps = 1.0 / secs
+        speed_terms = tuple(st)
+
+    terms = (
+        Term("weights", weights.total_bytes, "sum of tensor bytes from the safetensors headers"),
+        kv_term(cfg, run),
+        state_term(cfg),
+        Term("transient", t.transient,
+             f"peak phase '{t.phase.name}': its caches minus the final caches + the terms below",
+             {"phase": t.phase.name}),
+        *t.phase.terms,
+        *t.extra,
+    )
+    return FitResult(
+        model=model,
+        source_kind=source_kind,
+        machine_name=machine_name,
+        ram_bytes=ram_bytes,
+        bandwidth_gbs=bandwidth_gbs,
+        usable_bytes=usable_bytes,
+        usable_source=usable_source,
+        context_tokens=run.ctx,
+        weights_bytes=weights.total_bytes,
+        kv_bytes=t.kv,
+        state_bytes=t.state,
+        transient_bytes=t.transient,
+        total_bytes=t.total,
+        fits=fits,
+        max_safe_context=max_ctx,
+        context_limit=limit,
+        predicted_decode_tps=tps,
+        peak_phase=t.phase.name,
+        terms=terms,
+        speed_terms=speed_terms,
+        run=run,
+        warnings=tuple(warn),
+        notes=tuple(notes),
+        weights_detail=dict(weights_detail or {}),
+        extra_terms=t.extra,
+    )

@@ -1,0 +1,113 @@
+"""data/apple_skus.toml: loaded, merged with the user's table, validated, cached by mtime."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import MachineError
+from mlxfit.resources import data_path, user_file
+
+SkuTable = dict[str, Any]
+
+
+# Where a user adds or corrects chips without touching the package (merged over the shipped table).
+USER_TABLE = Path("~/.config/mlxfit/apple_skus.toml")
+
+
+_CACHE: dict[tuple[tuple[str, int], ...], SkuTable] = {}
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    try:
+        with path.open("rb") as f:
+            return tomllib.load(f)
+    except tomllib.TOMLDecodeError as e:
+        raise MachineError(f"cannot read the SKU table {path}: {e}") from None
+    except OSError as e:
+        raise MachineError(f"cannot read the SKU table {path}: {e.strerror or e}") from None
+
+
+def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Tables merge key by key; anything else (arrays such as `variants`, scalars) is replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = _merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def _validate(table: SkuTable, origin: str) -> None:
+    """Fail once, at load, with the path: a typo in a user's table must not surface as a KeyError."""
+    chips = table.get("chips")
+    if not isinstance(chips, dict) or not chips:
+        raise MachineError(f'SKU table {origin} has no [chips."..."] entries')
+    for name, chip in chips.items():
+        variants = chip.get("variants") if isinstance(chip, dict) else None
+        if not isinstance(variants, list) or not variants:
+            raise MachineError(f"SKU table {origin}: chip {name!r} has no [[variants]]")
+        for v in variants:
+            ok = (
+                isinstance(v, dict)
+                and isinstance(v.get("gpu_cores"), int)
+                and v["gpu_cores"] > 0
+                and isinstance(v.get("bandwidth_gbs"), (int, float))
+                and v["bandwidth_gbs"] > 0
+                and isinstance(v.get("ram_gb"), list)
+                and v["ram_gb"]
+                and all(isinstance(r, int) and r > 0 for r in v["ram_gb"])
+            )
+            if not ok:
+                raise MachineError(
+                    f"SKU table {origin}: a variant of {name!r} needs gpu_cores, bandwidth_gbs "
+                    f"and a non-empty ram_gb list of whole GB"
+                )
+    for key in ("before_26", "from_26"):
+        pts = table.get("working_set", {}).get(key)
+        if not isinstance(pts, list) or not pts:
+            raise MachineError(f"SKU table {origin}: [working_set] {key} is missing")
+    if not isinstance(table.get("non_apple", {}).get("usable_fraction"), (int, float)):
+        raise MachineError(f"SKU table {origin}: [non_apple] usable_fraction is missing")
+
+
+def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None) -> SkuTable:
+    """The shipped table, merged with the user's (~/.config/mlxfit/apple_skus.toml when present)
+    and then with `extra_path`. Cached per file set and modification time; treat it as read-only.
+
+    `user_path` replaces the home location (tests point it at a temporary file).
+    """
+    builtin = data_path("apple_skus.toml")
+    user = user_path.expanduser() if user_path is not None else user_file(str(USER_TABLE)[2:])
+    paths = [builtin]
+    try:
+        user_exists = user is not None and user.is_file()
+    except OSError as e:  # e.g. ~/.config unreadable: Path.is_file raises on EACCES
+        raise MachineError(f"cannot read the SKU table {user}: {e.strerror or e}") from None
+    if user_exists:
+        paths.append(user)
+    if extra_path is not None:
+        extra = Path(extra_path).expanduser()
+        if not extra.is_file():
+            raise MachineError(f"SKU table {extra} does not exist")
+        paths.append(extra)
+    key = tuple((str(p), p.stat().st_mtime_ns) for p in paths)
+    cached = _CACHE.get(key)
+    if cached is not None:
+        return cached
+    table: SkuTable = {}
+    for p in paths:
+        table = _merge(table, _read_toml(p))
+    _validate(table, " + ".join(str(p) for p in paths))
+    _CACHE[key] = table
+    return table
+
+
+def _table(table: SkuTable | None) -> SkuTable:
+    return table if table is not None else load_sku_table()

@@ -1,0 +1,1 @@
+"""What a model is, from config.json and safetensors headers: pure."""

@@ -1,0 +1,128 @@
+"""What the estimate needs of one model, built from a ModelSource: the parsed config, the
+weights read per decoded token, the weights breakdown, and the activation dtype."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+from mlxfit.model.config import ModelConfig, parse_config
+from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
+
+_FLOAT_DTYPES = ("BF16", "F16", "F32")
+
+
+def activation_bytes(tensors: tuple[TensorInfo, ...] | list[TensorInfo]) -> int:
+    """Width of the dtype the model computes in: mlx-lm keeps activations (and so the KV
+    cache) in the dtype of the embedding output, i.e. the embedding table or, when it is
+    quantized, its scales. Falls back to the most common float dtype."""
+    by_name = {t.name: t for t in tensors}
+    for t in tensors:
+        if t.name.endswith("embed_tokens.weight") or t.name.endswith("wte.weight"):
+            if t.dtype in _FLOAT_DTYPES:
+                return DTYPE_BYTES[t.dtype]
+            scales = by_name.get(t.name[: -len("weight")] + "scales")
+            if scales is not None and scales.dtype in _FLOAT_DTYPES:
+                return DTYPE_BYTES[scales.dtype]
+    counts: Counter[str] = Counter()
+    for t in tensors:
+        if t.dtype in _FLOAT_DTYPES:
+            counts[t.dtype] += t.nbytes
+    return DTYPE_BYTES[counts.most_common(1)[0][0]] if counts else 2
+
+
+@dataclass(frozen=True)
+class ModelInputs:
+    """What fit_core needs from a model, built once from its source: the matrix and pick verbs
+    reuse it for many machines (the numbers are then those of ``fit`` by construction)."""
+
+    name: str
+    source_kind: str
+    cfg: ModelConfig
+    weights: WeightsRead
+    weights_detail: dict
+    vision_bytes: int
+    with_vision: bool
+    source_notes: tuple[str, ...] = ()
+
+
+def model_inputs(src, with_vision: bool = False) -> ModelInputs:
+    """A ModelSource (folder, hf-cache snapshot or catalog entry) -> the model's fit inputs."""
+    from mlxfit.model.weights import is_lookup_table, summarize_weights
+
+    where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
+    w = summarize_weights(src.tensors, src.config, with_vision=with_vision)
+    cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
+    lookup = sum(t.nbytes for t in src.tensors if is_lookup_table(t.name))
+    wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
+                     embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
+                     lookup_bytes=lookup)
+    return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
+                       weights_detail=weights_detail(w), vision_bytes=w.vision_bytes,
+                       with_vision=with_vision, source_notes=tuple(src.notes))
+
+
+def model_arrays(src, with_vision: bool = False) -> tuple:
+    """The model's largest weight arrays (for the maxBufferLength check)."""
+    from mlxfit.model.weights import is_vision
+
+    return weight_buffers(src.tensors, keep=lambda n: with_vision or not is_vision(n))
+
+
+def weights_detail(w) -> dict:
+    """The weights breakdown the report and JSON show (all exact, from headers)."""
+    return {
+        "total_bytes": w.total_bytes,
+        "by_dtype": dict(w.by_dtype),
+        "expert_bytes": w.expert_bytes,
+        "vision_bytes": w.vision_bytes,
+        "vision_counted": w.with_vision,
+        "embedding_bytes": w.embedding_bytes,
+        "lm_head_bytes": w.lm_head_bytes,
+        "tied_embeddings": w.tied_embeddings,
+        "param_count": w.param_count,
+        "n_tensors": w.n_tensors,
+        "quantization": None if w.quant_mode is None else {
+            "mode": w.quant_mode, "bits": w.quant_bits, "group_size": w.quant_group_size,
+            "overrides": len(w.quant_overrides),
+            "bits_per_weight": round(w.bits_per_weight, 4) if w.bits_per_weight else None,
+        },
+    }
+
+
+@dataclass(frozen=True)
+class WeightsRead:
+    """What a decode step must read of the weights (from the weights summary)."""
+
+    total_bytes: int
+    expert_bytes: int
+    embedding_bytes: int
+    tied_embeddings: bool
+    lookup_bytes: int = 0  # other row-gathered tables (Gemma 3n/4 embed_tokens_per_layer)
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One array that Metal allocates as a single buffer."""
+
+    name: str
+    bytes: int
+    what: str
+
+
+def weight_buffers(tensors: tuple[TensorInfo, ...] | list[TensorInfo], *, keep=lambda n: True,
+                   label: str = "weight") -> tuple[Buffer, ...]:
+    """The largest weight arrays. Per-expert tensors of an unconverted checkpoint
+    (``experts.<i>.``) are stacked into one array per layer and projection by mlx-lm's
+    sanitize(), so they count as their sum."""
+    sums: dict[str, int] = {}
+    for t in tensors:
+        if not keep(t.name):
+            continue
+        key = re.sub(r"\.experts\.\d+\.", ".experts.*.", t.name)
+        sums[key] = sums.get(key, 0) + t.nbytes
+    top = sorted(sums.items(), key=lambda kv: -kv[1])[:3]
+    return tuple(Buffer(f"{label} {name}", b,
+                        "experts stacked by mlx-lm at load" if "experts.*" in name
+                        else "one tensor, loaded as one array") for name, b in top)

@@ -1,0 +1,265 @@
+"""Measured vs predicted: a record's measured terms set term by term beside mlxfit's prediction.
+
+``measured_terms`` turns one ``measure_run`` record into weights, KV cache, recurrent state,
+transient and peak, all counted from the process's memory before the load (so that they add up
+the way mlxfit predicts them; ``mlxfit calibrate`` reads records through it too);
+``compare_terms`` pairs them (and the measured tok/s) with the predicted values as ``TermCheck``
+rows, and ``_measured_phase`` names the segment where the measured peak happened. Pure: no mlx.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import MlxfitError
+
+
+@dataclass(frozen=True)
+class TermCheck:
+    """One term, measured and predicted (bytes, or tokens/s for the speeds)."""
+
+    name: str
+    measured: float | None
+    predicted: float | None
+    unit: str = "bytes"
+    exact: bool = False  # mlxfit claims this term to the byte (weights, KV, state)
+    note: str = ""
+
+    @property
+    def diff(self) -> float | None:
+        if self.measured is None or self.predicted is None:
+            return None
+        return self.predicted - self.measured
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured; None when either is missing or measured is 0."""
+        if self.diff is None or not self.measured:
+            return None
+        return self.diff / self.measured
+
+    @property
+    def matches(self) -> bool | None:
+        """For exact terms: equal to the byte."""
+        return None if self.diff is None else self.diff == 0
+
+
+def _measured_phase(rec: dict) -> str:
+    if rec["peak_phase"] == "decode":
+        return "decode"
+    i = max(range(len(rec["chunks"])), key=lambda j: rec["chunks"][j]["peak_bytes"])
+    return f"prefill chunk {i + 1} ({rec['chunks'][i]['tokens']} tokens)"
+
+
+def measured_terms(rec: dict) -> dict:
+    """Weights, caches, transient and peak of a record, all counted from the process's memory
+    before the load (so that peak = weights + kv + state + transient, as predicted)."""
+    base = rec.get("active_before_load_bytes", 0) or 0
+    weights = rec.get("weights_measured_bytes", rec["active_after_load_bytes"] - base)
+    peak = rec["peak_bytes"] - base
+    state = rec.get("state_bytes_end")
+    if state is None:  # older records: ArraysCache layers from the layer descriptions
+        state = sum(_described_state(d) for d in rec.get("cache_layers", []))
+    caches = rec["cache_bytes_end"]
+    return {"weights": weights, "kv": caches - state, "state": state,
+            "transient": peak - weights - caches, "peak": peak}
+
+
+def _described_state(d: dict) -> int:
+    if "parts" in d:
+        return sum(_described_state(p) for p in d["parts"])
+    return d["nbytes"] if "arrays" in d else 0
+
+
+def compare_terms(rec: dict, *, weights: int, kv: int, state: int, transient: int, peak: int,
+                  decode_tps: float | None) -> tuple[TermCheck, ...]:
+    mt = measured_terms(rec)
+    terms = [
+        TermCheck("weights", mt["weights"], weights, exact=True,
+                  note="active memory added by the load"),
+        TermCheck("kv_cache", mt["kv"], kv, exact=True, note="bytes of the caches' arrays"),
+    ]
+    if mt["state"] or state:
+        terms.append(TermCheck("recurrent_state", mt["state"], state, exact=True,
+                               note="ArraysCache arrays"))
+    terms += [
+        TermCheck("transient", mt["transient"], transient,
+                  note="peak - weights - final caches"),
+        TermCheck("peak", mt["peak"], peak, note="mx.get_peak_memory() over the generation"),
+        TermCheck("prefill_tok_s", rec.get("prefill_tok_s"), None, unit="tok/s",
+                  note="not predicted"),
+        TermCheck("decode_tok_s", rec.get("decode_tok_s"), decode_tps, unit="tok/s",
+                  note=f"{rec.get('decode_steps')} steps at the end of the context"),
+    ]
+    return tuple(terms)
+
+
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+class NoMeasurements(MlxfitError):
+    """No usable record to fit."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measured run, ready to predict."""
+
+    name: str
+    backend: str
+    cfg: Any  # mlxfit.model.config.ModelConfig
+    run: Any  # mlxfit.estimate.memory.Run
+    weights: int  # measured
+    peak: int  # measured, from the process's memory before the load
+    caches: int  # measured bytes of all caches at the end
+    record: dict = field(repr=False, default_factory=dict)
+    repeats: int = 1  # identical runs merged into this one (their largest peak)
+
+
+def _record_name(rec: dict, i: int) -> str:
+    if rec.get("name"):
+        return str(rec["name"])
+    src = rec.get("source") or {}
+    model = src.get("name") or src.get("model") or rec.get("model_type") or f"line {i}"
+    tag = f"ctx{rec.get('ctx')}/step{rec.get('prefill_step_size')}/gen{rec.get('gen_tokens')}"
+    if rec.get("kv_bits"):
+        tag += f"/kv{rec['kv_bits']}"
+    if rec.get("max_kv_size"):
+        tag += f"/max_kv{rec['max_kv_size']}"
+    return f"{model}/{tag}"
+
+
+def _backend_of(rec: dict) -> str | None:
+    pred = rec.get("predicted") or {}
+    b = pred.get("backend") or rec.get("backend")
+    return b if b in ("cpu", "metal") else None
+
+
+def prepare(rec: dict, i: int = 0) -> Sample:
+    """A record -> Sample; raises ValueError naming what is missing."""
+    from mlxfit.estimate.memory import Run
+    from mlxfit.model.config import parse_config
+
+    if rec.get("error"):
+        raise ValueError(f"mlx-lm failed on this run ({str(rec['error'])[:60]})")
+    for key in ("config", "ctx", "prefill_step_size", "peak_bytes", "cache_bytes_end",
+                "active_after_load_bytes"):
+        if key not in rec:
+            raise ValueError(f"no '{key}'")
+    backend = _backend_of(rec)
+    if backend is None:
+        raise ValueError(f"backend {rec.get('backend')!r} is neither cpu nor metal")
+    act = rec.get("act_bytes") or _DTYPE_BYTES.get(rec.get("dtype", ""))
+    if not act:
+        raise ValueError(f"activation dtype unknown ({rec.get('dtype')!r})")
+    cfg = parse_config(rec["config"], act_bytes=int(act), where=_record_name(rec, i))
+    run = Run(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
+              prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
+              kv_group=int(rec.get("kv_group_size") or 64),
+              quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
+              max_kv_size=rec.get("max_kv_size"), backend=backend)
+    mt = measured_terms(rec)
+    return Sample(name=_record_name(rec, i), backend=backend, cfg=cfg, run=run,
+                  weights=int(mt["weights"]), peak=int(mt["peak"]),
+                  caches=int(rec["cache_bytes_end"]), record=rec)
+
+
+def load_records(path: Path) -> tuple[list[Sample], list[tuple[str, str]]]:
+    """Usable samples of a JSON-lines file, and (record, reason) for those skipped."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NoMeasurements(f"{path}: no measurements there (mlxfit measure MODEL --ctx N "
+                             "--save writes them)") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise MlxfitError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    samples: list[Sample] = []
+    skipped: list[tuple[str, str]] = []
+    for i, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            skipped.append((f"line {i}", f"not JSON ({e.msg})"))
+            continue
+        if not isinstance(rec, dict):
+            skipped.append((f"line {i}", "not a JSON object"))
+            continue
+        try:
+            samples.append(prepare(rec, i))
+        except (ValueError, TypeError, KeyError, MlxfitError) as e:
+            skipped.append((_record_name(rec, i), str(e).splitlines()[0] if str(e) else
+                            type(e).__name__))
+    return samples, skipped
+
+
+def merge_repeats(samples: list[Sample]) -> list[Sample]:
+    """Identical runs (same backend, config, run, weights and dtype) become one sample with
+    the largest peak measured: the run-to-run spread of a peak (MLX's scheduler runs ahead of
+    the kernels by a variable amount) is a few %, and the peak to budget for is the largest."""
+    groups: dict[str, list[Sample]] = {}
+    for s in samples:
+        key = json.dumps([s.backend, s.record.get("config"), repr(s.run), s.weights,
+                          s.cfg.act_bytes], sort_keys=True, default=str)
+        groups.setdefault(key, []).append(s)
+    out = []
+    for g in groups.values():
+        top = max(g, key=lambda x: x.peak)
+        out.append(replace(top, repeats=len(g)) if len(g) > 1 else top)
+    return out
+
+
+def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, float, str]]:
+    """(name, cfg, run, weights read, bandwidth GB/s, measured seconds/token, machine name) of
+    the Metal records that measured a decode speed on a known bandwidth. The machine name is
+    the record's (``machine_info.name``): an Ultra record is predicted with the Ultra factor,
+    as ``fit`` predicts it, so the fitted eta does not absorb that factor a second time."""
+    from mlxfit.estimate.memory import Run
+    from mlxfit.model.config import parse_config
+    from mlxfit.model.inputs import WeightsRead
+
+    rows = []
+    for i, rec in enumerate(records):
+        mach = rec.get("machine_info") or {}
+        bw, tps, wr = mach.get("bandwidth_gbs"), rec.get("decode_tok_s"), rec.get("weights_read")
+        if _backend_of(rec) != "metal" or not bw or not tps or not wr or rec.get("error"):
+            continue
+        try:
+            cfg = parse_config(rec["config"], act_bytes=int(rec["act_bytes"]))
+            run = Run(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
+                      prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
+                      kv_group=int(rec.get("kv_group_size") or 64),
+                      quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
+                      max_kv_size=rec.get("max_kv_size"), backend="metal")
+            rows.append((_record_name(rec, i), cfg, run, WeightsRead(**wr), float(bw),
+                         1.0 / float(tps), str(mach.get("name") or "")))
+        except (ValueError, TypeError, KeyError, MlxfitError):
+            continue
+    return rows
+
+
+DEFAULT_RESULTS = Path("~/.cache/mlxfit/measurements.jsonl")
+
+
+RECORD_SCHEMA = 1
+
+
+def results_path() -> Path:
+    """Where ``--save`` appends (``DEFAULT_RESULTS``; tests replace the constant)."""
+    return Path(DEFAULT_RESULTS).expanduser()
+
+
+def append_record(rec: dict, results_file: str | Path | None = None) -> Path:
+    """Append one record as a JSON line (default: ``~/.cache/mlxfit/measurements.jsonl``)."""
+    path = Path(results_file).expanduser() if results_file is not None else results_path()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(rec, default=str) + "\n")
+    except OSError as e:
+        raise MlxfitError(f"{path}: cannot append the measurement ({e.strerror or e})") from None
+    return path

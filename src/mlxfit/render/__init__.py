@@ -1,0 +1,1 @@
+"""Presentation only: each verb's result as Rich text and as JSON."""

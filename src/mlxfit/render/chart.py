@@ -1,0 +1,280 @@
+"""Total memory and decode speed against the context: the series, a terminal chart (Rich only),
+an SVG written by hand (no dependency) and a PNG (matplotlib, the optional ``chart`` extra).
+
+The series is built from two callables the API layer supplies (the core's total and decode
+speed at a context), so every point is what ``mlxfit fit --ctx N`` would print for that N.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import MlxfitError
+from mlxfit.verbs.chart import ChartData, ChartPoint
+
+# --------------------------------------------------------------------------- shared geometry
+
+
+def _fmt_ctx(n: int) -> str:
+    if n >= 1024 and n % 1024 == 0:
+        return f"{n // 1024}K"
+    if n >= 1000:
+        return f"{n / 1024:.0f}K"
+    return str(n)
+
+
+def _ticks(lo: int, hi: int) -> list[int]:
+    """Powers of two inside [lo, hi], thinned to at most 8."""
+    t = [2**e for e in range(40) if lo <= 2**e <= hi]
+    while len(t) > 8:
+        t = t[::2]
+    return t
+
+
+def _at(d: ChartData, ctx: float) -> ChartPoint:
+    """The series point at or just below ctx (the series is a step between points)."""
+    best = d.points[0]
+    for p in d.points:
+        if p.ctx <= ctx:
+            best = p
+        else:
+            break
+    return best
+
+
+# --------------------------------------------------------------------------- terminal
+
+
+def render_terminal(d: ChartData, console: Any, width: int | None = None) -> None:
+    """Two panels over a shared log-scale context axis: total memory (GB) with the usable line,
+    and decode tok/s; kinks marked with letters, the context asked for with ▲."""
+    from rich.text import Text
+
+    w = width or max(40, min(100, (console.width or 80) - 12))
+    lo, hi = d.lo, d.hi
+    la, lb = math.log(lo), math.log(max(hi, lo + 1))
+
+    def col(n: int) -> int:
+        return round((math.log(max(n, lo)) - la) / (lb - la) * (w - 1))
+
+    cols = [_at(d, math.exp(la + (lb - la) * c / (w - 1))) for c in range(w)]
+    kink_cols = {col(k.ctx): chr(ord("a") + i) for i, k in enumerate(d.kinks[:26])}
+    req_col = col(d.requested_ctx)
+    safe_col = col(d.max_safe_context) if d.max_safe_context >= lo else None
+
+    def panel(rows: int, values: list[float | None], ymax: float, unit: str,
+              hline: float | None, ok: list[bool]) -> list[Text]:
+        grid = [[(" ", "")] * w for _ in range(rows)]
+        for c in kink_cols:
+            for r in range(rows):
+                grid[r][c] = ("┆", "dim")
+        if safe_col is not None:
+            for r in range(rows):
+                grid[r][safe_col] = ("┊", "green")
+        if hline is not None:
+            hr = rows - 1 - min(rows - 1, round(hline / ymax * (rows - 1)))
+            for c in range(w):
+                grid[hr][c] = ("─", "yellow")
+        for c, v in enumerate(values):
+            if v is None:
+                continue
+            r = rows - 1 - min(rows - 1, round(v / ymax * (rows - 1)))
+            grid[r][c] = ("●", "cyan") if ok[c] else ("×", "red")
+        lines = [Text(" " * 9 + unit, style="bold")]
+        for r in range(rows):
+            y = ymax * (rows - 1 - r) / (rows - 1)
+            label = f"{y:7.1f} " if r in (0, rows // 2, rows - 1) else " " * 8
+            t = Text(label + "│", style="dim")
+            for ch, st in grid[r]:
+                t.append(ch, style=st)
+            lines.append(t)
+        return lines
+
+    totals = [p.total_bytes / 1e9 for p in cols]
+    ymax_mem = max(max(totals), d.usable_bytes / 1e9) * 1.05 or 1.0
+    ok = [p.fits for p in cols]
+    tps = [p.decode_tps for p in cols]
+    ymax_tps = max([v for v in tps if v is not None] or [1.0]) * 1.1
+
+    console.print(Text(d.title, style="bold"))
+    for line in panel(12, totals, ymax_mem, "GB total (peak)", d.usable_bytes / 1e9, ok):
+        console.print(line, soft_wrap=True)
+    for line in panel(7, tps, ymax_tps, "decode tok/s", None, ok):
+        console.print(line, soft_wrap=True)
+    axis = Text(" " * 8 + "└" + "─" * w, style="dim")
+    console.print(axis, soft_wrap=True)
+    ticks = [" "] * (w + 10)
+    for t in _ticks(lo, hi):
+        s = _fmt_ctx(t)
+        c = 9 + col(t)
+        for i, ch in enumerate(s):
+            if c + i < len(ticks):
+                ticks[c + i] = ch
+    console.print(Text("".join(ticks).rstrip() + "  tokens (log)", style="dim"), soft_wrap=True)
+    marks = [" "] * (w + 9)
+    for c, letter in kink_cols.items():
+        marks[9 + c] = letter
+    marks[9 + req_col] = "▲"
+    console.print(Text("".join(marks).rstrip(), style="bold"), soft_wrap=True)
+    legend = [f"▲ context asked for: {d.requested_ctx:,}",
+              f"┊ largest safe context: {d.max_safe_context:,}",
+              f"─ usable: {d.usable_bytes / 1e9:,.2f} GB", "× over usable (swaps)"]
+    console.print("  ".join(legend), style="dim", soft_wrap=True)
+    for i, k in enumerate(d.kinks[:26]):
+        console.print(f"  {chr(ord('a') + i)}: {k.ctx:,} tokens: {k.label}", style="dim",
+                      soft_wrap=True)
+
+
+# --------------------------------------------------------------------------- files
+
+
+def write_chart(d: ChartData, path: str | Path) -> Path:
+    """Write ``.svg`` (no dependency) or ``.png`` (needs matplotlib)."""
+    p = Path(path)
+    suffix = p.suffix.lower()
+    if suffix == ".svg":
+        p.write_text(svg(d))
+        return p
+    if suffix == ".png":
+        write_png(d, p)
+        return p
+    raise MlxfitError(f"--chart {path}: the file must end in .png or .svg")
+
+
+def _esc(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
+    """Two stacked panels (memory, tok/s) over a log-scale context axis, as SVG text."""
+    left, right, top = 70, 20, 40
+    gap, bottom = 40, 90
+    ph = (height - top - gap - bottom) // 2
+    pw = width - left - right
+    la, lb = math.log(d.lo), math.log(max(d.hi, d.lo + 1))
+
+    def x(n: float) -> float:
+        return left + (math.log(max(n, d.lo)) - la) / (lb - la) * pw
+
+    mem_max = max(max(p.total_bytes for p in d.points), d.usable_bytes) * 1.05 / 1e9
+    tps_vals = [p.decode_tps for p in d.points if p.decode_tps is not None]
+    tps_max = (max(tps_vals) if tps_vals else 1.0) * 1.1
+    y0_mem, y0_tps = top + ph, top + ph + gap + ph
+
+    def ym(v: float) -> float:
+        return y0_mem - v / mem_max * ph
+
+    def yt(v: float) -> float:
+        return y0_tps - v / tps_max * ph
+
+    out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'font-family="sans-serif" font-size="11">'),
+           f'<rect width="{width}" height="{height}" fill="white"/>',
+           f'<text x="{left}" y="20" font-size="13" font-weight="bold">{_esc(d.title)}</text>']
+    for y0, label in ((y0_mem, "GB total (peak)"), (y0_tps, "decode tok/s")):
+        out.append(f'<rect x="{left}" y="{y0 - ph}" width="{pw}" height="{ph}" fill="none" '
+                   'stroke="#999"/>')
+        out.append(f'<text x="12" y="{y0 - ph / 2:.1f}" transform="rotate(-90 12 '
+                   f'{y0 - ph / 2:.1f})" text-anchor="middle">{label}</text>')
+    for frac in (0, 0.5, 1):
+        out.append(f'<text x="{left - 6}" y="{ym(mem_max * frac) + 4:.1f}" text-anchor="end">'
+                   f'{mem_max * frac:.1f}</text>')
+        out.append(f'<text x="{left - 6}" y="{yt(tps_max * frac) + 4:.1f}" text-anchor="end">'
+                   f'{tps_max * frac:.0f}</text>')
+    for t in _ticks(d.lo, d.hi):
+        out.append(f'<line x1="{x(t):.1f}" y1="{y0_tps}" x2="{x(t):.1f}" y2="{y0_tps + 4}" '
+                   'stroke="#666"/>')
+        out.append(f'<text x="{x(t):.1f}" y="{y0_tps + 16}" text-anchor="middle">'
+                   f'{_fmt_ctx(t)}</text>')
+    out.append(f'<text x="{left + pw / 2}" y="{y0_tps + 32}" text-anchor="middle">'
+               'context tokens (log scale)</text>')
+    for i, k in enumerate(d.kinks):
+        xx = x(k.ctx)
+        out.append(f'<line x1="{xx:.1f}" y1="{top}" x2="{xx:.1f}" y2="{y0_tps}" stroke="#aaa" '
+                   'stroke-dasharray="3,3"/>')
+        out.append(f'<text x="{xx + 3:.1f}" y="{top + 12 + 12 * (i % 3)}" fill="#666">'
+                   f'{_esc(k.label)}</text>')
+    xr = x(d.requested_ctx)
+    out.append(f'<line x1="{xr:.1f}" y1="{top}" x2="{xr:.1f}" y2="{y0_tps}" stroke="#444"/>')
+    out.append(f'<text x="{xr:.1f}" y="{y0_tps + 48}" text-anchor="middle">--ctx '
+               f'{d.requested_ctx:,}</text>')
+    yu = ym(d.usable_bytes / 1e9)
+    out.append(f'<line x1="{left}" y1="{yu:.1f}" x2="{left + pw}" y2="{yu:.1f}" '
+               'stroke="#e69500" stroke-dasharray="6,4"/>')
+    out.append(f'<text x="{left + pw - 4}" y="{yu - 4:.1f}" text-anchor="end" fill="#e69500">'
+               f'usable {d.usable_bytes / 1e9:,.2f} GB</text>')
+    mem = " ".join(f"{x(p.ctx):.1f},{ym(p.total_bytes / 1e9):.1f}" for p in d.points)
+    out.append(f'<polyline points="{mem}" fill="none" stroke="#1f77b4" stroke-width="2"/>')
+    for seg in _runs(d.points):
+        pts = " ".join(f"{x(p.ctx):.1f},{yt(p.decode_tps or 0):.1f}" for p in seg)
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="2"/>')
+    if d.lo <= d.max_safe_context <= d.hi:
+        xs = x(d.max_safe_context)
+        out.append(f'<text x="{xs:.1f}" y="{y0_tps + 62}" text-anchor="middle" fill="#2ca02c">'
+                   f'largest safe {d.max_safe_context:,}</text>')
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
+def _runs(points: tuple[ChartPoint, ...]) -> list[list[ChartPoint]]:
+    """Consecutive points that have a speed (the tok/s line breaks where memory runs out)."""
+    segs: list[list[ChartPoint]] = []
+    cur: list[ChartPoint] = []
+    for p in points:
+        if p.decode_tps is None:
+            if cur:
+                segs.append(cur)
+            cur = []
+        else:
+            cur.append(p)
+    if cur:
+        segs.append(cur)
+    return segs
+
+
+def write_png(d: ChartData, path: Path) -> None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise MlxfitError("--chart *.png needs matplotlib: pip install 'mlxfit[chart]' "
+                          "(an .svg needs nothing)") from None
+    fig, (a1, a2) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    xs = [p.ctx for p in d.points]
+    a1.plot(xs, [p.total_bytes / 1e9 for p in d.points], color="#1f77b4", label="total (peak)")
+    a1.axhline(d.usable_bytes / 1e9, color="#e69500", ls="--", label="usable")
+    a1.set_ylabel("GB")
+    for seg in _runs(d.points):
+        a2.plot([p.ctx for p in seg], [p.decode_tps for p in seg], color="#2ca02c")
+    a2.set_ylabel("decode tok/s")
+    a2.set_xscale("log", base=2)
+    a2.set_xlabel("context tokens (log scale)")
+    for ax in (a1, a2):
+        for k in d.kinks:
+            ax.axvline(k.ctx, color="#aaa", ls=":")
+        ax.axvline(d.requested_ctx, color="#444", lw=0.8)
+        if d.lo <= d.max_safe_context <= d.hi:
+            ax.axvline(d.max_safe_context, color="#2ca02c", ls="--", lw=0.8)
+        ax.set_ylim(bottom=0)
+    for i, k in enumerate(d.kinks):
+        a1.annotate(k.label, xy=(k.ctx, 0), xycoords=("data", "axes fraction"),
+                    xytext=(3, 4 + 11 * (i % 3)), textcoords="offset points", fontsize=7,
+                    color="#666")
+    a2.annotate(f"--ctx {d.requested_ctx:,}", xy=(d.requested_ctx, 0),
+                xycoords=("data", "axes fraction"), xytext=(3, 4), textcoords="offset points",
+                fontsize=7)
+    if d.lo <= d.max_safe_context <= d.hi:
+        a2.annotate(f"largest safe {d.max_safe_context:,}", xy=(d.max_safe_context, 0),
+                    xycoords=("data", "axes fraction"), xytext=(3, 16),
+                    textcoords="offset points", fontsize=7, color="#2ca02c")
+    a1.legend(loc="upper left", fontsize=8)
+    a1.set_title(d.title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+

@@ -1,0 +1,143 @@
+"""`mlxfit cluster` as text and as JSON."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from mlxfit.estimate.memory import Term
+from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
+
+SCHEMA_VERSION = 1
+
+
+def _term(t: Term) -> dict[str, Any]:
+    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": t.inputs}
+
+
+def _host_json(hp: HostPlan) -> dict[str, Any]:
+    return {
+        "rank": hp.rank, "name": hp.label, "machine": hp.machine_name,
+        "ram_bytes": hp.ram_bytes, "bandwidth_gbs": hp.bandwidth_gbs,
+        "usable_bytes": hp.usable_bytes, "usable_source": hp.usable_source,
+        "layers": {"start": hp.layers[0], "end": hp.layers[1], "count": hp.n_layers},
+        "weights_bytes": hp.weights_bytes, "own_weights_bytes": hp.sharded_weights_bytes,
+        "replicated_weights_bytes": hp.replicated_weights_bytes, "kv_bytes": hp.kv_bytes,
+        "state_bytes": hp.state_bytes, "transient_bytes": hp.transient_bytes,
+        "comm_buffer_bytes": hp.comm_bytes, "total_bytes": hp.total_bytes,
+        "headroom_bytes": hp.headroom_bytes, "fits": hp.fits, "peak_phase": hp.peak_phase,
+        "decode_seconds": round(hp.decode_seconds, 6) if hp.decode_seconds is not None else None,
+        "explain": [_term(t) for t in hp.terms],
+    }
+
+
+def plan_to_json(p: Plan) -> dict[str, Any]:
+    return {
+        "strategy": p.strategy, "supported": p.supported, "refusal": p.refusal,
+        "fits": p.fits, "failing_hosts": list(p.failing_hosts),
+        "max_safe_context": p.max_safe_context,
+        "predicted_decode_tps": (round(p.predicted_decode_tps, 2)
+                                 if p.predicted_decode_tps is not None else None),
+        "decode_seconds": p.decode_seconds, "comm_seconds": p.comm_seconds,
+        "split": list(p.split), "even_split": list(p.even_split),
+        "even_split_fits": p.even_split_fits,
+        "hosts": [_host_json(h) for h in p.hosts],
+        "speed_terms": [_term(t) for t in p.speed_terms],
+        "assumptions": list(p.assumptions), "sums": dict(p.sums),
+    }
+
+
+def cluster_to_json(r: ClusterResult) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": r.model, "source": r.source_kind, "mlx_lm_module": r.mlx_lm_module,
+        "run": asdict(r.run), "context_tokens": r.context_tokens,
+        "context_limit": r.context_limit,
+        "link": {"name": r.link.name, "backend": r.link.backend,
+                 "latency_us": r.link.latency_s * 1e6, "bandwidth_gbs": r.link.bandwidth_gbs,
+                 "nominal_gbps": r.link.nominal_gbps, "unverified": r.link.unverified,
+                 "source": r.link.source},
+        "strategy_requested": r.strategy_requested, "chosen": r.chosen, "why": r.why,
+        "fits": r.fits, "weights_bytes": r.weights_bytes, "kv_bytes": r.kv_bytes,
+        "plans": [plan_to_json(p) for p in r.plans],
+        "warnings": list(r.warnings), "notes": list(r.notes),
+    }
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.2f}"
+
+
+def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
+    """The report: the chosen plan's hosts, the verdict and why, the other plan in one line."""
+    from rich.table import Table
+
+    p = r.plan
+    n = len(r.hosts)
+    head = f"[bold]{r.model}[/] on {n} host{'s' if n > 1 else ''} at {r.context_tokens:,} tokens"
+    if p is None or not p.supported:
+        c.print(f"{head}: [bold red]NO PLAN CAN RUN[/]")
+        c.print(f"  {r.why}")
+    else:
+        verdict = "[bold green]FITS[/]" if p.fits else "[bold red]DOES NOT FIT[/]"
+        c.print(f"{head}, {p.strategy}" + (f" over {r.link.name} ({r.link.backend})"
+                                           if n > 1 else "") + f": {verdict}")
+        c.print(f"  [dim]{r.why}[/]")
+        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        for col, just in (("rank", "right"), ("host", "left"), ("layers", "left"),
+                          ("weights", "right"), ("KV", "right"), ("transient", "right"),
+                          ("total", "right"), ("usable", "right"), ("", "left")):
+            t.add_column(col, justify=just, no_wrap=col != "host")  # type: ignore[arg-type]
+        for h in p.hosts:
+            kv = h.kv_bytes + h.state_bytes
+            mark = "[green]ok[/]" if h.fits else "[bold red]OVER[/]"
+            who = h.machine_name if h.label == f"host{h.rank}" else \
+                f"{h.label} ({h.machine_name})"
+            t.add_row(str(h.rank), who, f"{h.layers[0]}-{h.layers[1] - 1}",
+                      _gb(h.weights_bytes), _gb(kv), _gb(h.transient_bytes),
+                      _gb(h.total_bytes), _gb(h.usable_bytes), mark)
+        c.print(t)
+        c.print("  [dim]GB (10^9 B); KV includes recurrent state; weights = own share + "
+                "replicated (embeddings, norms, head)[/]", soft_wrap=True)
+        if p.failing_hosts:
+            c.print(f"  [bold red]cannot hold its share:[/] {', '.join(p.failing_hosts)}")
+        c.print(f"largest safe context: [bold]{p.max_safe_context:,}[/] tokens "
+                f"(model limit {r.context_limit:,})")
+        if p.predicted_decode_tps is not None:
+            comm = (f" (of which link {p.comm_seconds * 1e3:.2f} ms/token)"
+                    if p.comm_seconds else "")
+            c.print(f"predicted decode: [bold]{p.predicted_decode_tps:,.1f} tok/s[/]{comm}")
+        if p.strategy == "pipeline":
+            c.print(f"split (layers by rank, rank 0 runs the last layers): "
+                    f"{'/'.join(map(str, p.split))}; mlx-lm's default even split "
+                    f"{'/'.join(map(str, p.even_split))} "
+                    + ("fits" if p.even_split_fits else "does not fit"))
+    for q in r.plans:
+        if q is p:
+            continue
+        if not q.supported:
+            c.print(f"[dim]{q.strategy}: cannot run: {q.refusal}[/]")
+        else:
+            tps = (f", {q.predicted_decode_tps:.1f} tok/s" if q.predicted_decode_tps else "")
+            c.print(f"[dim]{q.strategy}: {'fits' if q.fits else 'does not fit'}, largest safe "
+                    f"context {q.max_safe_context:,}{tps}[/]")
+    if p is not None and p.assumptions:
+        c.print("[bold]assumptions[/]")
+        for a in p.assumptions:
+            c.print(f"  - {a}", soft_wrap=True)
+        lk = r.link
+        c.print(f"  - link {lk.name}: {lk.latency_s * 1e6:g} us per hop, "
+                f"{lk.bandwidth_gbs:g} GB/s ({lk.source})", soft_wrap=True)
+    if explain and p is not None:
+        for h in p.hosts:
+            c.print(f"\n[bold]rank {h.rank} {h.label}[/]")
+            for term in h.terms:
+                c.print(f"  {term.name} = {term.bytes:,} B ({term.bytes / 1e9:.2f} GB)  "
+                        f"[dim]{term.formula}[/]", soft_wrap=True)
+        for term in p.speed_terms:
+            inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
+            c.print(f"  {term.name}: [dim]{term.formula}; {inputs}[/]", soft_wrap=True)
+    for w in r.warnings:
+        c.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    for note in r.notes:
+        c.print(f"[dim]note: {note}[/]", soft_wrap=True)

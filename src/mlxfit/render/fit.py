@@ -1,0 +1,239 @@
+"""FitResult -> JSON object or Rich report. No arithmetic beyond unit conversion."""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from mlxfit.estimate.memory import Term
+from mlxfit.estimate.solve import FitResult
+from mlxfit.verbs.advise import Advice
+from mlxfit.verbs.chart import ChartData
+
+SCHEMA_VERSION = 1
+
+
+def gb(n: float) -> str:
+    """GB = 10^9 bytes, as mlx-lm prints 'Peak memory'."""
+    return f"{n / 1e9:,.2f} GB"
+
+
+def _term(t: Term) -> dict[str, Any]:
+    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": t.inputs}
+
+
+def fit_to_json(r: FitResult) -> dict[str, Any]:
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": r.model,
+        "source": r.source_kind,
+        "machine": {
+            "name": r.machine_name,
+            "ram_bytes": r.ram_bytes,
+            "bandwidth_gbs": r.bandwidth_gbs,
+            "usable_bytes": r.usable_bytes,
+            "usable_source": r.usable_source,
+        },
+        "run": asdict(r.run),
+        "context_tokens": r.context_tokens,
+        "weights_bytes": r.weights_bytes,
+        "kv_bytes": r.kv_bytes,
+        "state_bytes": r.state_bytes,
+        "transient_bytes": r.transient_bytes,
+        "total_bytes": r.total_bytes,
+        "usable_bytes": r.usable_bytes,
+        "headroom_bytes": r.usable_bytes - r.total_bytes,
+        "fits": r.fits,
+        "max_safe_context": r.max_safe_context,
+        "context_limit": r.context_limit,
+        "predicted_decode_tps": (round(r.predicted_decode_tps, 2)
+                                 if r.predicted_decode_tps is not None else None),
+        "peak_phase": r.peak_phase,
+        "terms": {t.name: t.bytes for t in r.terms},
+        "weights": r.weights_detail,
+        "explain": [_term(t) for t in r.terms + r.speed_terms],
+        "warnings": list(r.warnings),
+        "notes": list(r.notes),
+        # Additive (issue 6): serving terms are also in "terms" and in total_bytes.
+        "command": r.serving.get("command"),
+        "serving": {k: v for k, v in r.serving.items() if k != "command"} or None,
+        "serving_terms": {t.name: t.bytes for t in r.extra_terms},
+        "max_buffer_bytes": r.max_buffer_bytes,
+        "buffers": [{"name": b.name, "bytes": b.bytes, "what": b.what,
+                     "over_limit": r.max_buffer_bytes is not None and b.bytes > r.max_buffer_bytes}
+                    for b in r.buffers],
+        "runs": r.runs,
+        "advice": _advice_json(r.advice),
+        "chart": _chart_json(r.chart),
+    }
+
+
+def _advice_json(a: Any) -> dict[str, Any] | None:
+    if a is None:
+        return None
+
+    return advice_to_json(a)
+
+
+def _chart_json(c: Any) -> dict[str, Any] | None:
+    if c is None:
+        return None
+
+    return chart_to_json(c)
+
+
+def _weights_note(d: dict[str, Any]) -> str:
+    parts = ["exact from headers"]
+    q = d.get("quantization")
+    if q:
+        bpw = f", {q['bits_per_weight']:.2f} bits/weight" if q.get("bits_per_weight") else ""
+        parts.append(f"{q['mode']} {q['bits']}-bit g{q['group_size']}{bpw}")
+    elif d.get("by_dtype"):
+        parts.append("/".join(k.lower() for k in d["by_dtype"]))
+    if d.get("expert_bytes"):
+        parts.append(f"experts {gb(d['expert_bytes'])}")
+    if d.get("param_count"):
+        parts.append(f"{d['param_count'] / 1e9:.2f}B params")
+    return "; ".join(parts)
+
+
+def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
+    from rich.table import Table
+
+    verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
+    if r.fits and r.oversize_buffers:
+        verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
+    console.print(f"[bold]{r.model}[/] on [bold]{r.machine_name}[/] "
+                  f"at {r.context_tokens:,} tokens: {verdict}")
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    t.add_column("term")
+    t.add_column("GB (10^9 B)", justify="right")
+    t.add_column("what it is")
+    t.add_row("weights", gb(r.weights_bytes), _weights_note(r.weights_detail))
+    t.add_row("KV cache", gb(r.kv_bytes), f"at {r.context_tokens:,} tokens, mlx-lm's 256-token steps")
+    if r.state_bytes:
+        t.add_row("recurrent state", gb(r.state_bytes), "linear-attention / SSM / conv layers")
+    t.add_row("transient", gb(r.transient_bytes), f"peak: {r.peak_phase}")
+    for term in r.extra_terms:
+        t.add_row(term.name.replace("_", " "), gb(term.bytes), _EXTRA_WHAT.get(term.name, ""))
+    t.add_row("[bold]total (peak)[/]", f"[bold]{gb(r.total_bytes)}[/]", "")
+    t.add_row("usable", gb(r.usable_bytes), r.usable_source)
+    t.add_row("headroom", gb(r.usable_bytes - r.total_bytes), "")
+    console.print(t)
+    console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
+                  f"(model limit {r.context_limit:,})")
+    if r.predicted_decode_tps is not None:
+        console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
+                      f"at {r.bandwidth_gbs:g} GB/s")
+    _render_serving(r, console)
+    if explain:
+        console.print("\n[bold]terms[/] (bytes; formula; inputs)")
+        for term in r.terms + r.speed_terms:
+            console.print(f"  [bold]{term.name}[/] = {term.bytes:,} B ({gb(term.bytes)})")
+            console.print(f"    {term.formula}", soft_wrap=True)
+            if term.inputs:
+                inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
+                console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
+    for w in r.warnings:
+        console.print(f"[yellow]warning:[/] {w}")
+    for n in r.notes:
+        console.print(f"[dim]note: {n}[/]")
+    if r.advice is not None:
+        render_advice(r.advice, console)
+
+
+_EXTRA_WHAT = {
+    "parallel_kv": "the other sequences' KV caches (--parallel)",
+    "batched_transient": "the batch's prefill/decode transient",
+    "prompt_cache": "cached prompts' KV caches (mlx_lm.server)",
+    "draft_weights": "the draft model's weights",
+    "draft_kv_cache": "the draft model's KV cache",
+    "draft_prefill": "the draft's own prefill peak, where higher",
+}
+
+
+def _render_serving(r: FitResult, console: Any) -> None:
+    sv = r.serving
+    if sv.get("mode") == "mlx_lm.server":
+        how = "batched" if sv.get("batched") else "one request at a time"
+        cache = f"{sv['prompt_cache']} cached prompts"
+        if sv.get("prompt_cache_default"):
+            cache += " (mlx_lm.server's default --prompt-cache-size)"
+        console.print(f"serving: mlx_lm.server, {sv['parallel']} concurrent sequence(s) ({how}, "
+                      f"{sv['prefill_batch']} prefilled together), {cache}; each up to "
+                      f"{r.context_tokens:,} tokens")
+    if sv.get("draft_model"):
+        console.print(f"speculative decoding: draft {sv['draft_model']}, "
+                      f"{sv['num_draft_tokens']} draft tokens per step")
+    bd = sv.get("batched_decode")
+    if bd:
+        console.print(f"batched decode (memory-bound estimate, an upper bound): "
+                      f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
+                      f"{bd['aggregate_tps']:,.1f} tok/s in all ({bd['sequences']} sequences)")
+    if sv.get("command"):
+        console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
+
+
+def render_advice(a: Any, console: Any) -> None:
+    """The advisor's options, cheapest first, each with its command line."""
+    if not a.needed:
+        console.print("\n[bold]advice:[/] fits as asked, nothing to change")
+        return
+    console.print(f"\n[bold]what would make it fit[/] ({a.problem}); cheapest first, "
+                  "your --ctx is never changed silently:")
+    for i, o in enumerate(a.options, 1):
+        r = o.result
+        speed = (f"{r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
+                 else "speed unknown")
+        console.print(f" [bold]{i}. {o.label}[/]: total {gb(r.total_bytes)} of "
+                      f"{gb(r.usable_bytes)}, largest safe context {r.max_safe_context:,}, "
+                      f"{speed}", soft_wrap=True)
+        for c in o.changes:
+            console.print(f"    [dim]cost: {c.cost}[/]", soft_wrap=True)
+        for cmd in o.setup:
+            console.print(f"    $ {cmd}", soft_wrap=True, markup=False)
+        console.print(f"    $ {o.command}", soft_wrap=True, markup=False)
+    if not a.options:
+        console.print(" [red]nothing found[/]")
+    for n in a.notes:
+        console.print(f" [dim]note: {n}[/]")
+    for x in a.refused:
+        console.print(f" [dim]not offered: {x.reason}[/]", soft_wrap=True)
+
+
+def advice_to_json(a: Advice) -> dict[str, Any]:
+    return {
+        "needed": a.needed,
+        "problem": a.problem,
+        "options": [
+            {
+                "changes": [{"kind": c.kind, "label": c.label, "cost": c.cost}
+                            for c in o.changes],
+                "model": o.model,
+                "setup": list(o.setup),
+                "command": o.command,
+                "total_bytes": o.result.total_bytes,
+                "usable_bytes": o.result.usable_bytes,
+                "max_safe_context": o.result.max_safe_context,
+                "context_tokens": o.result.context_tokens,
+                "predicted_decode_tps": (round(o.result.predicted_decode_tps, 2)
+                                         if o.result.predicted_decode_tps is not None else None),
+            }
+            for o in a.options
+        ],
+        "refused": [{"kind": r.kind, "reason": r.reason} for r in a.refused],
+        "notes": list(a.notes),
+    }
+
+
+def chart_to_json(d: ChartData) -> dict[str, Any]:
+    return {
+        "title": d.title,
+        "usable_bytes": d.usable_bytes,
+        "requested_ctx": d.requested_ctx,
+        "max_safe_context": d.max_safe_context,
+        "kinks": [{"ctx": k.ctx, "label": k.label} for k in d.kinks],
+        "points": [{"ctx": p.ctx, "total_bytes": p.total_bytes,
+                    "decode_tps": round(p.decode_tps, 2) if p.decode_tps is not None else None,
+                    "fits": p.fits} for p in d.points],
+    }

@@ -1,0 +1,21 @@
+"""`mlxfit machine` as text: the figures and where each came from."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxfit.hardware.resolve import Machine
+
+
+def render_machine(m: Machine, out: Any) -> None:
+    out.print(f"[bold]{m.name}[/]")
+    out.print(f"  chip: {m.chip or 'unknown'}  GPU cores: {m.gpu_cores or 'unknown'}")
+    out.print(f"  RAM: {m.ram_bytes / 2**30:,.1f} GiB  bandwidth: "
+              f"{f'{m.bandwidth_gbs:g} GB/s' if m.bandwidth_gbs else 'unknown'}")
+    out.print(f"  usable GPU memory: {m.usable_bytes / 1e9:,.2f} GB ({m.usable_source})")
+    for n in m.notes:
+        out.print(f"  [dim]note: {n}[/]")
+    if m.sources:
+        out.print("  [bold]probed from[/]")
+        for figure, where in m.sources.items():
+            out.print(f"    {figure}: {where}", soft_wrap=True)

@@ -1,0 +1,114 @@
+"""`mlxfit matrix` as text and as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxfit.verbs.matrix import MatrixResult, MatrixRow
+
+
+def row_to_json(r: MatrixRow) -> dict[str, Any]:
+    return {
+        "family": r.family,
+        "chip": r.chip,
+        "gpu_cores": r.gpu_cores,
+        "ram_gb": r.ram_gb,
+        "name": r.name,
+        "bandwidth_gbs": r.bandwidth_gbs,
+        "usable_bytes": r.usable_bytes,
+        "total_bytes": r.total_bytes,
+        "headroom_bytes": r.headroom_bytes,
+        "fits": r.fits,
+        "runs": r.runs,
+        "max_safe_context": r.max_safe_context,
+        # rounded as `fit --json` rounds it, so the two compare equal
+        "predicted_decode_tps": (round(r.predicted_decode_tps, 2)
+                                 if r.predicted_decode_tps is not None else None),
+        "unverified": r.unverified,
+        "this_machine": r.this_machine,
+    }
+
+
+def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from mlxfit.render.fit import SCHEMA_VERSION
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "model": m.model,
+        "source": m.source_kind,
+        "context_tokens": m.context_tokens,
+        "run": asdict(m.run),
+        "weights_bytes": m.weights_bytes,
+        "context_limit": m.context_limit,
+        "macos_major": m.macos_major,
+        "chips_filter": m.chips_filter,
+        "only_fits": m.only_fits,
+        "skus_considered": m.skus_considered,
+        "fits_count": m.n_fit,
+        "this_machine": m.this_machine,
+        "rows": [row_to_json(r) for r in m.rows],
+        "warnings": list(m.warnings),
+        "notes": list(m.notes),
+    }
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.1f}"
+
+
+def render_matrix(m: Any, out: Any) -> None:
+    from rich.table import Table
+
+    flt = f", chips {m.chips_filter!r}" if m.chips_filter else ""
+    out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens on Apple Silicon "
+              f"(macOS {m.macos_major} working set{flt}): "
+              f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it")
+    if not m.rows:
+        out.print("no SKU fits at this context" if m.only_fits else "no SKU to show")
+    else:
+        mark = any(r.this_machine for r in m.rows)
+        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+        t.add_column("SKU", no_wrap=True)
+        t.add_column("RAM", justify="right", no_wrap=True)
+        t.add_column("GB/s", justify="right", no_wrap=True)
+        t.add_column("usable", justify="right", no_wrap=True)
+        t.add_column("fits", no_wrap=True)
+        t.add_column("max ctx", justify="right", no_wrap=True)
+        t.add_column("tok/s", justify="right", no_wrap=True)
+        t.add_column("headroom", justify="right", no_wrap=True)
+        if mark:
+            t.add_column("", no_wrap=True)
+        for i, r in enumerate(m.rows):
+            if i == 0 or m.rows[i - 1].family != r.family:
+                t.add_row(f"[bold cyan]{r.family}[/]")
+            cores = f"  {r.chip} {r.gpu_cores}-core"
+            cells = [
+                f"[bold]{cores}[/]" if r.this_machine else cores,
+                f"{r.ram_gb}GB",
+                f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
+                _gb(r.usable_bytes),
+                "[green]yes[/]" if r.runs else "[yellow]buffer[/]" if r.fits else "[red]no[/]",
+                f"{r.max_safe_context:,}",
+                f"{r.predicted_decode_tps:,.1f}"
+                if r.runs and r.predicted_decode_tps is not None else "",
+                _gb(r.headroom_bytes),
+            ]
+            if mark:
+                cells.append("[bold]<- this Mac[/]" if r.this_machine else "")
+            t.add_row(*cells)
+        out.print(t)
+    if m.rows:
+        out.print(f"[dim]GB = 10^9 B; peak {_gb(m.rows[0].total_bytes)} GB at "
+                  f"{m.context_tokens:,} tokens (weights {_gb(m.weights_bytes)} GB) on every SKU; "
+                  f"model limit {m.context_limit:,} tokens; tok/s blank where it does not fit[/]")
+    if any(r.unverified for r in m.rows):
+        out.print("[dim]* rests on a weak source in apple_skus.toml[/]")
+    if any(r.fits and not r.runs for r in m.rows):
+        out.print("[dim]buffer: the total fits, but one array exceeds the GPU's largest buffer "
+                  "(maxBufferLength): Metal cannot allocate it[/]")
+    for w in m.warnings:
+        out.print(f"[yellow]warning:[/] {w}")
+    for n in m.notes:
+        out.print(f"[dim]note: {n}[/]")

@@ -1,0 +1,109 @@
+"""`mlxfit measure` as text and as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxfit.verbs.measure.twin import Measurement
+
+
+def measurement_to_json(m: Measurement) -> dict:
+    """The ``--json`` object: the comparison, then the full record."""
+
+    def num(x):
+        return None if x is None else (round(x, 3) if isinstance(x, float) else x)
+
+    return {
+        "schema_version": 1,
+        "model": m.model,
+        "source_kind": m.source_kind,
+        "random_weights": m.random_weights,
+        "dtype": m.dtype,
+        "backend": m.backend,
+        "calibration": m.calibration,
+        "run": {"ctx": m.run.ctx, "gen": m.run.gen, "prefill_step_size": m.run.prefill_step_size,
+                "kv_bits": m.run.kv_bits, "kv_group_size": m.run.kv_group,
+                "quantized_kv_start": m.run.quantized_kv_start,
+                "max_kv_size": m.run.max_kv_size},
+        "peak_phase": {"measured": m.measured_peak_phase, "predicted": m.predicted_peak_phase},
+        "terms": [
+            {"name": t.name, "unit": t.unit, "measured": num(t.measured),
+             "predicted": num(t.predicted), "error": num(t.error), "exact": t.exact}
+            for t in m.terms
+        ],
+        "notes": list(m.notes),
+        "saved_to": m.saved_to,
+        "record": m.record,
+    }
+
+
+LABELS = {
+    "weights": "weights",
+    "kv_cache": "KV cache",
+    "recurrent_state": "recurrent state",
+    "transient": "transient",
+    "peak": "peak",
+    "prefill_tok_s": "prefill tok/s",
+    "decode_tok_s": "decode tok/s",
+}
+
+
+def _unit(peak: float | None) -> tuple[float, str]:
+    return (1e9, "GB") if peak and peak >= 1e9 else (1e6, "MB")
+
+
+def _num(v: float | None, unit: str, scale: float, name: str) -> str:
+    if v is None:
+        return "-"
+    if unit == "tok/s":
+        return f"{v:,.1f}"
+    return f"{v / scale:,.3f} {name}"
+
+
+def _err(t: Any) -> str:
+    if t.measured is None or t.predicted is None:
+        return ""
+    if t.exact:
+        return "[green]exact[/]" if t.diff == 0 else f"[red]{t.diff:+,.0f} B[/]"
+    if t.error is None:
+        return ""
+    colour = "green" if abs(t.error) <= 0.05 else "yellow" if abs(t.error) <= 0.15 else "red"
+    return f"[{colour}]{100 * t.error:+.1f} %[/]"
+
+
+def render_measurement(m: Any, out: Any) -> None:
+    from rich.table import Table
+
+    run = m.run
+    kind = "random weights" if m.random_weights else "its weights"
+    kv = (f", --kv-bits {run.kv_bits} from token {run.quantized_kv_start}"
+          if run.kv_bits else "")
+    mk = f", --max-kv-size {run.max_kv_size}" if run.max_kv_size else ""
+    out.print(f"[bold]{m.model}[/] ({m.source_kind}, {kind}, {m.dtype}) on MLX's "
+              f"[bold]{m.backend}[/] backend: {run.ctx:,} tokens ({run.ctx - run.gen:,} prompt "
+              f"in chunks of {run.prefill_step_size:,}, {run.gen:,} generated{kv}{mk})",
+              soft_wrap=True)
+    scale, name = _unit(m.term("peak").measured)
+    t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    t.add_column("term", no_wrap=True)
+    t.add_column("measured", justify="right", no_wrap=True)
+    t.add_column(f"predicted (--backend {m.backend})", justify="right", no_wrap=True)
+    t.add_column("error", justify="right", no_wrap=True)
+    for term in m.terms:
+        t.add_row(LABELS.get(term.name, term.name), _num(term.measured, term.unit, scale, name),
+                  _num(term.predicted, term.unit, scale, name), _err(term))
+    out.print(t)
+    steps = m.record.get("decode_steps")
+    out.print("[dim]measured: weights = active memory the load added; KV cache = bytes of the "
+              "caches' arrays at the end; peak = mx.get_peak_memory() over prefill and decode; "
+              f"transient = peak - weights - final caches; decode tok/s over the last {steps} "
+              "steps[/]", soft_wrap=True)
+    out.print(f"peak at: measured {m.measured_peak_phase}; predicted {m.predicted_peak_phase}",
+              soft_wrap=True)
+    out.print(f"[dim]{name} = 10^{9 if name == 'GB' else 6} B; mlx {m.record.get('mlx_version')}, "
+              f"mlx-lm {m.record.get('mlx_lm_version')}; calibration {m.calibration}[/]",
+              soft_wrap=True)
+    for n in m.notes:
+        out.print(f"[dim]note: {n}[/]", soft_wrap=True)
+    if m.saved_to:
+        out.print(f"saved to {m.saved_to}", soft_wrap=True)

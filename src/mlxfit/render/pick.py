@@ -1,0 +1,139 @@
+"""`mlxfit pick` as text and as JSON."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxfit.verbs.pick import Candidate, PickResult, _base_name
+
+
+def candidate_to_json(c: Candidate) -> dict[str, Any]:
+    return {
+        "model": c.model,
+        "base_model": _base_name(c.model),
+        "revision": c.revision,
+        "source": c.source_kind,
+        "location": c.location,
+        "quant": c.quant,
+        "weights_bytes": c.weights_bytes,
+        "total_bytes": c.total_bytes,
+        "fits": c.fits,
+        "runs": c.runs,
+        "fits_coexist": c.fits_coexist,
+        "max_safe_context": c.max_safe_context,
+        "context_limit": c.context_limit,
+        "predicted_decode_tps": (round(c.predicted_decode_tps, 2)
+                                 if c.predicted_decode_tps is not None else None),
+        "is_default": c.is_default,
+        "chosen": c.chosen,
+        "budget": c.budget,
+        "budget_bytes": c.budget_bytes,
+        "reason": c.reason,
+        "warnings": list(c.warnings),
+        "notes": list(c.notes),
+    }
+
+
+def pick_to_json(p: PickResult) -> dict[str, Any]:
+    from mlxfit.render.fit import SCHEMA_VERSION
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "chosen": p.chosen,
+        "rule": p.rule,
+        "reason": p.reason,
+        "context_tokens": p.context_tokens,
+        "machine": {"name": p.machine_name, "ram_bytes": p.ram_bytes,
+                    "usable_bytes": p.usable_bytes, "usable_source": p.usable_source},
+        "coexist_fraction": p.coexist_fraction,
+        "coexist_fraction_from": p.coexist_fraction_from,
+        "coexist_bytes": p.coexist_bytes,
+        "default_model": p.default_model,
+        "default_model_from": p.default_model_from,
+        "cache_dir": p.cache_dir,
+        "candidates": [candidate_to_json(c) for c in p.candidates],
+        "skipped": [{"model": s.model, "revision": s.revision, "location": s.location,
+                     "kind": s.kind, "reason": s.reason} for s in p.skipped],
+        "catalog": ([candidate_to_json(c) for c in p.catalog]
+                    if p.catalog is not None else None),
+        "warnings": list(p.warnings),
+        "notes": list(p.notes),
+    }
+
+
+def _gb(n: int) -> str:
+    return f"{n / 1e9:,.2f}"
+
+
+def _fits(c: Any) -> str:
+    if c.fits_coexist:
+        return "[green]yes[/]"
+    if c.runs:
+        return "[yellow]usable[/]"
+    return "[yellow]buffer[/]" if c.fits else "[red]no[/]"
+
+
+def _table(rows: Any, title: str, catalog: bool) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title, title_justify="left", title_style="bold", show_header=True,
+              header_style="bold", box=None, pad_edge=False)
+    t.add_column("" if catalog else "#", justify="right", no_wrap=True)
+    t.add_column("model", overflow="fold", ratio=1)
+    t.add_column("quant", no_wrap=True)
+    t.add_column("weights", justify="right", no_wrap=True)
+    t.add_column("total", justify="right", no_wrap=True)
+    t.add_column("fits", no_wrap=True)
+    t.add_column("max ctx", justify="right", no_wrap=True)
+    t.add_column("tok/s", justify="right", no_wrap=True)
+    for i, c in enumerate(rows, 1):
+        name = c.model + (" (default)" if c.is_default else "")
+        t.add_row(
+            "[bold green]>[/]" if c.chosen else ("" if catalog else str(i)),
+            f"[bold green]{name}[/]" if c.chosen else name,
+            c.quant, _gb(c.weights_bytes), _gb(c.total_bytes), _fits(c),
+            f"{c.max_safe_context:,}",
+            f"{c.predicted_decode_tps:,.1f}"
+            if c.runs and c.predicted_decode_tps is not None else "",
+        )
+    return t
+
+
+def render_pick(p: Any, out: Any) -> None:
+    head = f"[bold green]{p.chosen}[/]" if p.chosen else "[bold red]nothing[/]"
+    out.print(f"pick for [bold]{p.machine_name}[/] at {p.context_tokens:,} tokens: {head}")
+    out.print(f"  {p.reason}", soft_wrap=True)
+    out.print(f"  usable {_gb(p.usable_bytes)} GB ({p.usable_source}); coexist budget "
+              f"{_gb(p.coexist_bytes)} GB ({p.coexist_fraction:g} of RAM, "
+              f"{p.coexist_fraction_from})")
+    out.print(f"  default model {p.default_model} ({p.default_model_from}); "
+              f"cache {p.cache_dir}")
+    if p.candidates:
+        out.print(_table(p.candidates, "downloaded", catalog=False))
+        for i, c in enumerate(p.candidates, 1):
+            verdict = "[green]chosen[/]" if c.chosen else "passed over"
+            out.print(f"  {i}. {verdict} [dim](budget: {c.budget} {_gb(c.budget_bytes)} GB)[/]: "
+                      f"{c.reason}", soft_wrap=True)
+            for w in c.warnings:
+                out.print(f"     [yellow]warning:[/] {w}", soft_wrap=True)
+    else:
+        out.print("no downloaded candidate")
+    if p.skipped:
+        out.print("[bold]skipped[/]")
+        for s in p.skipped:
+            rev = f"@{s.revision[:12]}" if s.revision else ""
+            out.print(f"  {s.model}{rev} [dim]({s.kind})[/]: {s.reason}", soft_wrap=True)
+    if p.catalog is not None:
+        if p.catalog:
+            out.print(_table(p.catalog, "built-in catalog, not downloaded: what could run "
+                             "here", catalog=True))
+        else:
+            out.print("built-in catalog: every entry is downloaded")
+    if p.candidates or p.catalog:
+        out.print("[dim]GB = 10^9 B; total = peak at the context; fits: yes = within the coexist "
+                  "budget, usable = only within the usable memory, buffer = the total fits but "
+                  "one array exceeds the GPU's largest buffer[/]")
+    for w in p.warnings:
+        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+    for n in p.notes:
+        out.print(f"[dim]note: {n}[/]")

@@ -1,0 +1,155 @@
+"""A model folder as mlx-lm loads it: config.json and the model*.safetensors shards (every
+source ends here: a folder, an HF cache snapshot, a Hub snapshot of header stubs)."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import ConfigError, SourceError, WeightsError
+from mlxfit.sources.safetensors_header import read_headers
+from mlxfit.sources.source import INDEX_NAME, ModelSource
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """config.json as a dict. Python's json accepts the bare Infinity/NaN tokens real configs
+    carry (a Nemotron config has one), so no custom parser is needed."""
+    if path.is_symlink() and not path.exists():
+        raise ConfigError(f"{path}: broken symlink -> {os.readlink(path)}")
+    if not path.is_file():
+        raise ConfigError(f"{path}: missing (every model folder needs config.json)")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or e}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not valid UTF-8") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(
+            f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}"
+        ) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: JSON nested too deeply") from None
+    except ValueError:  # an integer literal past sys.get_int_max_str_digits() (4,300 digits)
+        raise ConfigError(f"{path}: a number with too many digits") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: must be a JSON object, got a {type(data).__name__}")
+    return data
+
+
+def _check_link(path: Path) -> None:
+    # HF snapshots are symlinks into blobs/: follow them, but say so when one leads nowhere.
+    if path.is_symlink() and not path.exists():
+        raise WeightsError(f"broken symlink {path} -> {os.readlink(path)}")
+
+
+def _index_shards(folder: Path, index: Path) -> list[Path]:
+    try:
+        data = json.loads(index.read_bytes().decode("utf-8"))
+    except OSError as e:
+        raise WeightsError(f"{index}: cannot read: {e.strerror or e}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise WeightsError(f"{index}: garbled index ({e})".replace("\n", " ")) from None
+    except (RecursionError, ValueError):  # nested too deeply; a 4,300+ digit integer
+        raise WeightsError(f"{index}: garbled index (nested too deeply or a huge number)") from None
+    weight_map = data.get("weight_map") if isinstance(data, dict) else None
+    if (
+        not isinstance(weight_map, dict)
+        or not weight_map
+        or not all(isinstance(v, str) for v in weight_map.values())
+    ):
+        raise WeightsError(f"{index}: garbled index (no weight_map of tensor -> file)")
+    shards: list[Path] = []
+    for fname in dict.fromkeys(weight_map.values()):  # first-seen order, no duplicates
+        rel = os.path.normpath(fname)
+        # A hostile index must not send us reading arbitrary files outside the model folder.
+        if os.path.isabs(rel) or rel == ".." or rel.startswith(".." + os.sep):
+            raise WeightsError(f"{index}: shard {fname!r} is outside the model folder")
+        shard = folder / rel
+        _check_link(shard)
+        if not shard.is_file():
+            raise WeightsError(f"missing shard {fname} listed in index {index}")
+        shards.append(shard)
+    return shards
+
+
+def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
+    """Shards mlx-lm loads: it globs ``model*.safetensors`` (mlx_lm/utils.py load_model) and
+    never reads the index; the index, when present, tells us whether a shard is missing."""
+    index = folder / INDEX_NAME
+    _check_link(index)
+    listed: set[str] = set()
+    if index.exists():
+        listed = {p.name for p in _index_shards(folder, index)}  # raises on a missing shard
+    shards = []
+    for p in sorted(folder.glob("model*.safetensors")):
+        _check_link(p)
+        if p.is_file():  # a directory named model.safetensors is not a shard
+            shards.append(p)
+    notes: tuple[str, ...] = ()
+    # e.g. Mistral's consolidated.safetensors beside the sharded copy: mlx-lm skips it.
+    others = sorted(p.name for p in folder.glob("*.safetensors")
+                    if not p.name.startswith("model") and p.name != INDEX_NAME)
+    if shards and others:
+        notes = ("not loaded by mlx-lm (it reads model*.safetensors), not counted: "
+                 + ", ".join(others),)
+    extra = sorted({p.name for p in shards} - listed) if listed else []
+    if extra:
+        notes += (f"not in {INDEX_NAME} but loaded by mlx-lm's glob: {', '.join(extra)}",)
+    if not shards:
+        names = sorted(
+            p.name for p in folder.iterdir() if p.name != "config.json" and p.name[0] != "."
+        )
+        found = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        raise WeightsError(
+            f"no model*.safetensors in {folder} (found: {found or 'nothing else'})"
+        )
+    _check_numbered_shards(folder, shards)
+    return shards, notes
+
+
+_NUMBERED = re.compile(r"^model-(\d+)-of-(\d+)\.safetensors$")
+
+
+def _check_numbered_shards(folder: Path, shards: list[Path]) -> None:
+    """model-0000i-of-0000n.safetensors names say how many shards there are: a half-downloaded
+    folder without an index would otherwise be sized short."""
+    seen: dict[str, set[int]] = {}  # the "of" part as written -> shard numbers present
+    for p in shards:
+        m = _NUMBERED.match(p.name)
+        if m:
+            seen.setdefault(m.group(2), set()).add(int(m.group(1)))
+    for total, have in seen.items():
+        missing = sorted(set(range(1, int(total) + 1)) - have)
+        if missing:
+            name = f"model-{missing[0]:0{len(total)}d}-of-{total}.safetensors"
+            raise WeightsError(f"missing shard {name} in {folder} "
+                               f"({len(missing)} of {int(total)} missing: half-downloaded?)")
+
+
+def _unreadable(e: OSError, where: Path) -> SourceError:
+    return SourceError(f"{e.filename or where}: cannot read: {e.strerror or e}")
+
+
+def _load_folder(
+    folder: Path, name: str, kind: str, revision: str | None, notes: tuple[str, ...] = ()
+) -> ModelSource:
+    try:
+        config = read_config(folder / "config.json")
+        shards, shard_notes = _folder_shards(folder)
+        tensors = read_headers(shards)
+    except OSError as e:  # a folder we may not list or search (chmod 000): stat, glob, iterdir
+        raise _unreadable(e, folder) from None
+    return ModelSource(
+        name=name,
+        kind=kind,
+        location=str(folder),
+        config=config,
+        tensors=tuple(tensors),
+        files=tuple(str(p) for p in shards),
+        revision=revision,
+        notes=notes + shard_notes,
+    )

@@ -1,0 +1,189 @@
+"""The local Hugging Face cache: where it is, its `models--org--name` folders, refs and
+snapshots, and what makes a snapshot an adapter, a drafter or incomplete."""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import SourceError
+from mlxfit.sources.folder import _load_folder, read_config
+from mlxfit.sources.source import ModelSource
+
+# A drafter is named for it ("...-DRAFT", "...-draft-0.5B", "EAGLE3-...", "medusa-...") or its
+# config says so (EAGLE's draft_vocab_size, Medusa's heads, an Eagle/Medusa/Drafter class).
+_DRAFT_NAME = re.compile(r"draft|(^|[-_./])(eagle\d*|medusa|mtp)($|[-_./])", re.IGNORECASE)
+
+
+_DRAFT_CLASS = re.compile(r"draft|eagle|medusa", re.IGNORECASE)
+
+
+_DRAFT_KEYS = ("draft_vocab_size", "medusa_num_heads", "medusa_num_layers")
+
+
+_ADAPTER_FILES = ("adapter_config.json", "adapters.safetensors", "adapter_model.safetensors")
+
+
+def adapter_reason(files: Sequence[str]) -> str | None:
+    """LoRA/PEFT adapters (mlx-lm writes adapters.safetensors + adapter_config.json, PEFT
+    adapter_model.safetensors + adapter_config.json) need a base model: not loadable alone."""
+    found = [f for f in _ADAPTER_FILES if f in files]
+    return f"an adapter ({', '.join(found)}), not a model" if found else None
+
+
+def drafter_reason(repo_id: str, config: dict[str, Any] | None) -> str | None:
+    """A speculative-decoding draft model or head: meant to run beside a bigger model."""
+    name = repo_id.rsplit("/", 1)[-1]
+    if _DRAFT_NAME.search(name):
+        return f"a speculative-decoding drafter (its name {name!r})"
+    if config:
+        for k in _DRAFT_KEYS:
+            if k in config:
+                return f"a speculative-decoding drafter (config has {k})"
+        classes = [config.get("model_type")] + list(config.get("architectures") or [])
+        for c in classes:
+            if isinstance(c, str) and _DRAFT_CLASS.search(c):
+                return f"a speculative-decoding drafter (config says {c})"
+    return None
+
+
+_NUMBERED = re.compile(r"^model-(\d+)-of-(\d+)\.safetensors$")
+
+
+def missing_numbered_shards(files: Sequence[str]) -> list[str]:
+    """model-00002-of-00003.safetensors names its siblings: the ones absent (an interrupted
+    download without an index, which mlx-lm's glob would load short)."""
+    seen: dict[tuple[int, int, int], set[int]] = {}  # (total, index width, total width)
+    for f in files:
+        m = _NUMBERED.match(f)
+        if m:
+            key = (int(m.group(2)), len(m.group(1)), len(m.group(2)))
+            seen.setdefault(key, set()).add(int(m.group(1)))
+    missing = []
+    for (total, wi, wt), have in seen.items():
+        missing += [f"model-{i:0{wi}d}-of-{total:0{wt}d}.safetensors"
+                    for i in range(1, total + 1) if i not in have]
+    return missing
+
+
+def _repo_id(folder_name: str) -> str:
+    # "models--org--name" -> "org/name"; Hub ids cannot contain "--" (huggingface_hub's
+    # validate_repo_id), so the first "--" after the prefix separates org and name.
+    return folder_name[len("models--"):].replace("--", "/", 1)
+
+
+def _refs(repo_dir: Path) -> dict[str, list[str]]:
+    """commit sha -> ref names pointing at it (refs/main, refs/pr/1, ...)."""
+    out: dict[str, list[str]] = {}
+    refs = repo_dir / "refs"
+    try:
+        for p in sorted(refs.rglob("*")):
+            if p.is_file():
+                sha = p.read_text().strip()
+                out.setdefault(sha, []).append(str(p.relative_to(refs)))
+    except OSError:
+        pass  # unreadable refs: snapshots are still ordered by time below
+    return out
+
+
+def _snapshot_order(repo_dir: Path) -> list[Path]:
+    """The snapshot refs/main points at first, then other refs', then newest first."""
+    snaps = repo_dir / "snapshots"
+    entries = [p for p in snaps.iterdir() if not p.name.startswith(".")]  # raises OSError
+    refs = _refs(repo_dir)
+
+    def key(p: Path) -> tuple[int, float, str]:
+        names = refs.get(p.name, [])
+        try:
+            mtime = p.lstat().st_mtime
+        except OSError:
+            mtime = 0.0
+        return (0 if "main" in names else 1 if names else 2, -mtime, p.name)
+
+    return sorted(entries, key=key)
+
+
+def _hf_cache_ids() -> list[str]:
+
+    root = hf_hub_cache_dir()
+    if not root.is_dir():
+        return []
+    out = []
+    for p in root.iterdir():
+        if p.is_dir() and p.name.startswith("models--"):
+            parts = p.name[len("models--"):].split("--", 1)
+            if len(parts) == 2:
+                out.append("/".join(parts))
+    return out
+
+
+def hf_hub_cache_dir() -> Path:
+    """The hub cache directory for the environment as it is now.
+
+    huggingface_hub freezes constants.HF_HUB_CACHE when it is first imported, so a long-lived
+    process (or a test that sets HF_HUB_CACHE) would see a stale value; this applies the same
+    precedence as huggingface_hub.constants at call time.
+    """
+    home = os.getenv("HF_HOME") or os.path.join(
+        os.getenv("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
+        "huggingface",
+    )
+    default = os.getenv("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
+    cache = os.getenv("HF_HUB_CACHE") or default
+    return Path(os.path.expandvars(os.path.expanduser(cache)))
+
+
+def _listing(folder: Path, nested: bool = False) -> str:
+    # refs can be nested (refs/pr/1); snapshot names are 40-hex shas, 12 chars identify them.
+    if not folder.is_dir():
+        return "none"
+    if nested:
+        names = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
+    else:
+        names = [p.name[:12] for p in folder.iterdir()]
+    return ", ".join(sorted(names)) or "none"
+
+
+def _refs_error(repo_id: str, cache: Path, e: Exception) -> SourceError:
+    return SourceError(f"{repo_id} in the Hugging Face cache at {cache}: cannot read its refs "
+                       f"({getattr(e, 'strerror', None) or e})")
+
+
+def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
+    """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
+    # The hub's folder name for a model repo; checked before importing huggingface_hub
+    # (~150 ms), so a catalog or missing model never pays for it.
+    if not (cache / ("models--" + repo_id.replace("/", "--"))).is_dir():
+        return None
+    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.file_download import repo_folder_name
+
+    try:
+        repo_dir = cache / repo_folder_name(repo_id=repo_id, repo_type="model")
+        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=revision)
+    except HFValidationError:
+        return None  # not a repo id (e.g. "my model"): cannot be in the cache
+    except (OSError, UnicodeDecodeError) as e:  # refs/<rev> unreadable or not text
+        raise _refs_error(repo_id, cache, e) from None
+    if not repo_dir.is_dir():
+        return None
+    rev = revision or "main"
+    if not isinstance(found, str):
+        snaps = repo_dir / "snapshots"
+        refs = repo_dir / "refs"
+        try:
+            sha = (refs / rev).read_text().strip() if (refs / rev).is_file() else rev
+        except (OSError, UnicodeDecodeError) as e:
+            raise _refs_error(repo_id, cache, e) from None
+        if not (snaps / sha).is_dir():
+            raise SourceError(
+                f"revision {rev} of {repo_id} is not in the Hugging Face cache at {cache} "
+                f"(refs: {_listing(refs, nested=True)}; snapshots: {_listing(snaps)})"
+            )
+        read_config(snaps / sha / "config.json")  # raises: missing or a broken symlink
+    snapshot = Path(found).parent
+    return _load_folder(snapshot, repo_id, "hf-cache", snapshot.name)

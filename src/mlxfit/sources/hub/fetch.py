@@ -1,0 +1,259 @@
+"""Read a model on the Hugging Face Hub without downloading it: config.json, the shard index,
+kv_config.json and the safetensors *headers* of each shard, through huggingface_hub's HTTP
+session and Range requests. Never tensor data.
+
+Requests, in the order they are made (all through ``huggingface_hub.utils.get_session()``, the
+client huggingface_hub itself uses, so HF_ENDPOINT, proxies and offline mode behave the same):
+
+1. ``GET {endpoint}/api/models/{repo}[/revision/{rev}]?blobs=true``: what
+   ``HfApi.model_info(files_metadata=True)`` asks; gives the commit sha and every file with its
+   size. One round trip.
+2. In parallel (a thread pool), pinned to that commit so every file comes from one snapshot:
+   - ``GET {endpoint}/{repo}/resolve/{sha}/config.json`` (and the index, kv_config.json);
+   - for each ``model*.safetensors`` (the files mlx-lm globs): ``Range: bytes=0-7`` (the header
+     length N), then ``Range: bytes=8-{7+N}`` (the header) sent straight to the URL the first
+     request was redirected to (the CDN), so a shard costs two round trips plus one redirect.
+     The token is only ever sent to the endpoint's own origin.
+
+Bytes transferred are the model-info JSON, the small JSON files and 8 + N per shard, counted
+from the responses (``HubTransfer``). What was read is validated by the very code that reads a
+local folder (``sources.folder._load_folder`` over a throw-away folder of header-only stubs), then kept
+in a metadata cache keyed by endpoint, repo and commit, so the next run needs no network and
+works under HF_HUB_OFFLINE=1.
+
+The code is split by concern: ``http`` (requests, retries, range reads, one-line errors),
+``plan`` (the model info, the plan, the parallel reads), ``cache`` (the metadata cache on disk)
+and ``snapshot`` (a snapshot to a validated ModelSource). This module holds the entry points
+and the tunables.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import TYPE_CHECKING, Any
+
+from mlxfit.errors import MlxfitError, SourceError
+from mlxfit.sources.hub.cache import (
+    _atomic_write,
+    _cached_commit,
+    _entry_file,
+    _read_entry,
+    _repo_dir,
+    _Snapshot,
+    _write_ref,
+    hub_cache_dir,
+)
+from mlxfit.sources.hub.http import HubUnreachable, _Http, _huggingface_hub, _truthy
+from mlxfit.sources.hub.plan import _fetch, _model_info
+from mlxfit.sources.hub.snapshot import _to_source
+from mlxfit.sources.source import HubTransfer
+
+if TYPE_CHECKING:
+    from mlxfit.sources.source import ModelSource
+
+
+DEFAULT_ENDPOINT = "https://huggingface.co"
+
+# Tunables, read at call time (tests and the benchmark set them).
+RETRIES = 4  # extra attempts after the first, for 408/429/5xx, timeouts and cut connections
+BACKOFF_SECONDS = 0.5  # first wait; doubles up to MAX_WAIT_SECONDS
+MAX_WAIT_SECONDS = 8.0  # also caps a server's Retry-After
+MAX_WORKERS = 64  # concurrent requests; 100 shards = 2 waves
+REF_TTL_SECONDS = 24 * 3600  # a branch or tag -> commit mapping is trusted this long offline-free
+MAX_JSON_BYTES = 64_000_000  # config/index/kv_config: an index of 200,000 tensors is ~15 MB
+MAX_INFO_BYTES = 64_000_000
+TIMEOUT_SECONDS: float | None = None  # per request; None: HF_HUB_DOWNLOAD_TIMEOUT, else 10
+# The cap on a JSON body whose size the model info did not give: MAX_JSON_BYTES as it was at
+# import (before the split this was the default argument of _Http.get, fixed at definition).
+_JSON_BODY_LIMIT = MAX_JSON_BYTES
+
+
+# --- environment, read at call time ---------------------------------------------------------
+# huggingface_hub freezes HF_ENDPOINT and HF_HUB_OFFLINE in its constants at import; a test or
+# a long-lived process that changes them would be ignored, so they are read here on each call.
+
+
+def is_offline() -> bool:
+    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as huggingface_hub reads it, at call time."""
+    return _truthy(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
+
+
+def endpoint() -> str:
+    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
+
+
+def is_repo_id(spec: str) -> bool:
+    """Could the Hub have a model called ``spec``? (huggingface_hub's own validator.)"""
+    _huggingface_hub()
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(spec)
+    except HFValidationError:
+        return False
+    return True
+
+
+def _default_timeout() -> float:
+    if TIMEOUT_SECONDS is not None:
+        return TIMEOUT_SECONDS
+    try:
+        return float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10)
+    except ValueError:
+        return 10.0
+
+
+class _Progress:
+    """A Rich spinner, then shards done / total, on stderr; transient (gone when done)."""
+
+    def __init__(self, enabled: bool, repo_id: str):
+        self.p: Any = None
+        self.spin: Any = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            SpinnerColumn,
+            TextColumn,
+            TimeElapsedColumn,
+        )
+
+        console = Console(stderr=True)
+        if not console.is_terminal:
+            return  # a log file or a pipe gets no spinner frames (nor a stray blank line)
+        self.p = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                          MofNCompleteColumn(), TimeElapsedColumn(),
+                          console=console, transient=True)
+        self.p.start()
+        self.spin = self.p.add_task(f"asking the Hub about {repo_id}", total=None)
+
+    def shards(self) -> Any:
+        if self.p is not None and self.spin is not None:
+            self.p.remove_task(self.spin)
+            self.spin = None
+        return self.p
+
+    def stop(self) -> None:
+        if self.p is not None:
+            self.p.stop()
+            self.p = None
+
+
+def _scrub(e: MlxfitError, token: str | None) -> MlxfitError:
+    if token and token in str(e):
+        return type(e)(str(e).replace(token, "***"))
+    return e
+
+
+# --- the entry points -------------------------------------------------------------------------
+
+
+def load_cached(repo_id: str, revision: str | None = None, *,
+                cache_dir: str | os.PathLike[str] | None = None,
+                ref_ttl: float | None = None) -> ModelSource | None:
+    """The model from mlxfit's Hub metadata cache, never the network; None when not cached
+    (or, with ``ref_ttl``, when the branch/tag mapping is older than that many seconds)."""
+    ep = endpoint()
+    repo_dir = _repo_dir(hub_cache_dir(cache_dir), ep, repo_id)
+    commit, age = _cached_commit(repo_dir, revision)
+    if commit is None or (ref_ttl is not None and age > ref_ttl):
+        return None
+    try:
+        snap = _read_entry(_entry_file(repo_dir, commit))
+    except ValueError as e:
+        raise SourceError(f"mlxfit's Hub metadata cache for {repo_id}: {e}; delete it and "
+                          "run again online") from None
+    if snap is None:
+        return None
+    return _to_source(snap, HubTransfer(0, 0, True, snap.commit, snap.fetched_at))
+
+
+def fetch_model(
+    repo_id: str,
+    revision: str | None = None,
+    *,
+    progress: bool = False,
+    cache_dir: str | os.PathLike[str] | None = None,
+    token: str | bool | None = None,
+    timeout: float | None = None,
+    max_workers: int | None = None,
+    ref_ttl: float | None = None,
+    offline: bool | None = None,
+) -> ModelSource:
+    """``repo_id`` at ``revision`` (default main) as a ModelSource of kind "hub".
+
+    From mlxfit's metadata cache when it holds that commit (a branch or tag is re-checked with
+    one request once its cached commit is older than ``ref_ttl``, default a day; offline, never),
+    else from the Hub: headers and small JSON only, in parallel, then cached. ``progress`` shows a
+    transient Rich progress on stderr. ``source.transfer`` says what it cost. Raises one-line
+    SourceError / WeightsError / ConfigError, never with the token in it.
+    """
+    ep = endpoint()
+    offline = is_offline() if offline is None else offline
+    ttl = REF_TTL_SECONDS if ref_ttl is None else ref_ttl
+    repo_dir = _repo_dir(hub_cache_dir(cache_dir), ep, repo_id)
+    commit, age = _cached_commit(repo_dir, revision)
+    cached: _Snapshot | None = None
+    corrupt: str | None = None
+    if commit is not None:
+        try:
+            cached = _read_entry(_entry_file(repo_dir, commit))
+        except ValueError as e:
+            corrupt = str(e)
+    if cached is not None and (offline or age <= ttl):
+        return _to_source(cached, HubTransfer(0, 0, True, cached.commit, cached.fetched_at))
+    if offline:
+        why = f"its cached metadata is unusable ({corrupt})" if corrupt else "it is not cached"
+        raise SourceError(f"{repo_id}: HF_HUB_OFFLINE=1 is set, so the Hub was not asked, and "
+                          f"{why} in mlxfit's Hub metadata cache at {hub_cache_dir(cache_dir)}")
+
+    _huggingface_hub()
+    http = None
+    bar = _Progress(progress, repo_id)
+    try:
+        http = _Http(repo_id, revision, ep, token,
+                     timeout if timeout is not None else _default_timeout(),
+                     retries=RETRIES, backoff=BACKOFF_SECONDS, max_wait=MAX_WAIT_SECONDS,
+                     max_body=_JSON_BODY_LIMIT)
+        try:
+            info = _model_info(http, revision, MAX_INFO_BYTES)
+        except HubUnreachable as e:
+            if cached is None:
+                raise
+            note = (f"could not check the Hub for a newer commit ({e}); using metadata "
+                    f"cached {cached.fetched_at}")
+            return _to_source(cached, HubTransfer(http.requests, http.bytes, True, cached.commit,
+                                                  cached.fetched_at), (note,))
+        commit = info["sha"]
+        if cached is None or cached.commit != commit:
+            try:
+                cached = _read_entry(_entry_file(repo_dir, commit))
+            except ValueError:
+                cached = None  # corrupt: fetch it again and overwrite
+        if cached is not None:
+            _write_ref(repo_dir, revision, commit)
+            return _to_source(cached, HubTransfer(http.requests, http.bytes, True, commit,
+                                                  cached.fetched_at))
+        snap = _fetch(http, info, bar.shards(), max_workers or MAX_WORKERS, MAX_JSON_BYTES)
+        bar.stop()
+        header_bytes = sum(len(raw) for _, _, raw in snap.shards)
+        transfer = HubTransfer(http.requests, http.bytes, False, commit, snap.fetched_at,
+                               header_bytes, len(snap.shards))
+        src = _to_source(snap, transfer)  # validates: an invalid model is never cached
+        notes: tuple[str, ...] = ()
+        try:
+            _atomic_write(_entry_file(repo_dir, commit), snap.to_json())
+            _write_ref(repo_dir, revision, commit)
+        except OSError as e:
+            why = e.strerror or str(e)
+            notes = (f"could not write mlxfit's Hub metadata cache at {repo_dir}: {why}",)
+        return dataclasses.replace(src, notes=src.notes + notes)
+    except MlxfitError as e:
+        raise _scrub(e, http.token if http else None) from None
+    finally:
+        bar.stop()

@@ -1,0 +1,106 @@
+"""From a Hub snapshot to a ModelSource: the snapshot (fresh or from mlxfit's cache) is staged
+as a throw-away folder that looks like the repo (the fetched JSON, header-only shard stubs with
+a sparse hole up to the real file size, empty placeholders for the other files whose names
+matter) and read by the very code that reads a local folder (``sources._load_folder``), so a
+Hub model is validated exactly as a downloaded one; errors are relabelled ``repo@commit/file``.
+Also ``HubTransfer``, the record of what reading the model cost, attached to the result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import tempfile
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
+
+from mlxfit.errors import MlxfitError, SourceError, WeightsError
+from mlxfit.sources.hub.cache import INDEX_NAME, _label, _Snapshot
+from mlxfit.sources.hub.http import _short
+from mlxfit.sources.source import HubTransfer
+
+if TYPE_CHECKING:
+    from mlxfit.sources.source import ModelSource
+
+
+
+
+# --- rebuilding a ModelSource from a snapshot -------------------------------------------------
+
+
+def _safe_relpath(name: str) -> PurePosixPath | None:
+    p = PurePosixPath(name)
+    if p.is_absolute() or not p.parts or any(part in ("", ".", "..") for part in p.parts):
+        return None
+    return p
+
+
+def _index_targets(snap: _Snapshot) -> set[str]:
+    try:
+        weight_map = json.loads(snap.files[INDEX_NAME])["weight_map"]
+        return {v for v in weight_map.values() if isinstance(v, str)}
+    except (KeyError, ValueError, TypeError, AttributeError, RecursionError):  # garbled: the
+        return set()  # folder reader (sources._index_shards) says which
+
+
+def _materialize(folder: Path, snap: _Snapshot) -> None:
+    """A throw-away folder that looks like the repo to sources._load_folder: the fetched JSON,
+    header-only shard stubs (8 + N bytes, then a sparse hole up to the real file size) and an
+    empty placeholder for each other file whose name matters (other *.safetensors: notes; files
+    the index lists: the missing-shard check)."""
+    written = set(snap.files) | {n for n, _, _ in snap.shards}
+    wanted = _index_targets(snap)
+    for name, _ in snap.siblings:
+        if name in written or not (name.endswith(".safetensors") or name in wanted):
+            continue
+        rel = _safe_relpath(name)
+        if rel is None:
+            continue
+        target = folder.joinpath(*rel.parts)
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch()
+        except (OSError, ValueError):  # "a" and "a/b" both listed: keep whichever came first
+            continue
+    for name, data in snap.files.items():
+        (folder / name).write_bytes(data)
+    for name, size, raw in snap.shards:
+        try:
+            with open(folder / name, "wb") as f:
+                f.write(raw)
+                f.truncate(max(size, len(raw)))  # a hole: costs no disk on APFS, ext4, tmpfs
+        except (OSError, ValueError) as e:
+            raise WeightsError(f"{_label(snap.repo_id, snap.commit)}/{name}: cannot stage its "
+                               f"header for checking ({_short(e)})") from None
+
+
+def _relabel(e: MlxfitError, folder: Path, label: str) -> MlxfitError:
+    msg = str(e).replace(str(folder) + os.sep, label + "/").replace(str(folder), label)
+    return type(e)(msg)
+
+
+def _to_source(snap: _Snapshot, transfer: HubTransfer, notes: tuple[str, ...] = ()) -> ModelSource:
+    from mlxfit.sources.folder import _load_folder
+
+    label = _label(snap.repo_id, snap.commit)
+    try:
+        with tempfile.TemporaryDirectory(prefix="mlxfit-hub-") as tmp:
+            folder = Path(tmp) / "snapshot"
+            folder.mkdir()
+            _materialize(folder, snap)
+            try:
+                src = _load_folder(folder, snap.repo_id, "hub", snap.commit)
+            except MlxfitError as e:
+                raise _relabel(e, folder, label) from None
+    except OSError as e:  # no writable temporary directory
+        raise SourceError(f"{label}: cannot stage the headers for checking in "
+                          f"{tempfile.gettempdir()}: {e.strerror or e}") from None
+    resolve = f"{snap.endpoint}/{snap.repo_id}/resolve/{snap.commit}/"
+    return dataclasses.replace(
+        src,
+        location=f"{snap.endpoint}/{snap.repo_id}/blob/{snap.commit}",
+        files=tuple(resolve + Path(p).name for p in src.files),
+        notes=src.notes + notes,
+        transfer=transfer,
+    )

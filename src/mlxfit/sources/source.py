@@ -1,0 +1,50 @@
+"""What every model source returns (ModelSource) and the names shared by all sources."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mlxfit.model.tensors import TensorInfo
+
+INDEX_NAME = "model.safetensors.index.json"
+
+
+CATALOG_NOTE = "catalog descriptor: sizes from a header-only manifest, not a downloaded model"
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    name: str
+    kind: str  # "folder" | "hf-cache" | "catalog" | "hub"
+    location: str  # folder / snapshot path, "built-in catalog", or the Hub URL of the commit
+    config: dict[str, Any]
+    tensors: tuple[TensorInfo, ...]
+    files: tuple[str, ...]  # shard paths / Hub resolve URLs, in reading order (catalog: empty)
+    revision: str | None = None  # commit sha of an hf-cache snapshot or of the Hub model read
+    notes: tuple[str, ...] = ()
+    transfer: HubTransfer | None = None  # hub only: requests and bytes it took (for --verbose)
+
+
+@dataclass(frozen=True)
+class HubTransfer:
+    """What reading a Hub model cost: for ``--verbose``."""
+
+    requests: int  # HTTP requests made by this call (redirect hops and retries included)
+    bytes: int  # response body bytes received by this call
+    from_cache: bool  # metadata came from mlxfit's cache (requests is then 0, or 1 to check a ref)
+    commit: str
+    fetched_at: str  # when the metadata was read from the Hub (ISO 8601, UTC)
+    header_bytes: int = 0  # of those bytes: 8 + N per shard, when fetched now
+    shards: int = 0
+
+    def describe(self) -> str:
+        if self.from_cache:
+            net = "no network" if self.requests == 0 else (
+                f"{self.requests} request{'s' * (self.requests != 1)}, {self.bytes:,} bytes "
+                "to check the commit")
+            return (f"Hub metadata from mlxfit's cache (commit {self.commit[:12]}, read "
+                    f"{self.fetched_at}; {net})")
+        return (f"read from the Hub: {self.requests} requests, {self.bytes:,} bytes "
+                f"({self.shards} safetensors headers = {self.header_bytes:,} bytes, plus JSON); "
+                "no tensor data")

@@ -1,0 +1,1 @@
+"""`mlxfit calibrate`: refit the constants to saved measurements."""

@@ -1,0 +1,1 @@
+"""`mlxfit cluster`: a model across several Macs (pipeline or tensor parallel)."""

@@ -1,0 +1,120 @@
+"""Plan one model across several Macs with MLX distributed: per-host weights, KV and transient,
+the cluster's largest safe context, predicted decode speed, and the files ``mlx.launch`` takes.
+
+What mlx-lm 0.32 does, and so what is sized here (mlx_lm/utils.py ``sharded_load``,
+mlx_lm/models/pipeline.py, each model's ``shard()``):
+
+Pipeline (``model.model.pipeline(group, split)``)
+    Rank r runs a contiguous block of decoder layers; rank 0 runs the *last* layers and rank
+    N-1 the first. Every rank keeps every weight outside ``layers.<i>.`` (embeddings, final
+    norm, output head: sharded_load loads them on every stage) and computes the logits after an
+    ``all_gather`` of the hidden state. ``sharded_load`` itself splits evenly (low ranks get the
+    extra layers); a proportional split needs ``pipeline(group, split=[...])``, which the
+    launcher script written by ``--write`` passes.
+Tensor parallel (``model.shard(group)``)
+    Attention q/k/v and MLP gate/up are split by output rows, o/down by input columns (MoE:
+    each expert's hidden width, not the set of experts); attention and KV heads are divided by
+    N; everything else (embeddings, norms, routers, output head, MLA latent projections) is
+    replicated. An MLA cache (DeepSeek-V3, GLM-4.7-Flash) holds the latent: replicated too.
+
+Only ``cluster()`` and ``write_launch()`` touch the outside world; ``plan_cluster()`` and
+everything it calls are pure.
+
+The code is split by concern: ``hosts`` (links and hosts), ``results`` (the result records),
+``plan`` (the pure planning), ``launch`` (the mlx.launch files) and ``mlxfit.render.cluster``
+(text and JSON). This module holds the twin ``cluster()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from mlxfit.calibration.constants import Calibration
+from mlxfit.errors import UsageError
+from mlxfit.estimate.memory import Run
+from mlxfit.verbs.cluster.hosts import (
+    HostSpec,
+    Link,
+    parse_host_args,
+    read_hosts_file,
+    resolve_hosts,
+    resolve_link,
+)
+from mlxfit.verbs.cluster.plan import (
+    plan_cluster,
+)
+from mlxfit.verbs.cluster.results import ClusterResult
+
+# --------------------------------------------------------------------------- the twin
+
+
+def cluster(
+    model: str,
+    hosts: Sequence[str | HostSpec] | None = None,
+    ctx: int = 8192,
+    *,
+    hosts_file: str | Path | None = None,
+    strategy: str = "auto",
+    link: str | Link | None = None,
+    link_latency_us: float | None = None,
+    link_gbs: float | None = None,
+    macos: int | None = None,
+    revision: str | None = None,
+    gen: int = 0,
+    prefill_step_size: int = 2048,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    quantized_kv_start: int = 5000,
+    backend: str = "metal",
+    calibration: Calibration | None = None,
+) -> ClusterResult:
+    """Will ``model`` run a ``ctx``-token generation with mlx-lm across these Macs, split how,
+    how fast? ``hosts`` are SKU strings ("M3 Ultra 512GB", "2x M4 Max 128GB") in rank order;
+    ``hosts_file`` a TOML file of [[hosts]] (listed first)."""
+    from mlxfit import settings as api
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.model.config import parse_config
+    from mlxfit.model.inputs import activation_bytes
+    from mlxfit.sources.resolve import resolve_model
+    from mlxfit.sources.source import INDEX_NAME
+
+    specs: list[HostSpec] = []
+    extra: dict[str, Any] = {}
+    if hosts_file is not None:
+        specs, extra = read_hosts_file(Path(hosts_file))
+    specs += parse_host_args(list(hosts or []))
+    if not specs:
+        raise UsageError("give at least one --host (or --hosts-file)")
+    if link is None:
+        link = extra.get("link", "tb5")
+    lk = link if isinstance(link, Link) else resolve_link(str(link), link_latency_us, link_gbs)
+    if isinstance(extra.get("backend"), str):
+        lk = replace(lk, backend=extra["backend"])
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start, backend=backend)
+    src = resolve_model(model, revision=revision)
+    where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
+    cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
+    machines = resolve_hosts(specs, macos)
+    cal = calibration or load_calibration(api.user_calibration())
+    notes = list(src.notes)
+    by_note: dict[str, list[str]] = {}
+    for h in machines:
+        for x in h.notes:
+            by_note.setdefault(x, []).append(h.label)
+    notes += [f"{', '.join(labels)}: {x}" for x, labels in by_note.items()]
+    if cal.source != "calibration.toml":
+        notes.append(f"calibration: {cal.source}")
+    single = False
+    model_path = src.name
+    if src.kind in ("folder", "hf-cache"):  # a local snapshot: does it carry the index?
+        loc = Path(src.location)
+        single = not (loc / INDEX_NAME).exists()
+        if src.kind == "folder":
+            model_path = str(loc)
+    return plan_cluster(model=src.name, source_kind=src.kind, cfg=cfg, tensors=src.tensors,
+                        hosts=machines, run=run, cal=cal, link=lk, strategy=strategy,
+                        notes=notes, model_path=model_path, single_safetensors=single)

@@ -1,0 +1,287 @@
+"""The Python twins of the CLI verbs. Each gathers its inputs at the edges (model source,
+machine, calibration) and calls the pure core."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from mlxfit.calibration.constants import Calibration
+from mlxfit.calibration.load import load_calibration
+from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.memory import Run
+from mlxfit.estimate.serving import Serving
+from mlxfit.estimate.solve import FitResult, fit_core
+from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
+from mlxfit.settings import user_calibration
+from mlxfit.sources.hf_cache import _hf_cache_ids
+from mlxfit.verbs.advise import quant_family
+from mlxfit.verbs.edges import load_draft, machine_for, machine_with_wired_limit
+
+
+def fit(
+    model: str,
+    ctx: int = 8192,
+    *,
+    machine: str | None = None,
+    memory_budget_gb: float | None = None,
+    macos: int | None = None,
+    revision: str | None = None,
+    gen: int = 0,
+    prefill_step_size: int = 2048,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    quantized_kv_start: int = 5000,
+    max_kv_size: int | None = None,
+    backend: str = "metal",
+    with_vision: bool = False,
+    calibration: Calibration | None = None,
+    progress: bool = False,
+    verbose: bool = False,
+    parallel: int | None = None,
+    prompt_cache: int | None = None,
+    draft_model: str | None = None,
+    wired_limit_mb: int | None = None,
+    advise: bool | str = False,
+    chart: bool = False,
+) -> FitResult:
+    """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
+
+    ``progress``: a transient progress display on stderr while a Hub model's headers are read;
+    ``verbose``: a note saying what reading it from the Hub cost (requests, bytes).
+
+    Serving budgets (mlxfit.estimate.serving): ``parallel`` sequences in mlx_lm.server's batch,
+    ``prompt_cache`` cached prompts (mlx_lm.server's default 10 when serving), a speculative
+    ``draft_model``. ``wired_limit_mb``: size as if ``sudo sysctl iogpu.wired_limit_mb=N`` were
+    set. ``advise``: True, or "auto" (only when the run does not fit): attach an
+    ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart)."""
+    from mlxfit.sources.resolve import resolve_model
+
+    if advise not in (False, None, "auto", True):
+        raise UsageError(f"advise must be True, False or 'auto', got {advise!r}")
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
+              max_kv_size=max_kv_size, backend=backend)
+    src = resolve_model(model, revision=revision, progress=progress)
+    if verbose and src.transfer is not None:
+        src = replace(src, notes=src.notes + (src.transfer.describe(),))
+    inputs = model_inputs(src, with_vision=with_vision)
+    m = machine_for(machine, memory_budget_gb, macos)
+    if wired_limit_mb is not None:
+        m = machine_with_wired_limit(m, wired_limit_mb, memory_budget_gb is not None)
+    cal = calibration or load_calibration(user_calibration())
+    arrays = model_arrays(src, with_vision)
+    draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
+    serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
+    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
+    if advise is True or (advise == "auto" and not r.runs):
+        from mlxfit.verbs import advise as adv
+
+        ev = _Evaluator(model, inputs, arrays, m, cal, with_vision=with_vision,
+                        budget=memory_budget_gb is not None)
+        r = replace(r, advice=adv.advise(r, ev, serving))
+    if chart:
+        r = replace(r, chart=chart_data(inputs, r.run, m, cal, serving))
+    return r
+
+
+
+
+
+
+def fit_inputs(inputs: ModelInputs, run: Run, m, cal: Calibration,
+               extra_terms=None, extra_warnings: tuple[str, ...] = ()) -> FitResult:
+    """One model on one machine: the notes and warnings of ``fit``, then the pure core.
+    ``extra_terms`` (solve.ExtraTerms): serving terms added to the total (mlxfit.estimate.serving)."""
+    warnings: list[str] = list(extra_warnings)
+    notes = list(inputs.source_notes) + list(m.notes)
+    if inputs.vision_bytes and not inputs.with_vision:
+        notes.append(f"vision/audio towers ({inputs.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
+                     "drops them for text generation (--with-vision to count them)")
+    if cal.source != "calibration.toml":
+        notes.append(f"calibration: {cal.source}")
+    if m.unverified and m.is_apple_silicon:
+        warnings.append(f"{m.name}: some figures in the SKU table are unverified")
+    return fit_core(
+        model=inputs.name, source_kind=inputs.source_kind, cfg=inputs.cfg,
+        weights=inputs.weights, run=run, cal=cal,
+        machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
+        usable_bytes=m.usable_bytes, usable_source=m.usable_source,
+        warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
+        extra_terms=extra_terms,
+    )
+
+
+
+
+# --------------------------------------------------------------------------- serving, advice,
+# chart: one generation's fit plus the serving terms and the single-buffer check (serving.py),
+# the advisor's evaluator (advise.py) and the chart series (chart.py).
+
+
+
+
+
+
+
+
+def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
+               arrays: tuple = (), model_ref: str | None = None) -> FitResult:
+    """``fit_inputs`` plus the serving terms (``serving.Serving``), the mlx-lm command line,
+    a batched-decode estimate and the arrays checked against the GPU's maxBufferLength."""
+    from mlxfit.estimate import serving as sv
+
+    serving = serving or sv.Serving()
+    run2, warns = sv.validate_serving(inputs.cfg, run, serving)
+    r = fit_inputs(inputs, run2, m, cal, extra_terms=sv.extra_terms_fn(inputs.cfg, cal, serving),
+                   extra_warnings=tuple(warns))
+    info = sv.summary(serving, run2, inputs.cfg)
+    info["command"] = sv.command_line(model_ref or inputs.name, run2, serving)
+    extra_warn: list[str] = []
+    if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
+        info["batched_decode"] = sv.batched_decode(
+            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences)
+    if serving.draft is not None:
+        extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
+                          "depends on how many draft tokens are accepted")
+    buffers: tuple = ()
+    limit = getattr(m, "max_buffer_bytes", None)
+    safe = r.max_safe_context
+    if run2.backend == "metal" and limit:
+        buffers = sv.all_buffers(inputs.cfg, run2, cal, serving, arrays)
+        safe = sv.max_context_within_buffer(inputs.cfg, run2, cal, serving, arrays, limit, safe)
+        if safe < r.max_safe_context:
+            extra_warn.append(f"largest safe context {safe:,} (not {r.max_safe_context:,}): "
+                              "beyond it one array would exceed the GPU's largest buffer")
+        for b in buffers:
+            if b.bytes > limit:
+                extra_warn.append(
+                    f"{b.name}: {b.bytes / 1e9:,.2f} GB in one array, over this GPU's largest "
+                    f"buffer ({limit / 1e9:,.2f} GB, maxBufferLength): Metal cannot allocate it "
+                    "even though the total fits" if r.fits else
+                    f"{b.name}: {b.bytes / 1e9:,.2f} GB in one array, over this GPU's largest "
+                    f"buffer ({limit / 1e9:,.2f} GB, maxBufferLength)")
+    return replace(r, serving=info, buffers=buffers, max_buffer_bytes=limit,
+                   max_safe_context=safe, warnings=r.warnings + tuple(extra_warn))
+
+
+class _Evaluator:
+    """advise.Evaluator: re-runs the same fit for a changed run, serving set-up, a sibling
+    quantization or a wired limit."""
+
+    def __init__(self, model_ref: str, inputs: ModelInputs, arrays: tuple, m, cal: Calibration,
+                 *, with_vision: bool, budget: bool):
+        self.model_ref = model_ref
+        self.cfg = inputs.cfg
+        self.ram_bytes = m.ram_bytes
+        self._inputs = inputs
+        self._arrays = arrays
+        self._m = m
+        self._cal = cal
+        self._with_vision = with_vision
+        self._models: dict[str, tuple[ModelInputs, tuple]] = {}
+        if budget:
+            self.wired_refusal = "raising the wired limit: --memory-budget sets the usable memory"
+        elif not m.is_apple_silicon:
+            self.wired_refusal = "raising the wired limit: not an Apple Silicon Mac"
+        else:
+            self.wired_refusal = None
+        self._siblings: list[str] | None = None
+
+    @property
+    def siblings(self) -> list[str]:
+        """Smaller quantizations of the same model (catalog, HF cache), largest first."""
+        if self._siblings is None:
+
+            sibs = []
+            for rid in sibling_candidates(self._inputs.name):
+                try:
+                    loaded = self._load(rid)
+                except MlxfitError:  # an unreadable sibling is simply not offered
+                    continue
+                if loaded[0].weights.total_bytes < self._inputs.weights.total_bytes:
+                    sibs.append((loaded[0].weights.total_bytes, rid))
+            self._siblings = [rid for _, rid in sorted(sibs, reverse=True)]
+        return self._siblings
+
+    def _load(self, rid: str) -> tuple[ModelInputs, tuple]:
+        if rid not in self._models:
+            from mlxfit.sources.resolve import resolve_model
+
+            src = resolve_model(rid)
+            self._models[rid] = (model_inputs(src, with_vision=self._with_vision),
+                                 model_arrays(src, self._with_vision))
+        return self._models[rid]
+
+    def __call__(self, run: Run, serving, *, model: str | None = None,
+                 wired_limit_mb: int | None = None) -> FitResult:
+        inputs, arrays = (self._inputs, self._arrays) if model is None else self._load(model)
+        m = self._m
+        if wired_limit_mb is not None:
+            m = machine_with_wired_limit(m, wired_limit_mb)
+        return fit_served(inputs, run, m, self._cal, serving, arrays,
+                          model_ref=model or self.model_ref)
+
+
+def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None):
+    """Total memory and decode tok/s against the context (mlxfit.verbs.chart), from the same core."""
+    from mlxfit.estimate import serving as sv
+    from mlxfit.estimate.solve import DEFAULT_MAX_CONTEXT, totals_at
+    from mlxfit.estimate.speed import predicted_decode_seconds
+    from mlxfit.verbs import chart as ch
+
+    serving = serving or sv.Serving()
+    run, _ = sv.validate_serving(inputs.cfg, run, serving)
+    extra = sv.extra_terms_fn(inputs.cfg, cal, serving)
+    cfg, w = inputs.cfg, inputs.weights
+
+    def at(n: int) -> Run:
+        return replace(run, ctx=n, gen=min(run.gen, n - 1))
+
+    def total_at(n: int) -> int:
+        return totals_at(cfg, w.total_bytes, at(n), cal, extra).total
+
+    def tps_at(n: int) -> float | None:
+        if not m.bandwidth_gbs:
+            return None
+        return 1.0 / predicted_decode_seconds(cfg, at(n), w, m.bandwidth_gbs, cal, m.name)[0]
+
+    limit = cfg.max_position or DEFAULT_MAX_CONTEXT
+    safe = fit_inputs(inputs, run, m, cal, extra_terms=extra).max_safe_context
+    return ch.build_chart(
+        title=f"{inputs.name} on {m.name}", limit=limit, requested_ctx=run.ctx,
+        max_safe_context=safe, usable_bytes=m.usable_bytes, total_at=total_at, tps_at=tps_at,
+        kinks=ch.kinks_for(cfg, run))
+
+
+
+
+def weights_summary(model: str, revision: str | None = None, with_vision: bool = False):
+    """The exact weights breakdown of a model (no machine, no context)."""
+    from mlxfit.model.weights import summarize_weights
+    from mlxfit.sources.resolve import resolve_model
+
+    src = resolve_model(model, revision=revision)
+    return src, summarize_weights(src.tensors, src.config, with_vision=with_vision)
+
+
+
+
+# --------------------------------------------------------------------------- the other verbs
+# Thin twins: each verb's module holds its logic; these give one import for every verb.
+
+
+def sibling_candidates(name: str) -> list[str]:
+    """Repo ids in the catalog or the local HF cache that name the same model in another
+    quantization (the caller keeps those with fewer weight bytes)."""
+    from mlxfit.sources.catalog import catalog_ids
+
+    fam = quant_family(name)
+    seen: set[str] = set()
+    out = []
+    for rid in catalog_ids() + _hf_cache_ids():
+        if rid.lower() == name.lower() or rid.lower() in seen:
+            continue
+        if quant_family(rid) == fam:
+            seen.add(rid.lower())
+            out.append(rid)
+    return out

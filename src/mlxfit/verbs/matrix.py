@@ -1,0 +1,230 @@
+"""`mlxfit matrix`: one model on every Apple Silicon SKU (chip, GPU bin, RAM size).
+
+The model's inputs are built once (config.json + headers, `api.model_inputs`) and each SKU row
+is `api.fit_served` on that SKU: the same function `fit --machine <SKU>` ends in, so a row and
+`fit` agree to the byte and to the last digit of tok/s.
+"""
+
+from __future__ import annotations
+
+import difflib
+import fnmatch
+import re
+import sys
+from dataclasses import dataclass, field
+
+from mlxfit.errors import MachineError, MlxfitError
+from mlxfit.estimate.memory import Run
+from mlxfit.estimate.solve import FitResult
+from mlxfit.hardware.resolve import GIB, Machine
+from mlxfit.hardware.skus import SkuTable
+from mlxfit.settings import DEFAULT_MACOS
+
+
+@dataclass(frozen=True)
+class MatrixRow:
+    family: str  # "M4": the generation, from the table's `family` key
+    chip: str  # "M4 Pro"
+    gpu_cores: int
+    ram_gb: int  # Apple's (binary) GB
+    name: str  # the SKU as `--machine` accepts it: "M4 Pro 16-core 24GB"
+    bandwidth_gbs: float
+    usable_bytes: int
+    total_bytes: int  # peak at the context
+    headroom_bytes: int  # usable - total (negative when it does not fit)
+    fits: bool  # the peak fits the usable memory (FitResult.fits)
+    runs: bool  # it fits and no single array exceeds the GPU's largest buffer (FitResult.runs)
+    max_safe_context: int
+    predicted_decode_tps: float | None  # None when it does not fit
+    unverified: bool  # some figure of this SKU rests on a weak source
+    this_machine: bool  # the probed machine is this SKU
+    result: FitResult = field(repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class MatrixResult:
+    model: str
+    source_kind: str
+    context_tokens: int
+    run: Run
+    weights_bytes: int
+    context_limit: int
+    macos_major: int
+    chips_filter: str | None
+    only_fits: bool
+    skus_considered: int  # rows before --only-fits
+    rows: tuple[MatrixRow, ...]
+    this_machine: str | None  # the probed machine's name, when the probe ran
+    warnings: tuple[str, ...] = ()  # common to every row (model-level)
+    notes: tuple[str, ...] = ()
+
+    @property
+    def n_fit(self) -> int:
+        """Rows where the model runs (fits, and no array over maxBufferLength)."""
+        return sum(r.runs for r in self.rows)
+
+
+def _family(table: SkuTable, chip: str) -> str:
+    fam = table["chips"][chip].get("family")
+    return fam if isinstance(fam, str) and fam else chip.split()[0]
+
+
+def _norm(s: str) -> str:
+    return re.sub(r"\s+", " ", s.strip().lower())
+
+
+def filter_skus(skus: list[Machine], chips: str | None) -> list[Machine]:
+    """Keep the SKUs whose chip ("M4 Pro") or full name ("M4 Pro 16-core 24GB") matches one of
+    the comma-separated shell patterns, case-insensitively ("M4*", "m3 max", "*Ultra*").
+    A pattern that matches nothing is an error listing the nearest chip names."""
+    if chips is None or not chips.strip():
+        return skus
+    patterns = [_norm(p) for p in chips.split(",") if p.strip()]
+    keep: list[Machine] = []
+    for pat in patterns:
+        hit = [m for m in skus
+               if fnmatch.fnmatchcase(_norm(m.chip or ""), pat)
+               or fnmatch.fnmatchcase(_norm(m.name), pat)]
+        if not hit:
+            names = list(dict.fromkeys(m.chip for m in skus if m.chip))
+            bare = pat.replace("*", "").replace("?", "").strip()
+            near = difflib.get_close_matches(bare, [n.lower() for n in names], n=3, cutoff=0.3)
+            by_lower = {n.lower(): n for n in names}
+            hint = (f"nearest: {', '.join(by_lower[n] for n in near)}" if near
+                    else f"known: {', '.join(names)}")
+            raise MachineError(f"--chips {pat!r} matches no chip; {hint}")
+        keep.extend(m for m in hit if m not in keep)
+    return keep
+
+
+def _sort_key(table: SkuTable):
+    chip_order = {c: i for i, c in enumerate(table["chips"])}
+    fam_order: dict[str, int] = {}
+    for c in table["chips"]:
+        fam_order.setdefault(_family(table, c), len(fam_order))
+
+    # Generation, then tier in table order (base, Pro, Max, Ultra), then RAM, then GPU bin.
+    def key(m: Machine) -> tuple[int, int, int, int]:
+        return (fam_order[_family(table, m.chip or "")], chip_order[m.chip or ""],
+                m.ram_bytes, m.gpu_cores or 0)
+
+    return key
+
+
+def _is_here(here: Machine | None, m: Machine) -> bool:
+    if here is None or not here.is_apple_silicon or here.chip is None:
+        return False
+    if (here.chip, here.ram_bytes) != (m.chip, m.ram_bytes):
+        return False
+    return here.gpu_cores is None or here.gpu_cores == m.gpu_cores
+
+
+def matrix(
+    model: str,
+    ctx: int = 8192,
+    *,
+    chips: str | None = None,
+    only_fits: bool = False,
+    macos: int | None = None,
+    revision: str | None = None,
+    gen: int = 0,
+    prefill_step_size: int = 2048,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    quantized_kv_start: int = 5000,
+    max_kv_size: int | None = None,
+    backend: str = "metal",
+    with_vision: bool = False,
+    calibration=None,
+    this_machine: Machine | None = None,
+    probe: bool = True,
+    table: SkuTable | None = None,
+) -> MatrixResult:
+    """``model`` at ``ctx`` tokens on every SKU of the table (or those ``chips`` matches).
+
+    Each row is what ``fit(model, ctx, machine=row.name, macos=macos, ...)`` returns. The row of
+    ``this_machine`` (default: the probed machine, unless ``probe`` is False) is marked."""
+    from mlxfit import settings as api_settings
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.hardware import probe as mach_probe
+    from mlxfit.hardware import resolve as mach
+    from mlxfit.hardware import skus as mach_skus
+    from mlxfit.model import inputs as api
+    from mlxfit.sources.resolve import resolve_model
+    from mlxfit.verbs import fit as api_fit
+
+    macos_major = macos or DEFAULT_MACOS  # as `fit --machine`
+    t = table if table is not None else mach_skus.load_sku_table()
+    skus = filter_skus(mach.all_skus(macos_major=macos_major, table=t), chips)
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
+              max_kv_size=max_kv_size, backend=backend)
+    src = resolve_model(model, revision=revision)
+    inputs = api.model_inputs(src, with_vision=with_vision)
+    arrays = api.model_arrays(src, with_vision)
+    cal = calibration or load_calibration(api_settings.user_calibration())
+
+    notes: list[str] = []
+    here = this_machine
+    if here is None and probe and sys.platform != "darwin":
+        # Only a Mac can be a row: no need to probe (psutil) to say so.
+        notes.append(f"this machine ({sys.platform}) is not a row: not Apple Silicon")
+    elif here is None and probe:
+        try:
+            here = mach_probe.probe_machine(macos_major=macos, table=t)
+        except MlxfitError as e:  # the matrix does not need this machine: say so and go on
+            notes.append(f"this machine could not be probed ({e})")
+
+    rows: list[MatrixRow] = []
+    for m in sorted(skus, key=_sort_key(t)):
+        # The function `fit` ends in: the same terms, the same buffer check, per SKU.
+        r = api_fit.fit_served(inputs, run, m, cal, None, arrays, model_ref=model)
+        rows.append(MatrixRow(
+            family=_family(t, m.chip or ""), chip=m.chip or "", gpu_cores=m.gpu_cores or 0,
+            ram_gb=round(m.ram_bytes / GIB), name=m.name,
+            bandwidth_gbs=float(m.bandwidth_gbs or 0.0), usable_bytes=r.usable_bytes,
+            total_bytes=r.total_bytes, headroom_bytes=r.usable_bytes - r.total_bytes,
+            fits=r.fits, runs=r.runs, max_safe_context=r.max_safe_context,
+            predicted_decode_tps=r.predicted_decode_tps, unverified=m.unverified,
+            this_machine=_is_here(here, m), result=r,
+        ))
+
+    if here is not None:
+        mine = [r for r in rows if r.this_machine]
+        if mine and any(r.usable_bytes != here.usable_bytes for r in mine):
+            notes.append(f"this machine ({here.name}) has its own limit, {here.usable_source}: "
+                         f"`mlxfit fit {inputs.name}` sizes it for this machine as it is")
+        elif not mine:
+            why = ("not Apple Silicon" if not here.is_apple_silicon
+                   else "not a SKU of the table" if here.chip is None else "filtered out")
+            notes.append(f"this machine ({here.name}) is not a row: {why}")
+
+    # Model-level warnings repeat on every row; keep those once, drop the per-SKU ones (the
+    # fits / unverified columns say them).
+    common = [w for w in rows[0].result.warnings
+              if all(w in r.result.warnings for r in rows)] if rows else []
+    common = [w for w in common if not w.startswith("over the usable memory")
+              and "maxBufferLength" not in w and "largest safe context" not in w]
+    notes = list(inputs.source_notes) + notes
+    if inputs.vision_bytes and not with_vision:
+        notes.append(f"vision/audio towers ({inputs.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
+                     "drops them for text generation (--with-vision to count them)")
+    if cal.source != "calibration.toml":
+        notes.append(f"calibration: {cal.source}")
+
+    shown = [r for r in rows if r.runs] if only_fits else rows
+    return MatrixResult(
+        model=inputs.name, source_kind=inputs.source_kind, context_tokens=ctx, run=run,
+        weights_bytes=inputs.weights.total_bytes,
+        context_limit=rows[0].result.context_limit if rows else 0,
+        macos_major=macos_major, chips_filter=chips, only_fits=only_fits,
+        skus_considered=len(rows), rows=tuple(shown),
+        this_machine=here.name if here is not None else None,
+        warnings=tuple(common), notes=tuple(notes),
+    )
+
+
+
+
+
+

@@ -1,0 +1,1 @@
+"""`mlxfit measure`: run mlx-lm for real (the `measure` extra) beside the prediction."""

@@ -1,0 +1,99 @@
+"""What ``measure`` measures and predicts: the config-only source, the weights' dtype, the backend.
+
+Helpers of the twin ``mlxfit.measure``: ``_config_only`` recognizes a config.json (or a
+folder with no safetensors) for ``--random-weights``, ``_tensors_of`` lists a built model's
+tensors when there are no safetensors headers, ``_dtype_from_tensors`` / ``_dtype_from_config``
+pick the dtype to build in, ``_backend_in_use`` names the backend MLX runs on, and
+``refuse_unsupported`` refuses the runs mlx-lm cannot do before anything is built. mlx is
+imported inside the functions only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mlxfit.errors import UsageError
+from mlxfit.verbs.measure.run import _DTYPES, _text_field
+
+_SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "uint32": "U32",
+                      "uint8": "U8", "int32": "I32", "int8": "I8", "uint16": "U16",
+                      "int16": "I16", "int64": "I64", "uint64": "U64", "bool": "BOOL"}
+_DTYPE_NAME = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
+_ACT_DTYPE = {4: "float32", 2: "bfloat16"}
+
+
+def _tensors_of(model) -> tuple:
+    from mlx.utils import tree_flatten
+
+    from mlxfit.model.tensors import TensorInfo
+
+    out = []
+    for name, v in tree_flatten(model.parameters()):
+        dt = str(v.dtype).rsplit(".", 1)[-1]
+        out.append(TensorInfo.of(name, _SAFETENSORS_DTYPE.get(dt, "F32"), tuple(v.shape)))
+    return tuple(out)
+
+
+def _config_only(spec: str) -> Path | None:
+    """A config.json, or a folder holding one and no model*.safetensors: the --random-weights
+    source that has no headers."""
+    p = Path(spec).expanduser()
+    try:
+        if p.is_file() and p.name.endswith(".json"):
+            return p
+        if p.is_dir() and (p / "config.json").is_file() and not any(p.glob("model*.safetensors")):
+            return p / "config.json"
+    except OSError:
+        return None
+    return None
+
+
+def _dtype_from_tensors(tensors) -> str | None:
+    from mlxfit.model.inputs import activation_bytes
+
+    floats = [t for t in tensors if t.dtype in _DTYPE_NAME]
+    if not floats:
+        return None
+    by_name = {t.name: t for t in tensors}
+    for t in tensors:  # the embedding (or its scales): the dtype mlx-lm computes in
+        if t.name.endswith(("embed_tokens.weight", "wte.weight")):
+            if t.dtype in _DTYPE_NAME:
+                return _DTYPE_NAME[t.dtype]
+            s = by_name.get(t.name[: -len("weight")] + "scales")
+            if s is not None and s.dtype in _DTYPE_NAME:
+                return _DTYPE_NAME[s.dtype]
+    b = activation_bytes(tensors)
+    return _ACT_DTYPE.get(b)
+
+
+def _dtype_from_config(config: dict) -> str | None:
+    v = _text_field(config, "torch_dtype") or _text_field(config, "dtype")
+    return v if v in _DTYPES else None
+
+
+def _backend_in_use() -> str:
+    import mlx.core as mx
+
+    try:
+        return "metal" if mx.metal.is_available() else "cpu"
+    except Exception:  # noqa: BLE001 - builds without mx.metal
+        return "cpu"
+
+
+def refuse_unsupported(cfg, run) -> None:
+    """Runs mlx-lm cannot do: the same refusals as ``fit`` (validate_run), plus quantizing an
+    MLA latent cache, which mlx-lm 0.32 accepts and then fails on (deepseek_v3's attention calls
+    ``swapaxes`` on QuantizedKVCache's packed tuples: AttributeError)."""
+    from mlxfit.estimate.memory import attn_groups, validate_run
+
+    validate_run(cfg, run)
+    # deepseek_v32 keeps its MLA latent in a CacheList, which mlx-lm never quantizes (no
+    # to_quantized): only the plain-KVCache MLA families fail.
+    if run.kv_quantized and not cfg.own_cache and any(
+        a.mla for a, _ in attn_groups(cfg, run)
+    ):
+        raise UsageError(
+            "--kv-bits: this model's MLA attention caches a compressed latent that mlx-lm "
+            "cannot use once quantized (its attention fails on QuantizedKVCache); run without "
+            "--kv-bits or keep --quantized-kv-start >= --ctx"
+        )

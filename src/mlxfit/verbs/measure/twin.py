@@ -1,0 +1,266 @@
+"""Ground truth: run mlx-lm's own generation and set its real memory beside mlxfit's prediction.
+
+Two layers:
+
+* ``measure_run(config, ...)`` / ``measure_folder(path, ...)``: build a model from a config dict
+  with mlx-lm's own model classes and random weights (cast and quantized the way
+  ``mlx_lm.convert`` would), or load a checkpoint folder with ``mlx_lm.utils.load_model``; then
+  run ``mlx_lm.generate.generate_step`` itself on random prompt tokens, so the caches, the chunked
+  prefill, the ``mx.clear_cache`` calls and the quantize-the-cache hook are exactly mlx-lm's. They
+  read MLX's own memory counters around that run and return one record (a dict). On MLX's CPU
+  backend those counters are exact byte counts, which is what calibrating mlxfit needs.
+* ``measure(model, ctx, ...)``: the Python twin of ``mlxfit measure``. Resolves the model like
+  ``fit`` (folder, Hugging Face cache, catalog, Hub), measures it, predicts the same run with the
+  backend actually used, and returns a ``Measurement`` comparing them term by term; ``save=True``
+  appends the record to ``~/.cache/mlxfit/measurements.jsonl`` (what ``mlxfit calibrate`` reads).
+
+Token accounting (read from ``generate_step``): a prompt of P tokens is prefilled as P-1 tokens in
+chunks of ``prefill_step_size``; the last prompt token goes through one single-token step; each of
+the G generated tokens is then fed back for one more step. The caches end holding P+G tokens, so a
+run "at context ctx" uses P = ctx - G.
+
+mlx and mlx_lm are imported inside the functions: mlxfit itself must import without them.
+
+The code is split by concern: ``run`` (driving mlx-lm, the optional extra), ``cache`` (bytes
+held by mlx-lm's caches), ``inputs`` (what is measured and predicted: source, dtype, backend,
+refusals), ``mlxfit.records`` (the results file and measured vs predicted terms) and
+``mlxfit.render.measure`` (text and JSON). This module holds the twin ``measure()``.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.records import (
+    RECORD_SCHEMA,
+    TermCheck,
+    _measured_phase,
+    append_record,
+    compare_terms,
+)
+from mlxfit.verbs.measure.inputs import (
+    _backend_in_use,
+    _config_only,
+    _dtype_from_config,
+    _dtype_from_tensors,
+    _tensors_of,
+    refuse_unsupported,
+)
+from mlxfit.verbs.measure.run import (
+    _DTYPES,
+    _check_tokens,
+    build_model,
+    measure_folder,
+    measure_run,
+    require_mlx,
+)
+
+# --------------------------------------------------------------------------- the results file
+
+
+
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """What ``mlxfit measure`` reports: one real mlx-lm run beside mlxfit's prediction of it."""
+
+    model: str
+    source_kind: str  # folder | hf-cache | catalog | hub | config
+    random_weights: bool
+    dtype: str
+    backend: str  # the backend MLX ran on, and the one the prediction used
+    run: Any  # mlxfit.estimate.memory.Run
+    terms: tuple[TermCheck, ...]
+    measured_peak_phase: str
+    predicted_peak_phase: str
+    calibration: str
+    record: dict = field(repr=False, default_factory=dict)
+    saved_to: str | None = None
+    notes: tuple[str, ...] = ()
+
+    def term(self, name: str) -> TermCheck:
+        for t in self.terms:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+
+def predict(inputs, run, cal, machine=None) -> tuple[Any, float | None]:
+    """What ``measure`` compares a run with, computed without mlx: (core.Totals of ``run``,
+    predicted decode tok/s on ``machine``). ``inputs``: api.ModelInputs; ``machine``: an
+    ``api.machine_for`` result or None. No tok/s without a machine bandwidth or on the cpu
+    backend (the decode model is Apple Silicon's unified memory)."""
+    from mlxfit.estimate.solve import totals_at
+    from mlxfit.estimate.speed import predicted_decode_seconds
+
+    tot = totals_at(inputs.cfg, inputs.weights.total_bytes, run, cal)
+    bw = getattr(machine, "bandwidth_gbs", None)
+    tps = None
+    if bw and run.backend != "cpu":
+        tps = 1.0 / predicted_decode_seconds(inputs.cfg, run, inputs.weights, bw, cal,
+                                             machine.name)[0]
+    return tot, tps
+
+
+def measure(
+    model: str,
+    ctx: int,
+    *,
+    gen: int = 16,
+    prefill_step_size: int = 2048,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    quantized_kv_start: int = 5000,
+    max_kv_size: int | None = None,
+    random_weights: bool = False,
+    dtype: str | None = None,
+    revision: str | None = None,
+    seed: int = 0,
+    machine: str | None = None,
+    calibration=None,
+    save: bool = False,
+    results_file: str | Path | None = None,
+) -> Measurement:
+    """Run ``model`` with mlx-lm so its caches end at ``ctx`` tokens (``gen`` of them
+    generated) and compare MLX's counters with mlxfit's prediction of the same run.
+
+    ``model``: a folder, a Hugging Face cache repo id, or with ``random_weights`` also a catalog
+    or Hub id, a config.json, or a folder holding only config.json (nothing is downloaded: the
+    model is built from its config by mlx-lm's classes, quantized as the config says, in
+    ``dtype``, by default the checkpoint's). The prediction uses the backend MLX ran on (``cpu``
+    on Linux) and the calibration ``fit`` uses. ``save``: append the record to ``results_file``
+    (default ``~/.cache/mlxfit/measurements.jsonl``), which ``mlxfit calibrate`` reads.
+    """
+    from mlxfit import settings as api_settings
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.estimate.memory import Run
+    from mlxfit.model import inputs as api_inputs
+    from mlxfit.sources.folder import read_config
+    from mlxfit.sources.resolve import resolve_model
+    from mlxfit.sources.source import ModelSource
+    from mlxfit.verbs import edges as api
+
+    require_mlx()
+    _check_tokens(ctx, gen, prefill_step_size)
+    if dtype is not None and dtype not in _DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
+    if dtype is not None and not random_weights:
+        raise UsageError("--dtype applies to --random-weights only (a checkpoint has its dtype)")
+    notes: list[str] = []
+
+    cfg_file = _config_only(model) if random_weights else None
+    src = None
+    if cfg_file is None:
+        src = resolve_model(model, revision=revision)
+        if not random_weights and src.kind not in ("folder", "hf-cache"):
+            raise UsageError(f"{model}: no weights on this machine ({src.kind}); pass "
+                             "--random-weights to build it from its config (nothing downloaded)")
+        config = src.config
+    else:
+        config = read_config(cfg_file)
+    if random_weights:
+        wdtype = (dtype or (_dtype_from_tensors(src.tensors) if src else None)
+                  or _dtype_from_config(config) or "bfloat16")
+    else:
+        wdtype = _dtype_from_tensors(src.tensors) or "checkpoint"
+
+    backend = _backend_in_use()
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
+              max_kv_size=max_kv_size, backend=backend)
+    if src is not None:
+        inputs = api_inputs.model_inputs(src)
+        refuse_unsupported(inputs.cfg, run)
+
+    kw = {"prefill_step_size": prefill_step_size, "gen_tokens": gen, "kv_bits": kv_bits,
+          "kv_group_size": kv_group_size, "quantized_kv_start": quantized_kv_start,
+          "max_kv_size": max_kv_size, "seed": seed}
+    if src is None:
+        # Refuse before building anything (the activation dtype is the one asked for).
+        from mlxfit.model.config import parse_config
+
+        refuse_unsupported(parse_config(config, act_bytes=4 if wdtype == "float32" else 2,
+                                        where=str(cfg_file)), run)
+        # No headers: the prediction's weights are the built model's tensors (exact by
+        # construction; the other terms are still predicted from the config).
+        built = build_model(config, dtype=wdtype, seed=seed)
+        tensors = _tensors_of(built)
+        del built
+        gc.collect()
+        where = cfg_file.parent if cfg_file.name == "config.json" else cfg_file
+        src = ModelSource(name=str(where), kind="config", location=str(where), config=config,
+                          tensors=tensors, files=())
+        inputs = api_inputs.model_inputs(src)
+        refuse_unsupported(inputs.cfg, run)
+        notes.append("no safetensors headers: predicted weights are the built model's tensors")
+    if random_weights:
+        rec = measure_run(config, ctx, dtype=wdtype, **kw)
+    else:
+        rec = measure_folder(src.location, ctx, dtype_label=wdtype, **kw)
+
+    cal = calibration or load_calibration(api_settings.user_calibration())
+    m = None
+    try:
+        m = api.machine_for(machine)
+    except MlxfitError as e:
+        notes.append(f"machine unknown ({e}): no decode speed predicted")
+    bw = getattr(m, "bandwidth_gbs", None)
+    tot, tps = predict(inputs, run, cal, m)
+    if backend == "cpu":
+        notes.append("backend cpu: mlxfit predicts decode speed for Apple Silicon's unified "
+                     "memory only; tok/s are measured, not predicted")
+    elif not bw:
+        notes.append("memory bandwidth unknown: no decode speed predicted (pass --machine)")
+    if cal.source != "calibration.toml":
+        notes.append(f"calibration: {cal.source}")
+    notes.extend(inputs.source_notes)
+
+    terms = compare_terms(rec, weights=inputs.weights.total_bytes, kv=tot.kv,
+                          state=tot.state, transient=tot.transient, peak=tot.total,
+                          decode_tps=tps)
+    rec.update({
+        "schema": RECORD_SCHEMA,
+        "mlxfit_version": _version(),
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "source": {"model": model, "name": inputs.name, "kind": src.kind,
+                   "location": src.location, "revision": src.revision},
+        "random_weights": random_weights,
+        "act_bytes": inputs.cfg.act_bytes,
+        "weights_read": {"total_bytes": inputs.weights.total_bytes,
+                         "expert_bytes": inputs.weights.expert_bytes,
+                         "embedding_bytes": inputs.weights.embedding_bytes,
+                         "tied_embeddings": inputs.weights.tied_embeddings,
+                         "lookup_bytes": inputs.weights.lookup_bytes},
+        "machine_info": None if m is None else {"name": m.name, "bandwidth_gbs": bw,
+                                           "ram_bytes": m.ram_bytes},
+        "predicted": {"backend": backend, "calibration": cal.source,
+                      "weights_bytes": inputs.weights.total_bytes, "kv_bytes": tot.kv,
+                      "state_bytes": tot.state, "transient_bytes": tot.transient,
+                      "peak_bytes": tot.total, "peak_phase": tot.phase.name,
+                      "decode_tps": tps},
+    })
+    saved = None
+    if save:
+        saved = append_record(rec, results_file)
+    return Measurement(
+        model=inputs.name, source_kind=src.kind, random_weights=random_weights, dtype=wdtype,
+        backend=backend, run=run, terms=terms, measured_peak_phase=_measured_phase(rec),
+        predicted_peak_phase=tot.phase.name, calibration=cal.source, record=rec,
+        saved_to=None if saved is None else str(saved), notes=tuple(notes),
+    )
+
+
+def _version() -> str:
+    from mlxfit._version import __version__
+
+    return __version__
+
+
+
+

@@ -1,0 +1,560 @@
+"""`mlxfit pick`: which downloaded model to load when the user names none, and why.
+
+The rule is the one the original TypeScript tool shipped (chooseAutoModel), kept because it is
+right for an auto-load:
+  1. the default model, if it is downloaded and fits the usable memory at all;
+  2. else the largest downloaded model whose peak fits the coexist budget, a fraction of RAM
+     (0.6) that leaves the machine usable for other apps: an auto-pick must never grab a model
+     that needs the whole machine (a 17 GB model on a 24 GB Mac); that one stays an explicit
+     choice, while the same model is auto-eligible on a bigger Mac;
+  3. else the largest that fits the usable memory at all, so a user whose only model is a heavy
+     one still gets it;
+  4. else none, with the reason.
+"Largest" is the weights' bytes (what was downloaded), as in the original.
+
+Candidates are the models in the local Hugging Face cache that mlx-lm can load: a snapshot
+with config.json and model*.safetensors (any revision). Each is sized from its headers with
+the same functions as `fit`. Adapters and speculative-decoding drafters are not models to
+auto-load and are skipped (see `adapter_reason` / `drafter_reason`); a broken model (missing
+shard, corrupted header, broken symlink, unreadable) is skipped with a warning and never stops
+the pick.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.solve import FitResult
+from mlxfit.settings import PickSettings, check_fraction, load_settings
+from mlxfit.sources.hf_cache import (
+    _repo_id,
+    _snapshot_order,
+    adapter_reason,
+    drafter_reason,
+    missing_numbered_shards,
+)
+
+# ---------------------------------------------------------------------------------------------
+# Settings: ~/.config/mlxfit/config.toml, [pick] table
+# ---------------------------------------------------------------------------------------------
+
+
+
+
+
+
+
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Scanning the Hugging Face cache
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Skipped:
+    model: str
+    revision: str | None
+    location: str
+    kind: str  # "adapter" | "drafter" | "not-a-model" | "broken"
+    reason: str
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    inputs: Any  # api.ModelInputs
+    arrays: tuple  # its largest weight arrays, for the maxBufferLength check
+    revision: str
+    location: str
+    notes: tuple[str, ...] = ()
+
+
+def _os_reason(e: OSError) -> str:
+    return f"{e.strerror or type(e).__name__}: {e.filename}" if e.filename else str(e)
+
+
+def _load_snapshot(repo_id: str, snap: Path) -> _Loaded | Skipped:
+    from mlxfit.model import inputs as api
+    from mlxfit.sources.folder import read_config
+    from mlxfit.sources.resolve import resolve_model
+
+    rev = snap.name
+    loc = str(snap)
+
+    def skip(kind: str, reason: str) -> Skipped:
+        return Skipped(repo_id, rev, loc, kind, reason)
+
+    try:
+        files = sorted(os.listdir(snap))
+    except OSError as e:
+        return skip("broken", f"cannot list the snapshot ({_os_reason(e)})")
+    why = adapter_reason(files)
+    if why:
+        return skip("adapter", why)
+    why = drafter_reason(repo_id, None)
+    if why:
+        return skip("drafter", why)
+    weights = [f for f in files if f.startswith("model") and f.endswith(".safetensors")]
+    if "config.json" not in files:
+        if weights:
+            return skip("broken", "safetensors without config.json (download incomplete?)")
+        return skip("not-a-model", "no config.json and no safetensors")
+    try:
+        config = read_config(snap / "config.json")
+        why = drafter_reason(repo_id, config)
+        if why:
+            return skip("drafter", why)
+        if not weights and "model.safetensors.index.json" not in files:
+            others = [f for f in files
+                      if f.endswith((".safetensors", ".gguf", ".bin", ".pt", ".pth", ".npz"))]
+            return skip("not-a-model", "no model*.safetensors: " + (
+                f"weights in another format ({', '.join(others[:3])})" if others
+                else "weights not downloaded (config.json only)"))
+        # With an index, sources names the missing shard itself; without one, mlx-lm's glob
+        # would load the shards present and run short.
+        missing = [] if "model.safetensors.index.json" in files else (
+            missing_numbered_shards(weights))
+        if missing:
+            return skip("broken", f"half-downloaded: {', '.join(missing[:3])}"
+                                  f"{' ...' if len(missing) > 3 else ''} missing")
+        src = resolve_model(str(snap))  # the folder path: config, index check, headers
+        src = replace(src, name=repo_id, kind="hf-cache", revision=rev)
+        return _Loaded(api.model_inputs(src), api.model_arrays(src), rev, loc, tuple(src.notes))
+    except MlxfitError as e:
+        return skip("broken", str(e).splitlines()[0] if str(e) else type(e).__name__)
+    except OSError as e:
+        return skip("broken", _os_reason(e))
+    except Exception as e:  # noqa: BLE001 - one odd model must never abort the whole pick
+        return skip("broken", f"unexpected {type(e).__name__}: {e}")
+
+
+_SEVERITY = {"broken": 0, "not-a-model": 1}
+
+
+def scan_cache(cache: Path) -> tuple[list[_Loaded], list[Skipped], list[str]]:
+    """Every model repo of the hub cache at `cache`: loaded, skipped (why), cache-level warnings."""
+    loaded: list[_Loaded] = []
+    skipped: list[Skipped] = []
+    warnings: list[str] = []
+    if not cache.exists() and not cache.is_symlink():
+        return loaded, skipped, warnings
+    try:
+        repos = sorted(p for p in cache.iterdir() if p.name.startswith("models--"))
+    except OSError as e:
+        warnings.append(f"cannot read the Hugging Face cache at {cache}: {_os_reason(e)}")
+        return loaded, skipped, warnings
+    for repo_dir in repos:
+        repo_id = _repo_id(repo_dir.name)
+        try:
+            snaps = _snapshot_order(repo_dir)
+        except OSError as e:
+            skipped.append(Skipped(repo_id, None, str(repo_dir), "broken",
+                                   f"cannot list its snapshots ({_os_reason(e)})"))
+            continue
+        if not snaps:
+            skipped.append(Skipped(repo_id, None, str(repo_dir), "not-a-model",
+                                   "no snapshot (nothing downloaded)"))
+            continue
+        fails: list[Skipped] = []
+        for snap in snaps:
+            got = _load_snapshot(repo_id, snap)
+            if isinstance(got, _Loaded):
+                loaded.append(replace(got, notes=got.notes + tuple(
+                    f"revision {f.revision[:12]} skipped: {f.reason}"
+                    for f in fails if f.revision)))
+                break
+            fails.append(got)
+            if got.kind in ("adapter", "drafter"):  # what the repo is, whatever the revision
+                break
+        else:  # no revision loads: report the worst reason (a broken download first)
+            skipped.append(min(fails, key=lambda f: _SEVERITY.get(f.kind, 2)))
+            continue
+        if fails and fails[-1].kind in ("adapter", "drafter"):
+            skipped.append(fails[-1])
+    for s in skipped:
+        if s.kind == "broken":
+            rev = f"@{s.revision[:12]}" if s.revision else ""
+            warnings.append(f"skipped {s.model}{rev}: {s.reason}")
+    return loaded, skipped, warnings
+
+
+# ---------------------------------------------------------------------------------------------
+# The rule (pure)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Option:
+    """What the rule needs of a candidate."""
+
+    model: str
+    weights_bytes: int
+    total_bytes: int
+    fits: bool  # runs: total <= usable and no array over the GPU's largest buffer
+    fits_coexist: bool  # runs and total <= coexist budget
+    blocked: str = ""  # why it cannot run although the total fits (an oversize array)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    chosen: bool
+    budget: str  # "usable" | "coexist": the budget the rule held this candidate to
+    reason: str
+
+
+@dataclass(frozen=True)
+class Choice:
+    index: int | None  # into the options, None when nothing was chosen
+    rule: str  # "default" | "coexist" | "fits" | "none"
+    reason: str
+    verdicts: tuple[Verdict, ...]  # one per option, in the options' order
+
+
+def _gb(n: float) -> str:
+    return f"{n / 1e9:,.2f} GB"
+
+
+def choose(options: Sequence[Option], default_model: str, usable: int, coexist: int,
+           coexist_fraction: float, default_absent: str = "is not downloaded") -> Choice:
+    """The seed's chooseAutoModel, with a reason for every candidate. ``default_absent`` says
+    why the default is not among the options, when it is not."""
+    n = len(options)
+    default_i = next((i for i, o in enumerate(options)
+                      if o.model.casefold() == default_model.casefold()), None)
+    order = sorted(range(n), key=lambda i: (-options[i].weights_bytes, options[i].model))
+    cx = f"the coexist budget ({coexist_fraction:g} of RAM, {_gb(coexist)})"
+    us = f"the usable {_gb(usable)}"
+
+    def needs(o: Option, budget: str) -> str:
+        return f"needs {_gb(o.total_bytes)} > {budget}"
+
+    def no_fit(o: Option) -> str:
+        return o.blocked or needs(o, us)
+
+    verdicts: list[Verdict | None] = [None] * n
+    if default_i is not None and options[default_i].fits:
+        for i, o in enumerate(options):
+            if i == default_i:
+                verdicts[i] = Verdict(True, "usable", f"the default model, downloaded, fits {us}")
+            else:
+                extra = "" if o.fits else f"; would not fit anyway ({no_fit(o)})"
+                verdicts[i] = Verdict(False, "usable",
+                                      f"the default model is downloaded and fits{extra}")
+        return Choice(default_i, "default",
+                      f"the default model {options[default_i].model} is downloaded and fits "
+                      f"{us}", tuple(v for v in verdicts if v))
+
+    if default_i is not None:
+        verdicts[default_i] = Verdict(False, "usable", f"the default model, but it does not fit "
+                                      f"({no_fit(options[default_i])})")
+    # The default, when present here, does not fit: neither test below can pick it.
+    chosen = next((i for i in order if options[i].fits_coexist), None)
+    rule = "coexist"
+    if chosen is None:
+        chosen = next((i for i in order if options[i].fits), None)
+        rule = "fits" if chosen is not None else "none"
+    budget = "coexist" if rule == "coexist" else "usable"
+    seen_chosen = False
+    for i in order:
+        if i == default_i:
+            continue
+        o = options[i]
+        if i == chosen:
+            seen_chosen = True
+            why = ("the largest that fits the coexist budget" if rule == "coexist" else
+                   f"nothing fits the coexist budget; the largest that fits {us} (other apps "
+                   "will be squeezed)")
+            verdicts[i] = Verdict(True, budget, why)
+        elif not seen_chosen:  # larger than the chosen one (or nothing chosen)
+            if rule == "coexist":
+                why = f"over the coexist budget: {needs(o, _gb(coexist))}" + (
+                    f"; fits {us}, but an auto-pick leaves room for other apps" if o.fits
+                    else f"; and {o.blocked}" if o.blocked else f"; over {us} too")
+            else:
+                why = f"does not fit: {no_fit(o)}"
+            verdicts[i] = Verdict(False, budget, why)
+        else:
+            verdicts[i] = Verdict(False, budget,
+                                  f"smaller than {options[chosen].model}, which was chosen")
+    if rule == "none":
+        if n == 0:
+            reason = "no candidate: no loadable MLX model in the Hugging Face cache"
+        else:
+            small = min(options, key=lambda o: o.total_bytes)
+            reason = (f"none of the {n} downloaded models fits: the smallest peak, "
+                      f"{small.model}, {no_fit(small)}")
+    elif rule == "coexist":
+        reason = f"{options[chosen].model} is the largest that fits {cx}"  # type: ignore[index]
+        if default_i is None:
+            reason = f"the default model {default_model} {default_absent}; " + reason
+        else:
+            reason = "the default model does not fit; " + reason
+    else:
+        reason = (f"nothing fits {cx}; {options[chosen].model} "  # type: ignore[index]
+                  f"is the largest that fits {us}")
+    return Choice(chosen, rule, reason, tuple(v for v in verdicts if v))
+
+
+# ---------------------------------------------------------------------------------------------
+# pick()
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Candidate:
+    model: str
+    revision: str | None  # hf-cache snapshot sha; None for the catalog
+    source_kind: str  # "hf-cache" | "catalog"
+    location: str
+    quant: str  # "4-bit", "8-bit", "bf16", "mxfp4", ...
+    weights_bytes: int
+    total_bytes: int  # peak at the context
+    fits: bool  # the total fits the usable memory (FitResult.fits)
+    runs: bool  # ... and no single array exceeds the GPU's largest buffer (FitResult.runs)
+    fits_coexist: bool  # runs within the coexist budget
+    max_safe_context: int
+    context_limit: int
+    predicted_decode_tps: float | None
+    is_default: bool
+    chosen: bool
+    budget: str  # "usable" | "coexist": the budget the rule held it to
+    budget_bytes: int
+    reason: str
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    result: FitResult | None = field(default=None, repr=False, compare=False)
+
+
+@dataclass(frozen=True)
+class PickResult:
+    chosen: str | None  # repo id, or None
+    rule: str  # "default" | "coexist" | "fits" | "none"
+    reason: str
+    context_tokens: int
+    machine_name: str
+    ram_bytes: int
+    usable_bytes: int
+    usable_source: str
+    coexist_fraction: float
+    coexist_fraction_from: str
+    coexist_bytes: int
+    default_model: str
+    default_model_from: str
+    cache_dir: str
+    candidates: tuple[Candidate, ...]  # largest first
+    skipped: tuple[Skipped, ...]
+    catalog: tuple[Candidate, ...] | None  # with catalog=True: not downloaded, best first
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+
+    @property
+    def chosen_candidate(self) -> Candidate | None:
+        return next((c for c in self.candidates if c.chosen), None)
+
+
+def quant_label(weights_detail: dict[str, Any]) -> str:
+    q = weights_detail.get("quantization")
+    if q:
+        return f"{q['bits']}-bit" if q["mode"] == "affine" else str(q["mode"])
+    by = weights_detail.get("by_dtype") or {}
+    return next(iter(by), "?").lower()
+
+
+def _base_name(repo_id: str) -> str:
+    """'mlx-community/Qwen3-4B-Instruct-2507-8bit' -> 'Qwen3-4B-Instruct-2507' (the quant
+    variants of one model share it)."""
+    name = repo_id.rsplit("/", 1)[-1]
+    return re.sub(r"([-_](MLX|mlx))?[-_](\d+bit|bf16|fp16|MXFP4.*|mxfp4.*|DQ\d.*)$", "", name)
+
+
+def pick(
+    ctx: int = 8192,
+    *,
+    catalog: bool = False,
+    machine: str | None = None,
+    memory_budget_gb: float | None = None,
+    macos: int | None = None,
+    default_model: str | None = None,
+    coexist_fraction: float | None = None,
+    cache_dir: str | os.PathLike[str] | None = None,
+    config_path: str | os.PathLike[str] | None = None,
+    calibration=None,
+) -> PickResult:
+    """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
+
+    ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
+    ``cache_dir`` replaces the Hugging Face cache found from the environment."""
+    from mlxfit import settings as api_settings
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.estimate.memory import Run
+    from mlxfit.sources.hf_cache import hf_hub_cache_dir
+    from mlxfit.verbs import edges as api_edges
+    from mlxfit.verbs import fit as api_fit
+
+    if ctx < 1:
+        raise UsageError(f"--ctx must be at least 1 token, got {ctx}")
+    settings = load_settings(Path(config_path) if config_path is not None else None)
+    if default_model is not None:
+        if not default_model.strip():
+            raise UsageError("--default-model is empty")
+        settings = replace(settings, default_model=default_model.strip(),
+                           default_model_from="argument")
+    if coexist_fraction is not None:
+        settings = replace(settings, coexist_fraction=check_fraction(
+            coexist_fraction, "--coexist-fraction"), coexist_fraction_from="argument")
+    m = api_edges.machine_for(machine, memory_budget_gb, macos)
+    cal = calibration or load_calibration(api_settings.user_calibration())
+    run = Run(ctx=ctx)
+    usable = m.usable_bytes
+    coexist = min(int(m.ram_bytes * settings.coexist_fraction), usable)
+    cache = Path(cache_dir) if cache_dir is not None else hf_hub_cache_dir()
+
+    loaded, skipped, warnings = scan_cache(cache)
+    notes = list(m.notes)
+    if not cache.exists():
+        notes.append(f"no Hugging Face cache at {cache}")
+
+    evaluated: list[tuple[_Loaded, FitResult]] = []
+    for ld in loaded:
+        try:
+            # The function `fit` ends in: the same terms and the same buffer check.
+            evaluated.append((ld, api_fit.fit_served(ld.inputs, run, m, cal, None, ld.arrays,
+                                                 model_ref=ld.inputs.name)))
+        except MlxfitError as e:  # e.g. a config the run cannot apply to: skip, never abort
+            s = Skipped(ld.inputs.name, ld.revision, ld.location, "broken", str(e))
+            skipped.append(s)
+            warnings.append(f"skipped {s.model}@{ld.revision[:12]}: {s.reason}")
+
+    options = [Option(ld.inputs.name, r.weights_bytes, r.total_bytes, r.runs,
+                      r.runs and r.total_bytes <= coexist, _blocked(r)) for ld, r in evaluated]
+    default_skip = next((s for s in skipped
+                         if s.model.casefold() == settings.default_model.casefold()), None)
+    choice = choose(options, settings.default_model, usable, coexist, settings.coexist_fraction,
+                    "is not downloaded" if default_skip is None
+                    else f"is in the cache but skipped ({default_skip.kind})")
+    cands = []
+    for (ld, r), opt, v in zip(evaluated, options, choice.verdicts):
+        cands.append(_candidate(r, ld.revision, ld.location, opt.fits_coexist, v.chosen,
+                                v.budget, usable if v.budget == "usable" else coexist, v.reason,
+                                opt.model.casefold() == settings.default_model.casefold(),
+                                ld.notes))
+    cands.sort(key=lambda c: (-c.weights_bytes, c.model))
+    reason = choice.reason
+    if not options and not loaded:
+        reason = (f"no candidate: no loadable MLX model (config.json + safetensors) in the "
+                  f"Hugging Face cache at {cache}")
+
+    cat_rows = _catalog_rows(run, m, cal, usable, coexist, settings,
+                             {c.model.casefold() for c in cands}) if catalog else None
+    return PickResult(
+        chosen=options[choice.index].model if choice.index is not None else None,
+        rule=choice.rule, reason=reason, context_tokens=ctx, machine_name=m.name,
+        ram_bytes=m.ram_bytes, usable_bytes=usable, usable_source=m.usable_source,
+        coexist_fraction=settings.coexist_fraction,
+        coexist_fraction_from=settings.coexist_fraction_from, coexist_bytes=coexist,
+        default_model=settings.default_model, default_model_from=settings.default_model_from,
+        cache_dir=str(cache), candidates=tuple(cands),
+        skipped=tuple(sorted(skipped, key=lambda s: s.model.casefold())),
+        catalog=tuple(cat_rows) if cat_rows is not None else None,
+        warnings=tuple(warnings), notes=tuple(notes),
+    )
+
+
+def _blocked(r: FitResult) -> str:
+    """Why a model whose total fits still cannot run: an array over maxBufferLength."""
+    if not r.fits or r.runs:
+        return ""
+    b = max(r.oversize_buffers, key=lambda b: b.bytes)
+    return (f"one array ({b.name}, {_gb(b.bytes)}) exceeds the GPU's largest buffer "
+            f"({_gb(r.max_buffer_bytes or 0)}, maxBufferLength)")
+
+
+def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: bool,
+               chosen: bool, budget: str, budget_bytes: int, reason: str, is_default: bool,
+               notes: tuple[str, ...]) -> Candidate:
+    # Per-machine warnings (unverified SKU, swap, no bandwidth) are the header's business:
+    # keep what is about the model.
+    warns = tuple(w for w in r.warnings if not w.startswith((
+        "over the usable memory", "memory bandwidth unknown", f"{r.machine_name}:")))
+    if r.context_tokens > r.context_limit:
+        reason += f"; note: beyond its context limit {r.context_limit:,}"
+    return Candidate(
+        model=r.model, revision=revision, source_kind=r.source_kind, location=location,
+        quant=quant_label(r.weights_detail), weights_bytes=r.weights_bytes,
+        total_bytes=r.total_bytes, fits=r.fits, runs=r.runs, fits_coexist=fits_coexist,
+        max_safe_context=r.max_safe_context, context_limit=r.context_limit,
+        predicted_decode_tps=r.predicted_decode_tps, is_default=is_default, chosen=chosen,
+        budget=budget, budget_bytes=budget_bytes, reason=reason, warnings=warns,
+        notes=notes, result=r,
+    )
+
+
+def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings,
+                  downloaded: set[str]) -> list[Candidate]:
+    """The built-in catalog minus what is downloaded: what could run here, one row per quant
+    variant; those that fit first, largest first, then the rest, closest to fitting first."""
+    from mlxfit.model import inputs as api
+    from mlxfit.sources.catalog import catalog_ids, load_entry
+    from mlxfit.sources.source import CATALOG_NOTE, ModelSource
+    from mlxfit.verbs import fit as api_fit
+
+    rows: list[Candidate] = []
+    for rid in catalog_ids():
+        if rid.casefold() in downloaded:
+            continue
+        e = load_entry(rid)
+        if e is None:  # pragma: no cover - listed ids always load or raise
+            continue
+        src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
+                          config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
+        r = api_fit.fit_served(api.model_inputs(src), run, m, cal, None, api.model_arrays(src),
+                           model_ref=e.repo_id)
+        fc = r.runs and r.total_bytes <= coexist
+        if fc:
+            why = f"fits the coexist budget ({_gb(coexist)})"
+        elif r.runs:
+            why = f"fits the usable {_gb(usable)}, over the coexist budget ({_gb(coexist)})"
+        else:
+            why = "does not fit: " + (_blocked(r) or
+                                      f"needs {_gb(r.total_bytes)} > the usable {_gb(usable)}")
+        rows.append(_candidate(r, None, "built-in catalog", fc, False,
+                               "coexist" if r.runs else "usable", coexist if r.runs else usable,
+                               why, e.repo_id.casefold() == settings.default_model.casefold(),
+                               ()))
+    rows.sort(key=lambda c: (0, -c.weights_bytes, c.model) if c.runs
+              else (1, c.total_bytes, c.model))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------
+# JSON
+# ---------------------------------------------------------------------------------------------
+
+
+
+
+
+

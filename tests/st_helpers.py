@@ -1,4 +1,7 @@
-"""Builders for safetensors files, model folders and a fake Hugging Face cache (no network).
+"""The one helpers module of the tests (no test module imports another): the fixture configs,
+the CLI runner and the machine most tests name, recorded `sysctl` runners for probing, the tiny
+configs of the MLX CPU checks, and builders for safetensors files, model folders and a fake
+Hugging Face cache (no network).
 
 Run by hand for the header-scan timing check (not a timed test: CI machines vary):
     /work/devenv/bin/python tests/st_helpers.py [n_shards] [tensors_per_shard]
@@ -9,13 +12,166 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from typer.testing import CliRunner
+
 from mlxfit.model.tensors import DTYPE_BYTES
 
 Spec = dict[str, tuple[str, list[int]]]  # tensor name -> (dtype, shape)
+
+FIXTURES = Path(__file__).parent / "fixtures"
+CONFIGS = FIXTURES / "configs"  # real published config.json files, named org__repo.json
+PROBE_FIXTURES = FIXTURES / "probe"  # recorded sysctl / system_profiler outputs
+# The shipped SKU table alone: a developer's own ~/.config/mlxfit/apple_skus.toml must not leak in.
+NO_USER_TABLE = Path("/nonexistent/mlxfit/apple_skus.toml")
+
+M4PRO = "M4 Pro 24GB"  # usable 0.76 x 24 GiB = 19.59 GB; coexist 0.6 x 24 GiB = 15.46 GB
+ON_M4PRO = ("--machine", M4PRO)  # for a CLI case that is not about probing this host
+
+
+# --------------------------------------------------------------------------- tiny configs
+# Random-weight models of each family mlx-lm has, for the MLX CPU checks (test_measure_cpu.py,
+# run there by mlx-lm) and the synthetic records of test_calibrate.py.
+# Field names as in config.json. Each has >= 2 layers with a cache after the first attention
+# layer (prefill evaluates only the caches: the last layer's attention/MLP never run).
+
+LLAMA64 = {
+    "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "rms_norm_eps": 1e-5, "vocab_size": 2000, "rope_theta": 10000.0,
+    "tie_word_embeddings": True,
+}
+LLAMA128 = dict(LLAMA64, hidden_size=512, intermediate_size=1024, head_dim=128)
+QWEN3 = {
+    "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 3,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "rms_norm_eps": 1e-6, "vocab_size": 3000,
+    "max_position_embeddings": 40960, "rope_theta": 1000000.0, "tie_word_embeddings": True,
+}
+GEMMA3 = {
+    "model_type": "gemma3_text", "hidden_size": 256, "num_hidden_layers": 4,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 1,
+    "head_dim": 64, "query_pre_attn_scalar": 64, "rms_norm_eps": 1e-6, "vocab_size": 4000,
+    "sliding_window": 128, "sliding_window_pattern": 2, "rope_theta": 1000000.0,
+    "rope_local_base_freq": 10000.0,
+}
+GPT_OSS = {
+    "model_type": "gpt_oss", "num_hidden_layers": 4, "num_local_experts": 4,
+    "num_experts_per_tok": 2, "vocab_size": 2000, "rms_norm_eps": 1e-5, "hidden_size": 256,
+    "intermediate_size": 256, "head_dim": 64, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "sliding_window": 128, "rope_theta": 150000,
+    "layer_types": ["sliding_attention", "full_attention"] * 2,
+}
+QWEN3_MOE = {
+    "model_type": "qwen3_moe", "hidden_size": 256, "num_hidden_layers": 3,
+    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
+    "mlp_only_layers": [], "moe_intermediate_size": 256, "rms_norm_eps": 1e-6,
+    "vocab_size": 2000, "rope_theta": 1000000.0, "tie_word_embeddings": False,
+    "max_position_embeddings": 40960, "norm_topk_prob": True,
+}
+DEEPSEEK_V3 = {
+    "model_type": "deepseek_v3", "vocab_size": 2000, "hidden_size": 256,
+    "intermediate_size": 768, "moe_intermediate_size": 128, "num_hidden_layers": 3,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
+    "n_routed_experts": 8, "routed_scaling_factor": 2.5, "kv_lora_rank": 128,
+    "q_lora_rank": 192, "qk_rope_head_dim": 64, "v_head_dim": 64, "qk_nope_head_dim": 64,
+    "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
+    "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2, "moe_layer_freq": 1,
+    "first_k_dense_replace": 1, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
+    "rope_theta": 10000.0,
+}
+QWEN3_NEXT = {
+    "model_type": "qwen3_next", "hidden_size": 256, "num_hidden_layers": 4,
+    "intermediate_size": 512, "num_attention_heads": 4, "linear_num_value_heads": 4,
+    "linear_num_key_heads": 2, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+    "linear_conv_kernel_dim": 4, "num_experts": 8, "num_experts_per_tok": 2,
+    "decoder_sparse_step": 1, "shared_expert_intermediate_size": 256, "mlp_only_layers": [],
+    "moe_intermediate_size": 128, "rms_norm_eps": 1e-6, "vocab_size": 2000,
+    "num_key_value_heads": 2, "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+    "max_position_embeddings": 8192, "head_dim": 64, "full_attention_interval": 2,
+    "tie_word_embeddings": False,
+}
+NEMOTRON_H = {
+    "model_type": "nemotron_h", "vocab_size": 2000, "hidden_size": 256,
+    "intermediate_size": 512, "max_position_embeddings": 8192, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 64, "attention_bias": False, "mamba_num_heads": 8,
+    "mamba_head_dim": 32, "mamba_proj_bias": False, "ssm_state_size": 64, "conv_kernel": 4,
+    "n_groups": 2, "mlp_bias": False, "layer_norm_epsilon": 1e-5, "use_bias": False,
+    "use_conv_bias": True, "hybrid_override_pattern": ["M", "*", "M", "-"],
+    "num_hidden_layers": 4, "rope_theta": 10000.0,
+}
+GRANITE_HYBRID = {
+    "model_type": "granitemoehybrid", "vocab_size": 2000, "hidden_size": 256,
+    "intermediate_size": 512, "num_hidden_layers": 4, "max_position_embeddings": 8192,
+    "num_attention_heads": 4, "num_key_value_heads": 2, "attention_bias": False,
+    "embedding_multiplier": 12.0, "attention_multiplier": 0.015625, "logits_scaling": 4.0,
+    "residual_multiplier": 0.22, "layer_types": ["mamba", "attention", "mamba", "mamba"],
+    "rms_norm_eps": 1e-5, "num_local_experts": 4, "num_experts_per_tok": 2,
+    "shared_intermediate_size": 512, "mamba_n_heads": 8, "mamba_d_head": 32,
+    "mamba_proj_bias": False, "mamba_d_state": 64, "mamba_d_conv": 4, "mamba_n_groups": 1,
+    "mamba_conv_bias": True, "position_embedding_type": "rope", "tie_word_embeddings": True,
+}
+
+
+def config_dict(name: str) -> dict[str, Any]:
+    """A fixture config.json as a dict (`name` with or without ".json")."""
+    return json.loads((CONFIGS / (name if name.endswith(".json") else name + ".json")).read_text())
+
+
+def load_config(name: str, act_bytes: int = 2):
+    """A fixture config parsed as mlxfit parses it (activations bf16 unless told)."""
+    from mlxfit.model.config import parse_config
+
+    return parse_config(config_dict(name), act_bytes=act_bytes)
+
+
+runner = CliRunner()  # one for every test: typer's CliRunner keeps no state between calls
+
+
+def invoke(*args: str, **kw: Any):
+    """The mlxfit CLI in this process: invoke("fit", model, "--ctx", "4096", *ON_M4PRO)."""
+    from mlxfit.cli.app import app
+
+    return runner.invoke(app, list(args), **kw)
+
+
+def recorded_runner(name: str):
+    """A runner answering from tests/fixtures/probe/<name>.txt; any other command fails."""
+    outputs: dict[str, str | None] = {}
+    cmd: str | None = None
+    lines: list[str] = []
+    for line in (PROBE_FIXTURES / f"{name}.txt").read_text().splitlines():
+        if line.startswith("$ "):
+            if cmd is not None:
+                outputs[cmd] = "\n".join(lines) + "\n" if lines else ""
+            cmd, lines = line[2:].strip(), []
+        elif cmd is not None:
+            if line.startswith("!fail"):
+                outputs[cmd] = None
+                cmd = None
+            else:
+                lines.append(line)
+    if cmd is not None:
+        outputs[cmd] = "\n".join(lines) + "\n" if lines else ""
+    calls: list[str] = []
+
+    def run(argv: list[str]) -> str:
+        key = " ".join(argv)
+        calls.append(key)
+        if key not in outputs:
+            raise FileNotFoundError(f"no recorded output for {key!r}")
+        out = outputs[key]
+        if out is None:
+            raise subprocess.CalledProcessError(1, argv)
+        return out
+
+    run.calls = calls  # type: ignore[attr-defined]
+    return run
 
 
 def write_real(path: Path, arrays: dict[str, Any], metadata: dict[str, str] | None = None) -> Path:

@@ -8,7 +8,7 @@ import json
 import shlex
 
 import pytest
-from typer.testing import CliRunner
+from st_helpers import M4PRO, runner
 
 import mlxfit
 from mlxfit.cli.app import app
@@ -22,8 +22,6 @@ from mlxfit.verbs.advise import (
     wired_needed_mb,
 )
 
-runner = CliRunner()
-M4PRO = "M4 Pro 24GB"
 Q30 = "mlx-community/Qwen3-30B-A3B-4bit"
 Q30_8 = "mlx-community/Qwen3-30B-A3B-Instruct-2507-8bit"
 Q30_4 = "mlx-community/Qwen3-30B-A3B-Instruct-2507-4bit"

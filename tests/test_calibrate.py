@@ -13,12 +13,21 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from st_helpers import (
+    DEEPSEEK_V3,
+    GEMMA3,
+    GPT_OSS,
+    LLAMA64,
+    LLAMA128,
+    NEMOTRON_H,
+    QWEN3_MOE,
+    QWEN3_NEXT,
+    invoke,
+)
 
 import mlxfit
 from mlxfit import settings as api
 from mlxfit.calibration.load import load_calibration
-from mlxfit.cli.app import app
 from mlxfit.estimate.memory import Run
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
@@ -32,18 +41,6 @@ if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_measure_cpu import (
-    DEEPSEEK_V3,
-    GEMMA3,
-    GPT_OSS,
-    LLAMA64,
-    LLAMA128,
-    NEMOTRON_H,
-    QWEN3_MOE,
-    QWEN3_NEXT,
-)
 
 SHIPPED = load_calibration()
 # The "true" constants the synthetic CPU records are made with: the shipped ones, moved.
@@ -206,29 +203,35 @@ def test_json_result_has_every_record(cpu_file, tmp_path):
 # --------------------------------------------------------------------------- CLI
 
 
-def _invoke(*args: str):
-    return CliRunner().invoke(app, list(args))
+@pytest.fixture(scope="module")
+def cli_file(tmp_path_factory) -> Path:
+    """The CLI's plumbing needs records, not the whole identifiability set: the 12 records of
+    the three llama shapes fit 5 constants in 0.1 s, where cpu_file's 40 take 1.7 s a run and
+    the test below runs the fit three times."""
+    recs = synthetic_cpu_records(_with_cpu(SHIPPED, TRUE_CPU))[:12]
+    assert {r["config"]["hidden_size"] for r in recs} == {256, 512, 768}
+    return _write(tmp_path_factory.mktemp("cal-cli") / "m.jsonl", recs)
 
 
-def test_cli_calibrate_show_write_and_errors(cpu_file, tmp_path, monkeypatch):
+def test_cli_calibrate_show_write_and_errors(cli_file, tmp_path, monkeypatch):
     user = tmp_path / "cfg" / "calibration.toml"
     monkeypatch.setattr(api, "USER_CALIBRATION", user)
-    r = _invoke("calibrate", "--from", str(cpu_file))
+    r = invoke("calibrate", "--from", str(cli_file))
     assert r.exit_code == 0, r.output
     for word in ("backend cpu", "act_hidden", "old", "new", "--write"):
         assert word in r.output, word
     assert not user.exists()
-    r = _invoke("calibrate", "--from", str(cpu_file), "--write")
+    r = invoke("calibrate", "--from", str(cli_file), "--write")
     assert r.exit_code == 0, r.output
     assert "written to" in r.output and user.is_file()
-    r = _invoke("calibrate", "--from", str(cpu_file), "--json")
+    r = invoke("calibrate", "--from", str(cli_file), "--json")
     assert r.exit_code == 0
     assert json.loads(r.output)["calibration"] == f"calibration.toml + {user}"
-    r = _invoke("calibrate", "--from", str(tmp_path / "missing.jsonl"))
+    r = invoke("calibrate", "--from", str(tmp_path / "missing.jsonl"))
     assert r.exit_code == 2
     lines = [ln for ln in r.output.strip().splitlines() if ln]
     assert len(lines) == 1 and "missing.jsonl" in lines[0]
-    r = _invoke("calibrate", "--from", str(cpu_file), "--backend", "cuda")
+    r = invoke("calibrate", "--from", str(cli_file), "--backend", "cuda")
     assert r.exit_code == 2 and "cuda" in r.output
 
 

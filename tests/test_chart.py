@@ -9,7 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 from rich.console import Console
-from typer.testing import CliRunner
+from st_helpers import M4PRO, runner
 
 import mlxfit
 from mlxfit.cli.app import app
@@ -17,8 +17,6 @@ from mlxfit.errors import MlxfitError
 from mlxfit.render.chart import render_terminal, svg, write_chart
 from mlxfit.verbs.chart import ChartData, log_grid
 
-runner = CliRunner()
-M4PRO = "M4 Pro 24GB"
 Q8B = "mlx-community/Qwen3-8B-4bit"
 GEMMA = "mlx-community/gemma-3-27b-it-4bit"
 GPTOSS = "mlx-community/gpt-oss-20b-MXFP4-Q8"

@@ -8,25 +8,22 @@ import sys
 from pathlib import Path
 
 import pytest
-from st_helpers import make_folder, make_hf_cache, make_qwen3_8b_bf16
-from typer.testing import CliRunner
+from st_helpers import (
+    ON_M4PRO,
+    config_dict,
+    invoke,
+    make_folder,
+    make_hf_cache,
+    make_qwen3_8b_bf16,
+)
 
 import mlxfit
-from mlxfit.cli.app import app
 from mlxfit.render.fit import fit_to_json
-
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
-runner = CliRunner()
-M4PRO = ["--machine", "M4 Pro 24GB"]
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def qwen3_8b_bf16_folder(root: Path) -> Path:
     """A sparse bf16 Qwen3-8B with its real config, in 2 shards + index (st_helpers)."""
-    cfg = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+    cfg = config_dict("Qwen__Qwen3-8B")
     return make_qwen3_8b_bf16(root / "Qwen3-8B", cfg, 2)
 
 
@@ -35,7 +32,7 @@ QWEN3_8B_BF16 = 2 * (2 * 151936 * 4096 + 4096 + 36 * (
 
 
 def test_catalog_model_json_shape_and_sum():
-    r = invoke("fit", "mlx-community/Qwen3-8B-4bit", "--ctx", "32768", *M4PRO, "--json")
+    r = invoke("fit", "mlx-community/Qwen3-8B-4bit", "--ctx", "32768", *ON_M4PRO, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     for key in ("schema_version", "model", "machine", "context_tokens", "weights_bytes",
@@ -62,7 +59,7 @@ def test_cli_json_equals_library_result():
 
 def test_does_not_fit_exits_1_and_gives_no_speed():
     r = invoke("fit", "mlx-community/Qwen3-8B-4bit", "--ctx", "8192",
-               "--memory-budget", "5", *M4PRO, "--json")
+               "--memory-budget", "5", *ON_M4PRO, "--json")
     assert r.exit_code == 1
     d = json.loads(r.output)
     assert d["fits"] is False and d["predicted_decode_tps"] is None
@@ -81,13 +78,13 @@ def test_folder_model_sums_headers_exactly(tmp_path):
 
 
 def test_hf_cache_repo_id(tmp_path, monkeypatch):
-    cfg = json.loads((CONFIGS / "Qwen__Qwen3-0.6B.json").read_text())
+    cfg = config_dict("Qwen__Qwen3-0.6B")
     spec = {"model.embed_tokens.weight": ("BF16", [151936, 1024]),
             "model.layers.0.mlp.up_proj.weight": ("BF16", [3072, 1024])}
     make_hf_cache(tmp_path / "hub", "acme/tiny", {"config.json": json.dumps(cfg).encode(),
                                                   "model.safetensors": spec}, commit="a" * 40)
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    r = invoke("fit", "acme/tiny", "--ctx", "2048", *M4PRO, "--json")
+    r = invoke("fit", "acme/tiny", "--ctx", "2048", *ON_M4PRO, "--json")
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
     assert d["source"] == "hf-cache"
@@ -105,16 +102,18 @@ def test_explain_prints_every_term():
 
 
 @pytest.mark.parametrize("args, needle", [
-    (["--ctx", "0"], "--ctx"),
-    (["--ctx", "-3"], "--ctx"),
+    (["--ctx", "0", *ON_M4PRO], "--ctx"),
+    (["--ctx", "-3", *ON_M4PRO], "--ctx"),
     (["--machine", "M9 Ultra 24GB"], "M9"),
     (["--machine", "M4 Pro 32GB"], "24"),
-    (["--kv-bits", "7"], "--kv-bits"),
-    (["--memory-budget", "-1"], "--memory-budget"),
-    (["--backend", "cuda"], "backend"),
+    (["--kv-bits", "7", *ON_M4PRO], "--kv-bits"),
+    (["--memory-budget", "-1", *ON_M4PRO], "--memory-budget"),
+    (["--backend", "cuda", *ON_M4PRO], "backend"),
 ])
 def test_bad_flags_one_line_exit_2(args, needle):
-    r = invoke("fit", "mlx-community/Qwen3-8B-4bit", *M4PRO[:0], *args)
+    """Each case names its machine: none of them is about probing this host (a host whose
+    probe fails would otherwise fail them with the RAM error first)."""
+    r = invoke("fit", "mlx-community/Qwen3-8B-4bit", *args)
     assert r.exit_code == 2, r.output
     lines = [ln for ln in r.output.strip().splitlines() if ln]
     assert len(lines) == 1 and needle in lines[0] and "Traceback" not in r.output
@@ -139,7 +138,7 @@ def test_bad_models_one_line_exit_2(tmp_path, monkeypatch):
         (str(unknown), "zzz"),
     ]
     for model, needle in cases:
-        r = invoke("fit", model, *M4PRO)
+        r = invoke("fit", model, *ON_M4PRO)
         assert r.exit_code == 2, (model, r.output)
         lines = [ln for ln in r.output.strip().splitlines() if ln]
         assert len(lines) == 1 and needle in lines[0], (model, r.output)
@@ -147,7 +146,7 @@ def test_bad_models_one_line_exit_2(tmp_path, monkeypatch):
 
 def test_python_dash_m_entry_point():
     p = subprocess.run([sys.executable, "-m", "mlxfit", "fit", "mlx-community/Qwen3-8B-4bit",
-                        "--ctx", "1024", *M4PRO, "--json"], capture_output=True, text=True,
+                        "--ctx", "1024", *ON_M4PRO, "--json"], capture_output=True, text=True,
                        check=False)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["context_tokens"] == 1024

@@ -14,11 +14,9 @@ from dataclasses import FrozenInstanceError, replace
 from pathlib import Path
 
 import pytest
-from st_helpers import make_folder
-from typer.testing import CliRunner
+from st_helpers import invoke, make_folder
 
 import mlxfit
-from mlxfit.cli.app import app
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.render.cluster import cluster_to_json
 from mlxfit.verbs.cluster.hosts import HostSpec, load_links, read_hosts_file, resolve_link
@@ -26,14 +24,9 @@ from mlxfit.verbs.cluster.launch import SPLIT_SCRIPT, hostfile_json, write_launc
 from mlxfit.verbs.cluster.plan import even_split, proportional_split, rank_ranges
 from mlxfit.verbs.cluster.twin import cluster
 
-runner = CliRunner()
 QWEN30 = "mlx-community/Qwen3-30B-A3B-4bit"
 NEXT80 = "mlx-community/Qwen3-Next-80B-A3B-Instruct-4bit"
 GPTOSS = "mlx-community/gpt-oss-20b-MXFP4-Q8"
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 # --------------------------------------------------------------------------- fixtures

@@ -27,11 +27,18 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from st_helpers import header_for, make_folder, make_hf_cache, write_raw, write_sparse
-from typer.testing import CliRunner
+from st_helpers import (
+    CONFIGS,
+    ON_M4PRO,
+    header_for,
+    invoke,
+    make_folder,
+    make_hf_cache,
+    write_raw,
+    write_sparse,
+)
 
 import mlxfit
-from mlxfit.cli.app import app
 from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
 from mlxfit.estimate.memory import Run, kv_term
 from mlxfit.model.config import FAMILIES, REMAP, parse_config
@@ -43,13 +50,10 @@ from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES, read_header, read_headers
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 QWEN3_8B = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
 NEMOTRON = json.loads((CONFIGS / "nvidia__Nemotron-H-56B-Base-8K.json").read_text())
 ALL_CONFIGS = [json.loads(p.read_text()) for p in sorted(CONFIGS.glob("*.json"))]
 CATALOG_MODEL = "mlx-community/Qwen3-8B-4bit"
-M4PRO = ["--machine", "M4 Pro 24GB"]
-runner = CliRunner()
 
 # Bounded, reproducible-on-failure, no .hypothesis/ directory written into the checkout.
 # tmp_path is shared by a test's examples on purpose: each one overwrites the same files.
@@ -96,10 +100,6 @@ def read_or_clean_error(path: Path):
         return None
     assert_exact(path, tensors)
     return tensors
-
-
-def cli(*args: str):
-    return runner.invoke(app, list(args))
 
 
 def assert_clean_exit_2(r, *fragments: str) -> str:
@@ -766,10 +766,10 @@ def test_unreadable_files_and_folders(tmp_path: Path) -> None:
     (cache / "hub").mkdir(parents=True)
     cache.chmod(0)
     try:
-        argv = [["fit", str(p), *M4PRO] for p in cases.values()]
+        argv = [["fit", str(p), *ON_M4PRO] for p in cases.values()]
         env = dict(os.environ, HF_HUB_OFFLINE="1", HF_HOME=str(cache))
         env.pop("HF_HUB_CACHE", None)
-        argv.append(["fit", CATALOG_MODEL, *M4PRO])  # with an HF cache we may not search
+        argv.append(["fit", CATALOG_MODEL, *ON_M4PRO])  # with an HF cache we may not search
         r = subprocess.run(prefix + [sys.executable, "-c", _UNREADABLE_DRIVER, json.dumps(argv)],
                            check=False, capture_output=True, text=True, env=env, timeout=60)
         assert r.returncode == 0, r.stderr
@@ -797,18 +797,18 @@ def test_unreadable_files_and_folders(tmp_path: Path) -> None:
     (["--ctx", "4096", "--memory-budget", "inf"], "--memory-budget"),
     (["--ctx", "4096", "--memory-budget", "-1"], "--memory-budget"),
     (["--ctx", "4096", "--memory-budget", "1e300"], "--memory-budget"),
-    (["--ctx", "4096", "--gen", "4096", *M4PRO], "--gen"),
-    (["--ctx", "4096", "--prefill-step-size", "0", *M4PRO], "--prefill-step-size"),
-    (["--ctx", "4096", "--kv-bits", "7", *M4PRO], "--kv-bits"),
-    (["--ctx", "4096", "--max-kv-size", "-1", *M4PRO], "--max-kv-size"),
+    (["--ctx", "4096", "--gen", "4096", *ON_M4PRO], "--gen"),
+    (["--ctx", "4096", "--prefill-step-size", "0", *ON_M4PRO], "--prefill-step-size"),
+    (["--ctx", "4096", "--kv-bits", "7", *ON_M4PRO], "--kv-bits"),
+    (["--ctx", "4096", "--max-kv-size", "-1", *ON_M4PRO], "--max-kv-size"),
 ])
 def test_absurd_flags_on_a_folder(tmp_path: Path, args, fragment: str) -> None:
     folder = tiny_folder(tmp_path)
-    assert_clean_exit_2(cli("fit", str(folder), *args), fragment)
+    assert_clean_exit_2(invoke("fit", str(folder), *args), fragment)
 
 
 def test_absurd_context_on_a_catalog_model() -> None:
-    assert_clean_exit_2(cli("fit", CATALOG_MODEL, "--ctx", str(10**12), "--memory-budget", "10"),
+    assert_clean_exit_2(invoke("fit", CATALOG_MODEL, "--ctx", str(10**12), "--memory-budget", "10"),
                         "--ctx")
 
 
@@ -832,7 +832,7 @@ def test_hostile_folders_through_the_cli(tmp_path: Path, case: str) -> None:
         shard.write_bytes(frame(b'{"w": {"dtype": [], "shape": [1], "data_offsets": [0, 1]}}', 1))
     else:
         cfg.write_text(json.dumps(dict(NEMOTRON, hybrid_override_pattern="")))
-    line = assert_clean_exit_2(cli("fit", str(folder), *M4PRO))
+    line = assert_clean_exit_2(invoke("fit", str(folder), *ON_M4PRO))
     assert str(folder) in line or "config.json" in line
 
 
@@ -907,7 +907,7 @@ def test_read_only_home_and_cache_write_nothing(tmp_path: Path) -> None:
     try:
         for model in (CATALOG_MODEL, str(folder), "org/tiny"):
             r = subprocess.run([sys.executable, "-m", "mlxfit", "fit", model, "--ctx", "4096",
-                                *M4PRO, "--json"], cwd=work, env=env, capture_output=True,
+                                *ON_M4PRO, "--json"], cwd=work, env=env, capture_output=True,
                                text=True, timeout=60, check=False)
             assert r.returncode in (0, 1), (model, r.stderr)
             assert json.loads(r.stdout)["weights_bytes"] > 0
@@ -948,7 +948,7 @@ def test_no_home_directory_at_all(monkeypatch) -> None:
         raise KeyError(uid)
 
     monkeypatch.setattr(pwd, "getpwuid", no_entry)
-    r = cli("fit", CATALOG_MODEL, *M4PRO)
+    r = invoke("fit", CATALOG_MODEL, *ON_M4PRO)
     assert r.exit_code in (0, 1) and isinstance(r.exception, (SystemExit, type(None))), repr(
         r.exception)
 
@@ -962,7 +962,7 @@ def test_hostile_user_calibration_file(tmp_path: Path, monkeypatch, content: byt
     (home / ".config" / "mlxfit").mkdir(parents=True)
     (home / ".config" / "mlxfit" / "calibration.toml").write_bytes(content)
     monkeypatch.setenv("HOME", str(home))
-    assert_clean_exit_2(cli("fit", CATALOG_MODEL, *M4PRO, "--json"), "calibration")
+    assert_clean_exit_2(invoke("fit", CATALOG_MODEL, *ON_M4PRO, "--json"), "calibration")
 
 
 # ============================================================================ fuzz campaign

@@ -17,21 +17,24 @@ from pathlib import Path
 
 import pytest
 from hub_server import FakeHub
-from st_helpers import make_folder, make_hf_cache, make_qwen3_8b_bf16, write_raw
-from typer.testing import CliRunner
+from st_helpers import (
+    ON_M4PRO,
+    config_dict,
+    invoke,
+    make_folder,
+    make_hf_cache,
+    make_qwen3_8b_bf16,
+    write_raw,
+)
 
 import mlxfit
-from mlxfit.cli.app import app
 from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
 from mlxfit.sources.hub import fetch as mhub
 from mlxfit.sources.hub import http as mhub_http
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.safetensors_header import read_headers
 
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 SENTINEL = "hf_SENTINELtokenZZZ0123456789abcdef"
-M4PRO = ["--machine", "M4 Pro 24GB"]
-runner = CliRunner()
 
 
 # --- environment ------------------------------------------------------------------------------
@@ -72,7 +75,7 @@ def server(env: Path, monkeypatch: pytest.MonkeyPatch):
 def qwen_tiny(root: Path, *, n_shards: int = 3, index: bool = True, kv_config: bool = True,
               width: int = 1024) -> Path:
     """A Qwen3-0.6B-shaped model cut to two layers, sharded, with its real config."""
-    cfg = json.loads((CONFIGS / "Qwen__Qwen3-0.6B.json").read_text())
+    cfg = config_dict("Qwen__Qwen3-0.6B")
     cfg["num_hidden_layers"] = 2
     tensors = {"model.embed_tokens.weight": ("BF16", [151936, width]),
                "model.norm.weight": ("BF16", [width])}
@@ -101,7 +104,7 @@ def qwen_tiny(root: Path, *, n_shards: int = 3, index: bool = True, kv_config: b
 
 def qwen3_8b_bf16(root: Path, n_shards: int = 4) -> Path:
     """Qwen3-8B in bf16 (16.4 GB) as sparse shards: only headers occupy disk."""
-    cfg = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
+    cfg = config_dict("Qwen__Qwen3-8B")
     return make_qwen3_8b_bf16(root, cfg, n_shards)
 
 
@@ -112,10 +115,6 @@ def header_len(path: Path) -> int:
 
 def shard_paths(folder: Path) -> list[Path]:
     return sorted(folder.glob("model*.safetensors"))
-
-
-def invoke(*args: str):
-    return runner.invoke(app, list(args))
 
 
 # --- what is fetched, and what is not ---------------------------------------------------------
@@ -234,7 +233,7 @@ def test_second_run_and_offline_make_no_request(server: FakeHub, tmp_path: Path,
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     offline = resolve_model("acme/tiny")
-    r = invoke("fit", "acme/tiny", "--ctx", "2048", *M4PRO, "--json")
+    r = invoke("fit", "acme/tiny", "--ctx", "2048", *ON_M4PRO, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["source"] == "hub"
     assert offline.tensors == first.tensors
@@ -594,13 +593,13 @@ def test_not_a_repo_id_is_never_asked(server: FakeHub) -> None:
 def test_cli_fit_from_the_hub_and_faults_exit_2(server: FakeHub, tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
-    r = invoke("fit", "acme/tiny", "--ctx", "2048", *M4PRO, "--json")
+    r = invoke("fit", "acme/tiny", "--ctx", "2048", *ON_M4PRO, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["source"] == "hub"
 
     server.fault("/api/models/acme/down", status=502)
     for model, needle in [("acme/nope", "not found"), ("acme/down", "answered 502")]:
-        r = invoke("fit", model, *M4PRO)
+        r = invoke("fit", model, *ON_M4PRO)
         lines = [ln for ln in r.output.strip().splitlines() if ln]
         assert r.exit_code == 2 and len(lines) == 1 and needle in lines[0], r.output
         assert "Traceback" not in r.output
@@ -628,7 +627,7 @@ def test_token_never_appears(server: FakeHub, tmp_path: Path, monkeypatch: pytes
     seen: list[str] = []
     for model in ("acme/nope", "meta/gated", "acme/slow", "acme/cut", "acme/flaky",
                   "acme/secret", "acme/tiny"):
-        r = invoke("fit", model, "--ctx", "1024", *M4PRO)
+        r = invoke("fit", model, "--ctx", "1024", *ON_M4PRO)
         seen.append(r.output)
         try:
             src = resolve_model(model)

@@ -4,19 +4,12 @@ as arithmetic on the config's numbers, not computed by the code under test."""
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
-
 import pytest
+from st_helpers import CONFIGS, config_dict
+from st_helpers import load_config as load
 
 from mlxfit.estimate.memory import Run, kv_bytes_final
 from mlxfit.model.config import parse_config
-
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
-
-
-def load(name: str, act_bytes: int = 2):
-    return parse_config(json.loads((CONFIGS / name).read_text()), act_bytes=act_bytes)
 
 
 def kv(name: str, ctx: int, **kw) -> int:
@@ -115,7 +108,7 @@ def test_gemma4_global_head_dim_and_kv_heads():
     """Gemma 4 26B-A4B: full layers use global_head_dim 512 and (k_eq_v) 2 global kv heads:
     2 x 512 x 4 = 4,096 B/token; sliding layers 8 x 256 x 4 = 8,192 B/token, window 1024.
     5 full + 25 sliding layers (layer_types)."""
-    d = json.loads((CONFIGS / "google__gemma-4-26B-A4B.json").read_text())
+    d = config_dict("google__gemma-4-26B-A4B")
     n_full = d["text_config"]["layer_types"].count("full_attention")
     assert n_full == 5
     assert kv("google__gemma-4-26B-A4B.json", 16384) == 5 * 16384 * 4096 + 25 * 1024 * 8192
@@ -124,7 +117,7 @@ def test_gemma4_global_head_dim_and_kv_heads():
 def test_gemma4_kv_shared_layers_own_nothing():
     """num_kv_shared_layers = 10 on the same 30 layers: the last 10 layers read earlier caches.
     Layers 20..29 in the fixture are sliding except 23 and 29 (every 6th is full)."""
-    d = json.loads((CONFIGS / "google__gemma-4-26B-A4B.json").read_text())
+    d = config_dict("google__gemma-4-26B-A4B")
     d["text_config"]["num_kv_shared_layers"] = 10
     cfg = parse_config(d)
     types = d["text_config"]["layer_types"]
@@ -172,7 +165,7 @@ def test_nemotron_h_pattern():
     """Nemotron-H 56B: hybrid_override_pattern has 10 '*' (attention: 8 kv x 128 x 4 = 4,096
     B/token) and 54 'M' Mamba2 layers, each conv (4-1) x (256 x 64 + 2 x 8 x 256) x 2 and SSM
     256 x 64 x 256 x 4 bytes. The '-' MLP layers hold nothing."""
-    d = json.loads((CONFIGS / "nvidia__Nemotron-H-56B-Base-8K.json").read_text())
+    d = config_dict("nvidia__Nemotron-H-56B-Base-8K")
     pat = d["hybrid_override_pattern"]
     assert pat.count("*") == 10 and pat.count("M") == 54
     cfg = load("nvidia__Nemotron-H-56B-Base-8K.json")
@@ -231,10 +224,58 @@ def test_max_kv_size_only_without_own_cache():
     assert kv("meta-llama__Meta-Llama-3.1-8B.json", 16384, max_kv_size=4096) == 16384 * 131_072
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in CONFIGS.glob("*.json")))
+# ctx 1024 on every fixture, bf16 activations (2 B/element, K + V: x 4 per kv head-dim). The
+# 1023-token prefill is one chunk -> 1024 slots in 256 steps and token 1024 fits: every full
+# cache holds 1024 tokens. A window of 1024 (Gemma) ends full too: the prefill leaves 1023, the
+# last token grows it by min(256, 1024 - 1023) = 1. gpt-oss's 128-token windows trim to 128.
+# Llama 4's 8192-token chunks are not reached. Per token: layers x kv heads x head dim x 4 B
+# (head dim = hidden / heads where the config has none); MLA as in the DeepSeek test above;
+# recurrent and conv state are not KV (state_bytes, tested above).
+KV_AT_1024 = {
+    "Creekside__gemma-3-4b-text__variant": 1024 * 34 * 4 * 256 * 4,  # 5 full + 29 window 1024
+    "LiquidAI__LFM2.5-1.2B-Instruct-mlx-4bit": 1024 * 6 * 8 * 64 * 4,  # 6 attention layers
+    "Qwen__Qwen2.5-72B-Instruct": 1024 * 80 * 8 * (8192 // 64) * 4,
+    "Qwen__Qwen2.5-7B-Instruct": 1024 * 28 * 4 * (3584 // 28) * 4,
+    "Qwen__Qwen2.5-7B": 1024 * 57_344,
+    "Qwen__Qwen3-0.6B": 1024 * 114_688,
+    "Qwen__Qwen3-235B-A22B": 1024 * 94 * 4 * 128 * 4,
+    "Qwen__Qwen3-30B-A3B": 1024 * 48 * 4 * 128 * 4,
+    "Qwen__Qwen3-32B": 1024 * 64 * 8 * 128 * 4,
+    "Qwen__Qwen3-4B__variant": 1024 * 36 * 8 * 128 * 4,
+    "Qwen__Qwen3-8B": 1024 * 147_456,
+    "Qwen__Qwen3-Next-80B-A3B-Thinking": 1024 * 12 * 2 * 256 * 4,  # 12 full of 48
+    "deepseek-ai__DeepSeek-V2-Lite": 1024 * 27 * 16 * (192 + 128) * 2,
+    "deepseek-ai__DeepSeek-V3": 1024 * 61 * (512 + 64) * 2,
+    "georgehenney__Qwen3-8B-heretic-mlx-4bit": 1024 * 36 * 8 * 128 * 4,  # 36 full_attention
+    "google__gemma-2-9b-it": 1024 * 42 * 8 * 256 * 4,
+    "google__gemma-4-26B-A4B": 1024 * (5 * 2 * 512 + 25 * 8 * 256) * 4,  # window 1024 fills
+    "google__medgemma-27b-it": 1024 * 62 * 16 * 128 * 4,  # 10 full + 52 window 1024
+    "meta-llama__Llama-3.2-1B-Instruct__variant": 1024 * 16 * 8 * 64 * 4,
+    "meta-llama__Llama-3.2-3B": 1024 * 28 * 8 * 128 * 4,
+    "meta-llama__Llama-4-Scout-17B-16E-Instruct": 1024 * 48 * 8 * 128 * 4,
+    "meta-llama__Llama-4-Scout-17B-16E-Instruct__variant": 1024 * 48 * 8 * 128 * 4,
+    "meta-llama__Meta-Llama-3.1-70B": 1024 * 327_680,
+    "meta-llama__Meta-Llama-3.1-8B": 1024 * 131_072,
+    "microsoft__Phi-3-mini-4k-instruct": 1024 * 32 * 32 * 96 * 4,
+    "mistralai__Mistral-7B-v0.1": 1024 * 131_072,
+    "mistralai__Mixtral-8x7B-v0.1": 1024 * 32 * 8 * (4096 // 32) * 4,
+    "mlx-community__Qwen3.5-9B-MLX-8bit": 1024 * 8 * 4 * 256 * 4,  # 8 full of 32
+    "moonshotai__Kimi-K2-Instruct": 1024 * 61 * (512 + 64) * 2,
+    "nvidia__Nemotron-H-56B-Base-8K": 1024 * 10 * 8 * 128 * 4,  # the 10 '*' layers
+    "openai__gpt-oss-120b": (18 * 1024 + 18 * 128) * 8 * 64 * 4,  # 18 full + 18 window 128
+    "openai__gpt-oss-20b": (12 * 1024 + 12 * 128) * 8 * 64 * 4,
+    "unsloth__Mistral-Small-24B-Instruct-2501__variant": 1024 * 40 * 8 * 128 * 4,
+}
+
+
+def test_kv_table_covers_every_fixture():
+    assert sorted(KV_AT_1024) == sorted(p.stem for p in CONFIGS.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in CONFIGS.glob("*.json")))
 def test_every_fixture_parses_with_a_plan(name):
     cfg = load(name)
     assert len(cfg.layers) == cfg.num_layers
     # A plan without any attention or state would size nothing: every fixture has one.
     assert cfg.attention_layers or cfg.state_bytes > 0
-    assert kv_bytes_final(cfg, Run(ctx=1024)) >= 0
+    assert kv_bytes_final(cfg, Run(ctx=1024)) == KV_AT_1024[name]

@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from st_helpers import NO_USER_TABLE, PROBE_FIXTURES, recorded_runner
 
 from mlxfit.errors import MachineError
 from mlxfit.hardware import resolve as mm
@@ -24,48 +24,11 @@ from mlxfit.hardware.resolve import (
 from mlxfit.hardware.skus import load_sku_table
 from mlxfit.resources import data_path
 
-FIXTURES = Path(__file__).parent / "fixtures" / "probe"
-NO_USER_TABLE = Path("/nonexistent/mlxfit/apple_skus.toml")
-
 
 @pytest.fixture(scope="module")
 def table() -> dict:
     # The shipped table alone: a developer's own ~/.config/mlxfit/apple_skus.toml must not leak in.
     return load_sku_table(user_path=NO_USER_TABLE)
-
-
-def recorded_runner(name: str):
-    """A runner answering from tests/fixtures/probe/<name>.txt; any other command fails."""
-    outputs: dict[str, str | None] = {}
-    cmd: str | None = None
-    lines: list[str] = []
-    for line in (FIXTURES / f"{name}.txt").read_text().splitlines():
-        if line.startswith("$ "):
-            if cmd is not None:
-                outputs[cmd] = "\n".join(lines) + "\n" if lines else ""
-            cmd, lines = line[2:].strip(), []
-        elif cmd is not None:
-            if line.startswith("!fail"):
-                outputs[cmd] = None
-                cmd = None
-            else:
-                lines.append(line)
-    if cmd is not None:
-        outputs[cmd] = "\n".join(lines) + "\n" if lines else ""
-    calls: list[str] = []
-
-    def run(argv: list[str]) -> str:
-        key = " ".join(argv)
-        calls.append(key)
-        if key not in outputs:
-            raise FileNotFoundError(f"no recorded output for {key!r}")
-        out = outputs[key]
-        if out is None:
-            raise subprocess.CalledProcessError(1, argv)
-        return out
-
-    run.calls = calls  # type: ignore[attr-defined]
-    return run
 
 
 def failing_runner(argv: list[str]) -> str:
@@ -486,7 +449,7 @@ def test_probe_intel_mac_is_not_apple_silicon(table):
 
 
 def test_probe_linux_uses_total_ram_and_runs_no_command(table):
-    total = int((FIXTURES / "linux.txt").read_text().split()[-1])
+    total = int((PROBE_FIXTURES / "linux.txt").read_text().split()[-1])
     m = probe_machine(failing_runner, platform="linux", table=table, total_ram=lambda: total)
     assert not m.is_apple_silicon and m.bandwidth_gbs is None and m.chip is None
     assert m.ram_bytes == total and m.usable_bytes == int(total * 0.75)

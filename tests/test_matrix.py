@@ -3,12 +3,9 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
-from st_helpers import make_folder
-from test_machine import recorded_runner
-from typer.testing import CliRunner
+from st_helpers import NO_USER_TABLE, config_dict, make_folder, recorded_runner, runner
 
 import mlxfit
 from mlxfit.cli.app import app
@@ -19,8 +16,6 @@ from mlxfit.hardware.skus import load_sku_table
 from mlxfit.render.matrix import matrix_to_json
 from mlxfit.verbs.matrix import filter_skus, matrix
 
-runner = CliRunner()
-NO_USER_TABLE = Path("/nonexistent/mlxfit/apple_skus.toml")
 QWEN8 = "mlx-community/Qwen3-8B-4bit"
 QWEN30 = "mlx-community/Qwen3-30B-A3B-4bit"
 GEMMA27 = "mlx-community/gemma-3-27b-it-4bit"  # sliding window + unfused head dim 128/256
@@ -104,14 +99,30 @@ def test_fits_but_one_array_is_too_big_for_metal():
     assert (d["rows"][0]["fits"], d["rows"][0]["runs"], d["fits_count"]) == (True, False, 0)
 
 
+CLI_ROW_ARGS = ["--ctx", "40000", "--prefill-step-size", "1024"]
+
+
+@pytest.fixture(scope="module")
+def cli_matrix_rows(tmp_path_factory) -> dict[str, dict]:
+    """One `matrix --json` run shared by the per-SKU comparisons below, isolated as every test
+    here is (conftest.py and isolated_home): no network, no cache or home of this host's."""
+    root = tmp_path_factory.mktemp("matrix-rows")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("HF_HUB_OFFLINE", "1")
+        mp.setenv("MLXFIT_CACHE_DIR", str(root / "mlxfit-cache"))
+        mp.setenv("HOME", str(root / "home"))
+        mp.setenv("HF_HUB_CACHE", str(root / "hub"))
+        rm = runner.invoke(app, ["matrix", QWEN30, *CLI_ROW_ARGS, "--json"])
+    assert rm.exit_code == 0, rm.output
+    return {r["name"]: r for r in json.loads(rm.stdout)["rows"]}
+
+
 @pytest.mark.parametrize("sku", ["M1 8-core 8GB", "M3 Max 36GB", "M2 Max 96GB",
                                  "M4 Pro 20-core 48GB", "M5 Max 36GB", "M3 Ultra 512GB"])
-def test_cli_row_equals_cli_fit(sku):
+def test_cli_row_equals_cli_fit(sku, cli_matrix_rows):
     """Through the CLI too: the row of `matrix --json` and `fit --machine <sku> --json`."""
-    args = ["--ctx", "40000", "--prefill-step-size", "1024"]
-    rm = runner.invoke(app, ["matrix", QWEN30, *args, "--json"])
-    assert rm.exit_code == 0, rm.output
-    row = next(r for r in json.loads(rm.stdout)["rows"] if r["name"] == sku)
+    args = CLI_ROW_ARGS
+    row = cli_matrix_rows[sku]
     rf = runner.invoke(app, ["fit", QWEN30, *args, "--machine", sku, "--json"])
     assert rf.exit_code in (0, 1), rf.output
     f = json.loads(rf.stdout)
@@ -247,8 +258,7 @@ def test_user_table_chip_is_a_row(tmp_path):
 
 def test_folder_model_and_its_warnings(tmp_path):
     """A folder model with no max_position_embeddings: the model-level warning once, not per row."""
-    cfg = json.loads((Path(__file__).parent / "fixtures" / "configs" /
-                      "Qwen__Qwen3-0.6B.json").read_text())
+    cfg = config_dict("Qwen__Qwen3-0.6B")
     cfg.pop("max_position_embeddings")
     spec = {"model.embed_tokens.weight": ("BF16", [151936, 1024])}
     for i in range(cfg["num_hidden_layers"]):

@@ -27,6 +27,19 @@ import time
 from pathlib import Path
 
 import pytest
+from st_helpers import (
+    DEEPSEEK_V3,
+    GEMMA3,
+    GPT_OSS,
+    GRANITE_HYBRID,
+    LLAMA64,
+    LLAMA128,
+    NEMOTRON_H,
+    QWEN3,
+    QWEN3_MOE,
+    QWEN3_NEXT,
+    invoke,
+)
 
 from mlxfit.verbs.measure.run import mlx_missing_reason
 
@@ -47,87 +60,6 @@ MORE_REPEATS = 3
 WORKER_TIMEOUT_S = 1800
 RECORDS_ENV = "MLXFIT_MEASURE_RECORDS"  # set to a path: every run's full record is appended
 
-# --------------------------------------------------------------------------- tiny configs
-# Field names as in config.json. Each has >= 2 layers with a cache after the first attention
-# layer (prefill evaluates only the caches: the last layer's attention/MLP never run).
-
-LLAMA64 = {
-    "model_type": "llama", "hidden_size": 256, "num_hidden_layers": 2,
-    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 64, "rms_norm_eps": 1e-5, "vocab_size": 2000, "rope_theta": 10000.0,
-    "tie_word_embeddings": True,
-}
-LLAMA128 = dict(LLAMA64, hidden_size=512, intermediate_size=1024, head_dim=128)
-QWEN3 = {
-    "model_type": "qwen3", "hidden_size": 256, "num_hidden_layers": 3,
-    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 64, "rms_norm_eps": 1e-6, "vocab_size": 3000,
-    "max_position_embeddings": 40960, "rope_theta": 1000000.0, "tie_word_embeddings": True,
-}
-GEMMA3 = {
-    "model_type": "gemma3_text", "hidden_size": 256, "num_hidden_layers": 4,
-    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 1,
-    "head_dim": 64, "query_pre_attn_scalar": 64, "rms_norm_eps": 1e-6, "vocab_size": 4000,
-    "sliding_window": 128, "sliding_window_pattern": 2, "rope_theta": 1000000.0,
-    "rope_local_base_freq": 10000.0,
-}
-GPT_OSS = {
-    "model_type": "gpt_oss", "num_hidden_layers": 4, "num_local_experts": 4,
-    "num_experts_per_tok": 2, "vocab_size": 2000, "rms_norm_eps": 1e-5, "hidden_size": 256,
-    "intermediate_size": 256, "head_dim": 64, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "sliding_window": 128, "rope_theta": 150000,
-    "layer_types": ["sliding_attention", "full_attention"] * 2,
-}
-QWEN3_MOE = {
-    "model_type": "qwen3_moe", "hidden_size": 256, "num_hidden_layers": 3,
-    "intermediate_size": 768, "num_attention_heads": 4, "num_key_value_heads": 2,
-    "head_dim": 64, "num_experts": 8, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
-    "mlp_only_layers": [], "moe_intermediate_size": 256, "rms_norm_eps": 1e-6,
-    "vocab_size": 2000, "rope_theta": 1000000.0, "tie_word_embeddings": False,
-    "max_position_embeddings": 40960, "norm_topk_prob": True,
-}
-DEEPSEEK_V3 = {
-    "model_type": "deepseek_v3", "vocab_size": 2000, "hidden_size": 256,
-    "intermediate_size": 768, "moe_intermediate_size": 128, "num_hidden_layers": 3,
-    "num_attention_heads": 4, "num_key_value_heads": 4, "n_shared_experts": 1,
-    "n_routed_experts": 8, "routed_scaling_factor": 2.5, "kv_lora_rank": 128,
-    "q_lora_rank": 192, "qk_rope_head_dim": 64, "v_head_dim": 64, "qk_nope_head_dim": 64,
-    "topk_method": "noaux_tc", "scoring_func": "sigmoid", "norm_topk_prob": True,
-    "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2, "moe_layer_freq": 1,
-    "first_k_dense_replace": 1, "max_position_embeddings": 8192, "rms_norm_eps": 1e-6,
-    "rope_theta": 10000.0,
-}
-QWEN3_NEXT = {
-    "model_type": "qwen3_next", "hidden_size": 256, "num_hidden_layers": 4,
-    "intermediate_size": 512, "num_attention_heads": 4, "linear_num_value_heads": 4,
-    "linear_num_key_heads": 2, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
-    "linear_conv_kernel_dim": 4, "num_experts": 8, "num_experts_per_tok": 2,
-    "decoder_sparse_step": 1, "shared_expert_intermediate_size": 256, "mlp_only_layers": [],
-    "moe_intermediate_size": 128, "rms_norm_eps": 1e-6, "vocab_size": 2000,
-    "num_key_value_heads": 2, "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
-    "max_position_embeddings": 8192, "head_dim": 64, "full_attention_interval": 2,
-    "tie_word_embeddings": False,
-}
-NEMOTRON_H = {
-    "model_type": "nemotron_h", "vocab_size": 2000, "hidden_size": 256,
-    "intermediate_size": 512, "max_position_embeddings": 8192, "num_attention_heads": 4,
-    "num_key_value_heads": 2, "head_dim": 64, "attention_bias": False, "mamba_num_heads": 8,
-    "mamba_head_dim": 32, "mamba_proj_bias": False, "ssm_state_size": 64, "conv_kernel": 4,
-    "n_groups": 2, "mlp_bias": False, "layer_norm_epsilon": 1e-5, "use_bias": False,
-    "use_conv_bias": True, "hybrid_override_pattern": ["M", "*", "M", "-"],
-    "num_hidden_layers": 4, "rope_theta": 10000.0,
-}
-GRANITE_HYBRID = {
-    "model_type": "granitemoehybrid", "vocab_size": 2000, "hidden_size": 256,
-    "intermediate_size": 512, "num_hidden_layers": 4, "max_position_embeddings": 8192,
-    "num_attention_heads": 4, "num_key_value_heads": 2, "attention_bias": False,
-    "embedding_multiplier": 12.0, "attention_multiplier": 0.015625, "logits_scaling": 4.0,
-    "residual_multiplier": 0.22, "layer_types": ["mamba", "attention", "mamba", "mamba"],
-    "rms_norm_eps": 1e-5, "num_local_experts": 4, "num_experts_per_tok": 2,
-    "shared_intermediate_size": 512, "mamba_n_heads": 8, "mamba_d_head": 32,
-    "mamba_proj_bias": False, "mamba_d_state": 64, "mamba_d_conv": 4, "mamba_n_groups": 1,
-    "mamba_conv_bias": True, "position_embedding_type": "rope", "tie_word_embeddings": True,
-}
 MODELS = {
     "llama_hd64": LLAMA64, "llama_hd128": LLAMA128, "qwen3": QWEN3, "gemma3_text": GEMMA3,
     "gpt_oss": GPT_OSS, "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3,
@@ -496,14 +428,6 @@ def test_measure_hf_cache_repo_and_catalog(tiny_llama, tmp_path, monkeypatch):
 # --------------------------------------------------------------------------- the CLI
 
 
-def _invoke(*args: str):
-    from typer.testing import CliRunner
-
-    from mlxfit.cli.app import app
-
-    return CliRunner().invoke(app, list(args))
-
-
 @MLX
 @NEEDS_MLX
 def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
@@ -511,12 +435,12 @@ def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
 
     monkeypatch.setattr(records, "DEFAULT_RESULTS", tmp_path / "m.jsonl")
     monkeypatch.setattr(settings, "USER_CALIBRATION", tmp_path / "none.toml")
-    r = _invoke("measure", str(tiny_llama), "--ctx", "300", "--gen", "2")
+    r = invoke("measure", str(tiny_llama), "--ctx", "300", "--gen", "2")
     assert r.exit_code == 0, r.output
     for word in ("weights", "KV cache", "transient", "peak", "decode tok/s", "exact",
                  "backend cpu"):
         assert word in r.output, word
-    r = _invoke("measure", str(tiny_llama), "--ctx", "600", "--gen", "2",
+    r = invoke("measure", str(tiny_llama), "--ctx", "600", "--gen", "2",
                 "--prefill-step-size", "256", "--kv-bits", "8", "--quantized-kv-start", "0",
                 "--json", "--save")
     assert r.exit_code == 0, r.output
@@ -539,7 +463,7 @@ def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
     (["--ctx", "300", "--dtype", "float32"], "--random-weights"),
 ])
 def test_cli_measure_bad_flags_one_line_exit_2(tiny_llama, args, needle):
-    r = _invoke("measure", str(tiny_llama), *args)
+    r = invoke("measure", str(tiny_llama), *args)
     assert r.exit_code == 2
     err = r.stderr if hasattr(r, "stderr") and r.stderr else r.output
     assert needle in err and err.strip().count("\n") == 0, err
@@ -550,7 +474,7 @@ def test_cli_measure_without_mlx_says_how_to_install(monkeypatch, tmp_path):
     for mod in ("mlx", "mlx.core", "mlx_lm"):
         monkeypatch.setitem(sys.modules, mod, None)
     (tmp_path / "config.json").write_text(json.dumps(LLAMA64))
-    r = _invoke("measure", str(tmp_path), "--ctx", "300", "--random-weights")
+    r = invoke("measure", str(tmp_path), "--ctx", "300", "--random-weights")
     assert r.exit_code == 2
     err = r.stderr if hasattr(r, "stderr") and r.stderr else r.output
     assert 'pip install "mlxfit[measure]"' in err and err.strip().count("\n") == 0, err

@@ -12,8 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from st_helpers import make_hf_cache, write_sparse
-from typer.testing import CliRunner
+from st_helpers import M4PRO, make_hf_cache, runner, write_sparse
 
 from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
@@ -24,12 +23,9 @@ from mlxfit.sources.catalog import load_entry
 from mlxfit.sources.hf_cache import adapter_reason, drafter_reason, missing_numbered_shards
 from mlxfit.verbs.pick import Option, choose, pick
 
-runner = CliRunner()
-
 QWEN8 = "mlx-community/Qwen3-8B-4bit"  # 4.61 GB of weights, the built-in default
 QWEN30 = "mlx-community/Qwen3-30B-A3B-4bit"  # 17.18 GB
 QWEN4 = "mlx-community/Qwen3-4B-Instruct-2507-4bit"  # 2.26 GB
-M4PRO24 = "M4 Pro 24GB"  # usable 0.76 * 24 GiB = 19.59 GB; coexist 0.6 * 24 GiB = 15.46 GB
 
 
 @pytest.fixture(autouse=True)
@@ -187,7 +183,7 @@ def test_default_model_is_qwen3_8b_4bit_and_in_the_catalog():
 def test_pick_default_when_downloaded(tmp_path):
     for rid in (QWEN8, QWEN30, QWEN4):
         cache_model(hub(tmp_path), rid)
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert (p.chosen, p.rule) == (QWEN8, "default")
     assert [c.model for c in p.candidates] == [QWEN30, QWEN8, QWEN4]  # largest first
     c = by_model(p)
@@ -202,8 +198,8 @@ def test_pick_totals_are_those_of_fit(tmp_path):
     import mlxfit
 
     snap = cache_model(hub(tmp_path), QWEN30)
-    p = pick(16384, machine=M4PRO24)
-    r = mlxfit.fit(QWEN30, 16384, machine=M4PRO24)
+    p = pick(16384, machine=M4PRO)
+    r = mlxfit.fit(QWEN30, 16384, machine=M4PRO)
     c = p.candidates[0]
     assert (c.total_bytes, c.fits, c.runs, c.max_safe_context) == (
         r.total_bytes, r.fits, r.runs, r.max_safe_context)
@@ -215,7 +211,7 @@ def test_pick_coexist_then_fits_then_none(tmp_path):
     cache_model(hub(tmp_path), QWEN30)
     cache_model(hub(tmp_path), QWEN4)
     # Default absent: the 30B (18.8 GB at 8K) is over 0.6 of 24 GiB, the 4B is chosen.
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert (p.chosen, p.rule) == (QWEN4, "coexist")
     c = by_model(p)
     assert c[QWEN30].fits and not c[QWEN30].fits_coexist and not c[QWEN30].chosen
@@ -225,7 +221,7 @@ def test_pick_coexist_then_fits_then_none(tmp_path):
     assert pick(8192, machine="M4 Pro 64GB").chosen == QWEN30
     # Only the heavy one: the last resort takes it.
     shutil.rmtree(hub(tmp_path) / "models--mlx-community--Qwen3-4B-Instruct-2507-4bit")
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert (p.chosen, p.rule) == (QWEN30, "fits")
     assert p.candidates[0].budget == "usable"
     # Nothing fits an 8 GB Mac.
@@ -236,7 +232,7 @@ def test_pick_coexist_then_fits_then_none(tmp_path):
 
 def test_coexist_is_never_above_the_usable_memory(tmp_path):
     cache_model(hub(tmp_path), QWEN4)
-    p = pick(8192, machine=M4PRO24, memory_budget_gb=3.0, coexist_fraction=1.0)
+    p = pick(8192, machine=M4PRO, memory_budget_gb=3.0, coexist_fraction=1.0)
     assert p.coexist_bytes == p.usable_bytes == 3 * 10**9
 
 
@@ -247,11 +243,11 @@ def test_settings_file_and_arguments(tmp_path, isolated_home):
     cfg.parent.mkdir(parents=True)
     cfg.write_text(f'[pick]\ndefault_model = "{QWEN4}"\ncoexist_fraction = 0.5\n'
                    '[other_verb]\nanything = 1\n')
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert (p.chosen, p.rule, p.default_model_from) == (QWEN4, "default", str(cfg))
     assert p.coexist_fraction == 0.5 and p.coexist_bytes == int(24 * GIB * 0.5)
     # Arguments win over the file; the default is matched case-insensitively.
-    p = pick(8192, machine=M4PRO24, default_model=QWEN8.upper(), coexist_fraction=0.7)
+    p = pick(8192, machine=M4PRO, default_model=QWEN8.upper(), coexist_fraction=0.7)
     assert (p.chosen, p.default_model_from, p.coexist_fraction) == (QWEN8, "argument", 0.7)
 
 
@@ -281,7 +277,7 @@ def test_missing_settings_file_means_builtins(tmp_path):
                                 {"default_model": "  "}])
 def test_bad_arguments(tmp_path, kw):
     with pytest.raises(UsageError):
-        pick(**{"ctx": 8192, "machine": M4PRO24, **kw})
+        pick(**{"ctx": 8192, "machine": M4PRO, **kw})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -301,7 +297,7 @@ def test_drafters_and_adapters_are_skipped_quietly(tmp_path):
         "adapter_config.json": b'{"fine_tune_type": "lora"}',
         "adapters.safetensors": {"x.lora_a": ("BF16", [8, 8])},
     }, commit="a" * 40)
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert [c.model for c in p.candidates] == [QWEN4]
     kinds = {s.model: s.kind for s in p.skipped}
     assert kinds == {"mlx-community/Qwen3-0.6B-4bit-DRAFT": "drafter",
@@ -337,7 +333,7 @@ def test_not_a_model_repos_are_listed_not_warned(tmp_path):
     make_hf_cache(hub(tmp_path), "org/tokenizer-only", {"tokenizer.json": b"{}"}, commit="d" * 40)
     (hub(tmp_path) / "datasets--org--data").mkdir()  # not a model repo: ignored
     (hub(tmp_path) / ".locks").mkdir()
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert [c.model for c in p.candidates] == [QWEN4] and p.warnings == ()
     reasons = {s.model: (s.kind, s.reason) for s in p.skipped}
     assert reasons["Qwen/Qwen3-8B"] == (
@@ -352,10 +348,10 @@ def test_any_revision_main_first_then_newest(tmp_path):
     an older complete one, and says so."""
     old = cache_model(hub(tmp_path), QWEN4, commit="1" * 40, refs=("v1",))
     new = cache_model(hub(tmp_path), QWEN4, commit="2" * 40, refs=("main",))
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert p.candidates[0].revision == "2" * 40
     (new / "model-00002-of-00002.safetensors").unlink()  # main is now half-downloaded
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     c = p.candidates[0]
     assert c.revision == "1" * 40 and c.location == str(old)
     assert any("revision 222222222222 skipped" in n and "missing" in n for n in c.notes)
@@ -368,18 +364,18 @@ def test_any_revision_main_first_then_newest(tmp_path):
 
 
 def test_empty_and_missing_cache(tmp_path):
-    p = pick(8192, machine=M4PRO24)  # HF_HUB_CACHE points at a folder that does not exist
+    p = pick(8192, machine=M4PRO)  # HF_HUB_CACHE points at a folder that does not exist
     assert (p.chosen, p.candidates, p.skipped) == (None, (), ())
     assert "no loadable MLX model" in p.reason and str(hub(tmp_path)) in p.reason
     assert any("no Hugging Face cache at" in n for n in p.notes)
     hub(tmp_path).mkdir()
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert p.chosen is None and not any("no Hugging Face cache" in n for n in p.notes)
 
 
 def test_cache_path_that_is_a_file_is_a_warning(tmp_path):
     hub(tmp_path).write_text("not a folder")
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert p.chosen is None
     assert len(p.warnings) == 1 and "cannot read the Hugging Face cache" in p.warnings[0]
 
@@ -390,7 +386,7 @@ def test_broken_symlinks_in_snapshots(tmp_path):
     (snap / "config.json").resolve().unlink()  # blob gone: config.json dangles
     snap30 = cache_model(hub(tmp_path), QWEN30)
     (snap30 / "model-00001-of-00002.safetensors").resolve().unlink()  # a shard dangles
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert [c.model for c in p.candidates] == [QWEN4] and p.chosen == QWEN4
     reasons = {s.model: s.reason for s in p.skipped}
     assert "broken symlink" in reasons[QWEN8] and "config.json" in reasons[QWEN8]
@@ -404,7 +400,7 @@ def test_half_downloaded_model(tmp_path):
     (snap / "model-00002-of-00003.safetensors").unlink()  # as an interrupted download leaves it
     snap30 = cache_model(hub(tmp_path), QWEN30, shards=3, index=False)
     (snap30 / "model-00003-of-00003.safetensors").unlink()  # and without an index
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert p.chosen == QWEN4  # the default is not usable: the largest within budget
     assert p.reason.startswith(f"the default model {QWEN8} is in the cache but skipped (broken)")
     reasons = {s.model: s.reason for s in p.skipped}
@@ -420,7 +416,7 @@ def test_corrupted_header_in_one_of_many(tmp_path):
     with open(blob, "r+b") as f:  # the JSON header is no longer JSON
         f.seek(8)
         f.write(b"\xff\xfe garbage!")
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert len(p.candidates) == 3 and QWEN8 not in by_model(p)
     assert p.chosen == "mlx-community/Qwen3-4B-Instruct-2507-8bit"  # 4.27 GB < 15.46 budget
     assert len(p.warnings) == 1 and p.warnings[0].startswith(f"skipped {QWEN8}@")
@@ -436,7 +432,7 @@ def test_truncated_header_and_garbled_config(tmp_path):
     snap30 = cache_model(hub(tmp_path), QWEN30)
     cfg_blob = (snap30 / "config.json").resolve()
     cfg_blob.write_text("{not json")
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert [c.model for c in p.candidates] == [QWEN4]
     reasons = {s.model: s.reason for s in p.skipped}
     assert "invalid JSON" in reasons[QWEN30]
@@ -449,7 +445,7 @@ def test_snapshot_symlink_loop_is_skipped(tmp_path):
     repo = hub(tmp_path) / "models--org--loop"
     repo.mkdir(parents=True)
     (repo / "snapshots").symlink_to(repo / "snapshots")
-    p = pick(8192, machine=M4PRO24)
+    p = pick(8192, machine=M4PRO)
     assert p.chosen == QWEN4
     assert any(w.startswith("skipped org/loop") and "cannot list its snapshots" in w
                for w in p.warnings)
@@ -513,7 +509,7 @@ def test_unreadable_repo_and_unreadable_cache(shared_dir, monkeypatch):
     (cache / "models--mlx-community--Qwen3-8B-4bit").chmod(0o000)
 
     def run():
-        return pick_to_json(pick(8192, machine=M4PRO24))
+        return pick_to_json(pick(8192, machine=M4PRO))
 
     d = _as_unprivileged(run)
     assert d["chosen"] == QWEN4  # the unreadable default is skipped, not fatal
@@ -542,7 +538,7 @@ def test_unknown_chip_lists_nearest_names(tmp_path):
 
 def test_catalog_ranks_not_downloaded_variants(tmp_path):
     cache_model(hub(tmp_path), QWEN8)
-    p = pick(8192, machine=M4PRO24, catalog=True)
+    p = pick(8192, machine=M4PRO, catalog=True)
     assert p.catalog is not None
     ids = [c.model for c in p.catalog]
     assert QWEN8 not in ids and len(ids) == len(set(ids)) >= 13  # the downloaded one is above
@@ -566,7 +562,7 @@ def test_catalog_ranks_not_downloaded_variants(tmp_path):
 
 
 def test_catalog_off_by_default():
-    assert pick(8192, machine=M4PRO24).catalog is None
+    assert pick(8192, machine=M4PRO).catalog is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -577,10 +573,10 @@ def test_catalog_off_by_default():
 def test_cli_json_is_the_twin(tmp_path):
     cache_model(hub(tmp_path), QWEN30)
     cache_model(hub(tmp_path), QWEN4)
-    r = runner.invoke(app, ["pick", "--machine", M4PRO24, "--json", "--catalog"])
+    r = runner.invoke(app, ["pick", "--machine", M4PRO, "--json", "--catalog"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d == pick_to_json(pick(8192, machine=M4PRO24, catalog=True))
+    assert d == pick_to_json(pick(8192, machine=M4PRO, catalog=True))
     assert d["chosen"] == QWEN4 and d["rule"] == "coexist"
     assert [c["model"] for c in d["candidates"]] == [QWEN30, QWEN4]
     c30 = d["candidates"][0]
@@ -594,11 +590,11 @@ def test_cli_table_explains_every_candidate(tmp_path):
     cache_model(hub(tmp_path), QWEN4)
     cache_model(hub(tmp_path), "mlx-community/Qwen3-0.6B-4bit",
                 as_id="mlx-community/Qwen3-0.6B-4bit-DRAFT")
-    r = runner.invoke(app, ["pick", "--machine", M4PRO24, "--ctx", "4096"], terminal_width=200)
+    r = runner.invoke(app, ["pick", "--machine", M4PRO, "--ctx", "4096"], terminal_width=200)
     assert r.exit_code == 0, r.output
     out = r.stdout
     assert f"at 4,096 tokens: {QWEN4}" in out
-    big = pick(4096, machine=M4PRO24).candidates[0]
+    big = pick(4096, machine=M4PRO).candidates[0]
     assert big.model == QWEN30 and 15.47e9 < big.total_bytes < 19.59e9
     assert ("1. passed over (budget: coexist 15.46 GB): over the coexist budget: needs "
             f"{big.total_bytes / 1e9:.2f} GB > 15.46 GB; fits the usable 19.60 GB, but an "
@@ -619,13 +615,13 @@ def test_cli_bad_settings_is_exit_2(tmp_path, isolated_home):
     cfg = isolated_home / ".config" / "mlxfit" / "config.toml"
     cfg.parent.mkdir(parents=True)
     cfg.write_text("[pick]\ncoexist_fraction = 2\n")
-    r = runner.invoke(app, ["pick", "--machine", M4PRO24])
+    r = runner.invoke(app, ["pick", "--machine", M4PRO])
     assert r.exit_code == 2 and r.stderr.count("\n") == 1
     assert str(cfg) in r.stderr
 
 
 def test_cli_empty_cache_is_exit_1_not_a_crash(tmp_path):
-    r = runner.invoke(app, ["pick", "--machine", M4PRO24])
+    r = runner.invoke(app, ["pick", "--machine", M4PRO])
     assert r.exit_code == 1 and "no downloaded candidate" in r.stdout
 
 
@@ -649,7 +645,7 @@ def test_model_warnings_reach_the_candidate_not_machine_ones(tmp_path):
     assert any("unknown model_type 'qwen3_future'" in w for w in c.warnings)
     assert not any("bandwidth" in w for w in c.warnings)
     assert c.predicted_decode_tps is None
-    r = runner.invoke(app, ["pick", "--machine", M4PRO24], terminal_width=200)
+    r = runner.invoke(app, ["pick", "--machine", M4PRO], terminal_width=200)
     assert "warning: unknown model_type 'qwen3_future'" in r.stdout
 
 
@@ -665,7 +661,7 @@ def test_unreadable_config_folder_is_one_clear_error(shared_dir, monkeypatch):
 
     def run():
         try:
-            pick(8192, machine=M4PRO24)
+            pick(8192, machine=M4PRO)
         except UsageError as e:
             return str(e)
         return "no error"

@@ -5,10 +5,13 @@ the model's dimensions (Qwen3-8B: 36 layers x 8 KV heads x 128 head dim, bf16 ca
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
+from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from st_helpers import runner
 
 import mlxfit
 from mlxfit.cli.app import app
@@ -25,8 +28,6 @@ GEMMA = "mlx-community/gemma-3-27b-it-4bit"
 QWEN35 = "mlx-community/Qwen3.5-9B-MLX-8bit"
 BIG = "M4 Max 128GB"
 Q8B_KV_PER_TOKEN = 36 * 8 * 128 * 2 * 2  # layers x kv heads x head dim x (K+V) x bf16
-
-runner = CliRunner()
 
 
 def _terms(r):
@@ -78,12 +79,33 @@ def test_batched_transient_scales_the_per_sequence_terms():
 def test_prompt_cache_default_is_mlx_lm_servers_ten():
     one = mlxfit.fit(Q8B, 8192, machine=BIG)
     r = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=2)
-    assert SERVER_PROMPT_CACHE_SIZE == 10
     assert _terms(r)["prompt_cache"] == 10 * one.kv_bytes
     assert r.serving["prompt_cache_default"] is True
     r3 = mlxfit.fit(Q8B, 8192, machine=BIG, prompt_cache=3)  # a server with one sequence
     assert _terms(r3) == {"prompt_cache": 3 * one.kv_bytes}
     assert r3.serving["mode"] == "mlx_lm.server" and r3.serving["parallel"] == 1
+
+
+def _mlx_lm_server_default(flag: str):
+    """The argparse default of one flag of mlx_lm.server's main(), read from its source (the
+    parser is built inside main(); importing mlx_lm would import mlx). Skips without mlx-lm."""
+    spec = importlib.util.find_spec("mlx_lm")  # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("mlx-lm is not installed: no server source to compare with")
+    src = Path(next(iter(spec.submodule_search_locations))) / "server.py"
+    for node in ast.walk(ast.parse(src.read_text())):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument" and node.args
+                and isinstance(node.args[0], ast.Constant) and node.args[0].value == flag):
+            return next(ast.literal_eval(k.value) for k in node.keywords if k.arg == "default")
+    raise AssertionError(f"{src} has no {flag} argument")
+
+
+def test_server_defaults_are_mlx_lm_servers():
+    """SERVER_PROMPT_CACHE_SIZE and the prefill batch cap are mlx_lm.server's own defaults."""
+    assert SERVER_PROMPT_CACHE_SIZE == _mlx_lm_server_default("--prompt-cache-size")
+    r16 = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=16, prompt_cache=0)
+    assert r16.serving["prefill_batch"] == _mlx_lm_server_default("--prompt-concurrency")
 
 
 def test_serving_max_context_is_solved_with_the_serving_terms():

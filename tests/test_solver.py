@@ -3,24 +3,17 @@ transient terms behave as mlx-lm's schedule says."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
+from st_helpers import load_config as cfg
 
 from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.memory import Run, peak_phase
 from mlxfit.estimate.solve import solve_max_context, totals_at
-from mlxfit.model.config import parse_config
 
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 CAL = load_calibration()
 WEIGHTS = 4_000_000_000
-
-
-def cfg(name: str):
-    return parse_config(json.loads((CONFIGS / name).read_text()))
 
 
 def total(c, run: Run, n: int) -> int:

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from mlxfit.estimate.memory import Run, kv_bytes_final
-from mlxfit.model.config import parse_config
+from mlxfit.model.parse import parse_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 

@@ -12,7 +12,7 @@ import pytest
 from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.memory import Run, peak_phase
 from mlxfit.estimate.solve import solve_max_context, totals_at
-from mlxfit.model.config import parse_config
+from mlxfit.model.parse import parse_config
 
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 CAL = load_calibration()

@@ -17,7 +17,7 @@ from pathlib import Path
 from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.memory import Run
 from mlxfit.estimate.solve import totals_at
-from mlxfit.model.config import parse_config
+from mlxfit.model.parse import parse_config
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 

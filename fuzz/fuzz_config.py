@@ -30,7 +30,8 @@ with atheris.instrument_imports(include=["mlxfit"]):
     from mlxfit.errors import MlxfitError
     from mlxfit.estimate.memory import Run
     from mlxfit.estimate.solve import totals_at
-    from mlxfit.model.config import FAMILIES, REMAP, parse_config
+    from mlxfit.model.families import FAMILIES, FAMILY_ALIASES, MLX_LM_REMAPPING
+    from mlxfit.model.parse import parse_config
     from mlxfit.model.weights import parse_quantization
     from mlxfit.sources.folder import read_config
 
@@ -43,7 +44,7 @@ _KEYS = sorted(
     | {k for c in _SEEDS if isinstance(c.get("text_config"), dict) for k in c["text_config"]}
     | {"quantization", "text_config", "model_type", "layer_types", "head_dim"}
 )
-_STRINGS = sorted(set(FAMILIES) | set(REMAP)) + [
+_STRINGS = sorted(set(FAMILIES) | set(FAMILY_ALIASES) | set(MLX_LM_REMAPPING)) + [
     "full_attention", "sliding_attention", "linear_attention", "mamba", "attention",
     "affine", "mxfp4", "nvfp4", "mxfp8", "M*-E", "",
 ]

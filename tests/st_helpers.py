@@ -125,7 +125,7 @@ def config_dict(name: str) -> dict[str, Any]:
 
 def load_config(name: str, act_bytes: int = 2):
     """A fixture config parsed as mlxfit parses it (activations bf16 unless told)."""
-    from mlxfit.model.config import parse_config
+    from mlxfit.model.parse import parse_config
 
     return parse_config(config_dict(name), act_bytes=act_bytes)
 

@@ -21,7 +21,8 @@ from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.render.cluster import cluster_to_json
 from mlxfit.verbs.cluster.hosts import HostSpec, load_links, read_hosts_file, resolve_link
 from mlxfit.verbs.cluster.launch import SPLIT_SCRIPT, hostfile_json, write_launch
-from mlxfit.verbs.cluster.plan import even_split, proportional_split, rank_ranges
+from mlxfit.verbs.cluster.plan import proportional_split
+from mlxfit.verbs.cluster.sharding import even_split, rank_ranges
 from mlxfit.verbs.cluster.twin import cluster
 
 QWEN30 = "mlx-community/Qwen3-30B-A3B-4bit"

@@ -41,7 +41,8 @@ from st_helpers import (
 import mlxfit
 from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
 from mlxfit.estimate.memory import Run, kv_term
-from mlxfit.model.config import FAMILIES, REMAP, parse_config
+from mlxfit.model.families import FAMILIES, FAMILY_ALIASES, MLX_LM_REMAPPING
+from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import DTYPE_BYTES
 from mlxfit.model.weights import summarize_weights
 from mlxfit.sources import catalog
@@ -364,7 +365,8 @@ def check_model_config(cfg) -> None:
 @given(base=st.sampled_from(ALL_CONFIGS),
        edits=st.dictionaries(st.sampled_from(CONFIG_KEYS), JSON_VALUE, max_size=4),
        nested=st.booleans(),
-       model_type=st.one_of(st.none(), st.sampled_from(sorted(FAMILIES) + sorted(REMAP))))
+       model_type=st.one_of(st.none(), st.sampled_from(sorted(FAMILIES) + sorted(FAMILY_ALIASES)
+                                                     + sorted(MLX_LM_REMAPPING))))
 def test_parse_config_with_hostile_fields(base, edits, nested, model_type) -> None:
     config = json.loads(json.dumps(base))
     target = config.get("text_config") if nested else config

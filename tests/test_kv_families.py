@@ -9,7 +9,7 @@ from st_helpers import CONFIGS, config_dict
 from st_helpers import load_config as load
 
 from mlxfit.estimate.memory import Run, kv_bytes_final
-from mlxfit.model.config import parse_config
+from mlxfit.model.parse import parse_config
 
 
 def kv(name: str, ctx: int, **kw) -> int:

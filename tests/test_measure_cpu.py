@@ -332,7 +332,7 @@ def test_fit_refuses_kv_bits_for_rotating_caches(model):
     """The same refusal in the prediction itself (no mlx needed)."""
     from mlxfit.errors import UsageError
     from mlxfit.estimate.memory import Run, validate_run
-    from mlxfit.model.config import parse_config
+    from mlxfit.model.parse import parse_config
 
     cfg = parse_config(MODELS[model], act_bytes=4)
     with pytest.raises(UsageError, match="RotatingKVCache"):

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError
+from mlxfit.model.tensors import float_bytes
 
 
 @dataclass(frozen=True)
@@ -97,9 +98,6 @@ def compare_terms(rec: dict, *, weights: int, kv: int, state: int, transient: in
     return tuple(terms)
 
 
-_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-
-
 class NoMeasurements(MlxfitError):
     """No usable record to fit."""
 
@@ -141,7 +139,7 @@ def _backend_of(rec: dict) -> str | None:
 def prepare(rec: dict, i: int = 0) -> Sample:
     """A record -> Sample; raises ValueError naming what is missing."""
     from mlxfit.estimate.memory import Run
-    from mlxfit.model.config import parse_config
+    from mlxfit.model.parse import parse_config
 
     if rec.get("error"):
         raise ValueError(f"mlx-lm failed on this run ({str(rec['error'])[:60]})")
@@ -152,7 +150,7 @@ def prepare(rec: dict, i: int = 0) -> Sample:
     backend = _backend_of(rec)
     if backend is None:
         raise ValueError(f"backend {rec.get('backend')!r} is neither cpu nor metal")
-    act = rec.get("act_bytes") or _DTYPE_BYTES.get(rec.get("dtype", ""))
+    act = rec.get("act_bytes") or float_bytes(rec.get("dtype"))
     if not act:
         raise ValueError(f"activation dtype unknown ({rec.get('dtype')!r})")
     cfg = parse_config(rec["config"], act_bytes=int(act), where=_record_name(rec, i))
@@ -219,8 +217,8 @@ def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, f
     the record's (``machine_info.name``): an Ultra record is predicted with the Ultra factor,
     as ``fit`` predicts it, so the fitted eta does not absorb that factor a second time."""
     from mlxfit.estimate.memory import Run
-    from mlxfit.model.config import parse_config
     from mlxfit.model.inputs import WeightsRead
+    from mlxfit.model.parse import parse_config
 
     rows = []
     for i, rec in enumerate(records):

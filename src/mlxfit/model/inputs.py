@@ -7,10 +7,9 @@ import re
 from collections import Counter
 from dataclasses import dataclass
 
-from mlxfit.model.config import ModelConfig, parse_config
-from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
-
-_FLOAT_DTYPES = ("BF16", "F16", "F32")
+from mlxfit.model.config import ModelConfig
+from mlxfit.model.parse import parse_config
+from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 
 
 def activation_bytes(tensors: tuple[TensorInfo, ...] | list[TensorInfo]) -> int:
@@ -20,14 +19,14 @@ def activation_bytes(tensors: tuple[TensorInfo, ...] | list[TensorInfo]) -> int:
     by_name = {t.name: t for t in tensors}
     for t in tensors:
         if t.name.endswith("embed_tokens.weight") or t.name.endswith("wte.weight"):
-            if t.dtype in _FLOAT_DTYPES:
+            if t.dtype in FLOAT_DTYPES:
                 return DTYPE_BYTES[t.dtype]
             scales = by_name.get(t.name[: -len("weight")] + "scales")
-            if scales is not None and scales.dtype in _FLOAT_DTYPES:
+            if scales is not None and scales.dtype in FLOAT_DTYPES:
                 return DTYPE_BYTES[scales.dtype]
     counts: Counter[str] = Counter()
     for t in tensors:
-        if t.dtype in _FLOAT_DTYPES:
+        if t.dtype in FLOAT_DTYPES:
             counts[t.dtype] += t.nbytes
     return DTYPE_BYTES[counts.most_common(1)[0][0]] if counts else 2
 

@@ -26,6 +26,38 @@ DTYPE_BYTES: dict[str, int] = {
     "C64": 8,
 }
 
+# mlx.core dtype names (str(mx.bfloat16) == "mlx.core.bfloat16") -> the safetensors names
+# mx.save_safetensors writes for them: the one place the two spellings meet.
+MLX_TO_SAFETENSORS: dict[str, str] = {
+    "bool": "BOOL",
+    "uint8": "U8",
+    "int8": "I8",
+    "uint16": "U16",
+    "int16": "I16",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "uint32": "U32",
+    "int32": "I32",
+    "float32": "F32",
+    "uint64": "U64",
+    "int64": "I64",
+    "float64": "F64",
+    "complex64": "C64",
+}
+SAFETENSORS_TO_MLX: dict[str, str] = {v: k for k, v in MLX_TO_SAFETENSORS.items()}
+
+# The floating dtypes mlx-lm computes activations and caches in (safetensors names), and the
+# same as mlx names: the dtypes `measure --random-weights` builds in.
+FLOAT_DTYPES = ("F32", "BF16", "F16")
+MLX_FLOAT_DTYPES = tuple(SAFETENSORS_TO_MLX[d] for d in FLOAT_DTYPES)
+
+
+def float_bytes(mlx_dtype: object) -> int | None:
+    """Bytes per element of an mlx floating dtype name ("bfloat16" -> 2), None for any other."""
+    if mlx_dtype not in MLX_FLOAT_DTYPES:
+        return None
+    return DTYPE_BYTES[MLX_TO_SAFETENSORS[str(mlx_dtype)]]
+
 
 @dataclass(frozen=True)
 class TensorInfo:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -114,20 +115,28 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
 _NUMBERED = re.compile(r"^model-(\d+)-of-(\d+)\.safetensors$")
 
 
-def _check_numbered_shards(folder: Path, shards: list[Path]) -> None:
-    """model-0000i-of-0000n.safetensors names say how many shards there are: a half-downloaded
-    folder without an index would otherwise be sized short."""
+def missing_numbered_shards(names: Iterable[str]) -> list[str]:
+    """The shards absent by their siblings' names: model-00002-of-00003.safetensors says there
+    are three (an interrupted download without an index, which mlx-lm's glob would load short).
+    Grouped by the "of" part as written; other names are ignored."""
     seen: dict[str, set[int]] = {}  # the "of" part as written -> shard numbers present
-    for p in shards:
-        m = _NUMBERED.match(p.name)
+    for name in names:
+        m = _NUMBERED.match(name)
         if m:
             seen.setdefault(m.group(2), set()).add(int(m.group(1)))
-    for total, have in seen.items():
-        missing = sorted(set(range(1, int(total) + 1)) - have)
-        if missing:
-            name = f"model-{missing[0]:0{len(total)}d}-of-{total}.safetensors"
-            raise WeightsError(f"missing shard {name} in {folder} "
-                               f"({len(missing)} of {int(total)} missing: half-downloaded?)")
+    return [f"model-{i:0{len(total)}d}-of-{total}.safetensors"
+            for total, have in sorted(seen.items(), key=lambda kv: (int(kv[0]), kv[0]))
+            for i in range(1, int(total) + 1) if i not in have]
+
+
+def _check_numbered_shards(folder: Path, shards: list[Path]) -> None:
+    """A half-downloaded folder without an index would otherwise be sized short."""
+    missing = missing_numbered_shards(p.name for p in shards)
+    if missing:
+        of = missing[0][missing[0].rindex("-of-"):]
+        group = [n for n in missing if n.endswith(of)]
+        raise WeightsError(f"missing shard {missing[0]} in {folder} ({len(group)} of "
+                           f"{int(of[4:-len('.safetensors')])} missing: half-downloaded?)")
 
 
 def _unreadable(e: OSError, where: Path) -> SourceError:

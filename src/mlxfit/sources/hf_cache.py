@@ -50,29 +50,23 @@ def drafter_reason(repo_id: str, config: dict[str, Any] | None) -> str | None:
     return None
 
 
-_NUMBERED = re.compile(r"^model-(\d+)-of-(\d+)\.safetensors$")
+_REPO_DIR_PREFIX = "models--"
 
 
-def missing_numbered_shards(files: Sequence[str]) -> list[str]:
-    """model-00002-of-00003.safetensors names its siblings: the ones absent (an interrupted
-    download without an index, which mlx-lm's glob would load short)."""
-    seen: dict[tuple[int, int, int], set[int]] = {}  # (total, index width, total width)
-    for f in files:
-        m = _NUMBERED.match(f)
-        if m:
-            key = (int(m.group(2)), len(m.group(1)), len(m.group(2)))
-            seen.setdefault(key, set()).add(int(m.group(1)))
-    missing = []
-    for (total, wi, wt), have in seen.items():
-        missing += [f"model-{i:0{wi}d}-of-{total:0{wt}d}.safetensors"
-                    for i in range(1, total + 1) if i not in have]
-    return missing
+def cache_dirname(repo_id: str) -> str:
+    """The cache folder of a model repo: "org/name" -> "models--org--name" (huggingface_hub's
+    repo_folder_name for repo_type "model")."""
+    return _REPO_DIR_PREFIX + repo_id.replace("/", "--")
 
 
-def _repo_id(folder_name: str) -> str:
-    # "models--org--name" -> "org/name"; Hub ids cannot contain "--" (huggingface_hub's
-    # validate_repo_id), so the first "--" after the prefix separates org and name.
-    return folder_name[len("models--"):].replace("--", "/", 1)
+def repo_id_of(dirname: str) -> str | None:
+    """The repo id of a cache folder: "models--org--name" -> "org/name", "models--gpt2" ->
+    "gpt2"; None for anything else (datasets--..., spaces--..., .locks). Hub ids cannot contain
+    "--" (huggingface_hub's validate_repo_id), so the first "--" after the prefix separates org
+    and name."""
+    if not dirname.startswith(_REPO_DIR_PREFIX) or len(dirname) == len(_REPO_DIR_PREFIX):
+        return None
+    return dirname[len(_REPO_DIR_PREFIX):].replace("--", "/", 1)
 
 
 def _refs(repo_dir: Path) -> dict[str, list[str]]:
@@ -111,13 +105,8 @@ def _hf_cache_ids() -> list[str]:
     root = hf_hub_cache_dir()
     if not root.is_dir():
         return []
-    out = []
-    for p in root.iterdir():
-        if p.is_dir() and p.name.startswith("models--"):
-            parts = p.name[len("models--"):].split("--", 1)
-            if len(parts) == 2:
-                out.append("/".join(parts))
-    return out
+    ids = (repo_id_of(p.name) for p in root.iterdir() if p.is_dir())
+    return [i for i in ids if i is not None]
 
 
 def hf_hub_cache_dir() -> Path:
@@ -156,7 +145,7 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSour
     """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
     # The hub's folder name for a model repo; checked before importing huggingface_hub
     # (~150 ms), so a catalog or missing model never pays for it.
-    if not (cache / ("models--" + repo_id.replace("/", "--"))).is_dir():
+    if not (cache / cache_dirname(repo_id)).is_dir():
         return None
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError

@@ -32,13 +32,9 @@ from typing import Any
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.solve import FitResult
 from mlxfit.settings import PickSettings, check_fraction, load_settings
-from mlxfit.sources.hf_cache import (
-    _repo_id,
-    _snapshot_order,
-    adapter_reason,
-    drafter_reason,
-    missing_numbered_shards,
-)
+from mlxfit.sources.folder import missing_numbered_shards
+from mlxfit.sources.hf_cache import _snapshot_order, adapter_reason, drafter_reason, repo_id_of
+from mlxfit.sources.source import INDEX_NAME
 
 # ---------------------------------------------------------------------------------------------
 # Settings: ~/.config/mlxfit/config.toml, [pick] table
@@ -127,7 +123,7 @@ def _load_snapshot(repo_id: str, snap: Path) -> _Loaded | Skipped:
         why = drafter_reason(repo_id, config)
         if why:
             return skip("drafter", why)
-        if not weights and "model.safetensors.index.json" not in files:
+        if not weights and INDEX_NAME not in files:
             others = [f for f in files
                       if f.endswith((".safetensors", ".gguf", ".bin", ".pt", ".pth", ".npz"))]
             return skip("not-a-model", "no model*.safetensors: " + (
@@ -135,7 +131,7 @@ def _load_snapshot(repo_id: str, snap: Path) -> _Loaded | Skipped:
                 else "weights not downloaded (config.json only)"))
         # With an index, sources names the missing shard itself; without one, mlx-lm's glob
         # would load the shards present and run short.
-        missing = [] if "model.safetensors.index.json" in files else (
+        missing = [] if INDEX_NAME in files else (
             missing_numbered_shards(weights))
         if missing:
             return skip("broken", f"half-downloaded: {', '.join(missing[:3])}"
@@ -162,12 +158,11 @@ def scan_cache(cache: Path) -> tuple[list[_Loaded], list[Skipped], list[str]]:
     if not cache.exists() and not cache.is_symlink():
         return loaded, skipped, warnings
     try:
-        repos = sorted(p for p in cache.iterdir() if p.name.startswith("models--"))
+        repos = sorted((p, rid) for p in cache.iterdir() if (rid := repo_id_of(p.name)))
     except OSError as e:
         warnings.append(f"cannot read the Hugging Face cache at {cache}: {_os_reason(e)}")
         return loaded, skipped, warnings
-    for repo_dir in repos:
-        repo_id = _repo_id(repo_dir.name)
+    for repo_dir, repo_id in repos:
         try:
             snaps = _snapshot_order(repo_dir)
         except OSError as e:

@@ -21,8 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from mlxfit.sources.hf_cache import cache_dirname
+
 CONFIG_NAME = "config.json"
-INDEX_NAME = "model.safetensors.index.json"
 KV_CONFIG_NAME = "kv_config.json"
 CACHE_SCHEMA = 1
 
@@ -49,7 +50,7 @@ def _endpoint_slug(ep: str) -> str:
 
 
 def _repo_dir(root: Path, ep: str, repo_id: str) -> Path:
-    return root / _endpoint_slug(ep) / ("models--" + repo_id.replace("/", "--"))
+    return root / _endpoint_slug(ep) / cache_dirname(repo_id)
 
 
 def _ref_file(repo_dir: Path, revision: str) -> Path:

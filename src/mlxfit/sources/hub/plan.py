@@ -21,13 +21,13 @@ from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
 from mlxfit.sources.hub.cache import (
     _HEX40,
     CONFIG_NAME,
-    INDEX_NAME,
     KV_CONFIG_NAME,
     _label,
     _Snapshot,
 )
 from mlxfit.sources.hub.http import HubUnreachable, _Cancelled, _Http
 from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES
+from mlxfit.sources.source import INDEX_NAME
 
 SHARD_GLOB = "model*.safetensors"  # what mlx-lm loads (mlx_lm.utils.load_model globs it)
 

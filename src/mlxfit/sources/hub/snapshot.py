@@ -16,9 +16,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from mlxfit.errors import MlxfitError, SourceError, WeightsError
-from mlxfit.sources.hub.cache import INDEX_NAME, _label, _Snapshot
+from mlxfit.sources.hub.cache import _label, _Snapshot
 from mlxfit.sources.hub.http import _short
-from mlxfit.sources.source import HubTransfer
+from mlxfit.sources.source import INDEX_NAME, HubTransfer
 
 if TYPE_CHECKING:
     from mlxfit.sources.source import ModelSource

@@ -76,8 +76,8 @@ def cluster(
     ``hosts_file`` a TOML file of [[hosts]] (listed first)."""
     from mlxfit import settings as api
     from mlxfit.calibration.load import load_calibration
-    from mlxfit.model.config import parse_config
     from mlxfit.model.inputs import activation_bytes
+    from mlxfit.model.parse import parse_config
     from mlxfit.sources.resolve import resolve_model
     from mlxfit.sources.source import INDEX_NAME
 

@@ -13,24 +13,25 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlxfit.errors import UsageError
-from mlxfit.verbs.measure.run import _DTYPES, _text_field
+from mlxfit.model.tensors import (
+    FLOAT_DTYPES,
+    MLX_FLOAT_DTYPES,
+    MLX_TO_SAFETENSORS,
+    SAFETENSORS_TO_MLX,
+    TensorInfo,
+)
+from mlxfit.verbs.measure.run import _text_field
 
-_SAFETENSORS_DTYPE = {"float32": "F32", "bfloat16": "BF16", "float16": "F16", "uint32": "U32",
-                      "uint8": "U8", "int32": "I32", "int8": "I8", "uint16": "U16",
-                      "int16": "I16", "int64": "I64", "uint64": "U64", "bool": "BOOL"}
-_DTYPE_NAME = {"F32": "float32", "BF16": "bfloat16", "F16": "float16"}
-_ACT_DTYPE = {4: "float32", 2: "bfloat16"}
+_ACT_DTYPE = {4: "float32", 2: "bfloat16"}  # a 2-byte width from the weights builds in bfloat16
 
 
 def _tensors_of(model) -> tuple:
     from mlx.utils import tree_flatten
 
-    from mlxfit.model.tensors import TensorInfo
-
     out = []
     for name, v in tree_flatten(model.parameters()):
         dt = str(v.dtype).rsplit(".", 1)[-1]
-        out.append(TensorInfo.of(name, _SAFETENSORS_DTYPE.get(dt, "F32"), tuple(v.shape)))
+        out.append(TensorInfo.of(name, MLX_TO_SAFETENSORS.get(dt, "F32"), tuple(v.shape)))
     return tuple(out)
 
 
@@ -51,24 +52,24 @@ def _config_only(spec: str) -> Path | None:
 def _dtype_from_tensors(tensors) -> str | None:
     from mlxfit.model.inputs import activation_bytes
 
-    floats = [t for t in tensors if t.dtype in _DTYPE_NAME]
+    floats = [t for t in tensors if t.dtype in FLOAT_DTYPES]
     if not floats:
         return None
     by_name = {t.name: t for t in tensors}
     for t in tensors:  # the embedding (or its scales): the dtype mlx-lm computes in
         if t.name.endswith(("embed_tokens.weight", "wte.weight")):
-            if t.dtype in _DTYPE_NAME:
-                return _DTYPE_NAME[t.dtype]
+            if t.dtype in FLOAT_DTYPES:
+                return SAFETENSORS_TO_MLX[t.dtype]
             s = by_name.get(t.name[: -len("weight")] + "scales")
-            if s is not None and s.dtype in _DTYPE_NAME:
-                return _DTYPE_NAME[s.dtype]
+            if s is not None and s.dtype in FLOAT_DTYPES:
+                return SAFETENSORS_TO_MLX[s.dtype]
     b = activation_bytes(tensors)
     return _ACT_DTYPE.get(b)
 
 
 def _dtype_from_config(config: dict) -> str | None:
     v = _text_field(config, "torch_dtype") or _text_field(config, "dtype")
-    return v if v in _DTYPES else None
+    return v if v in MLX_FLOAT_DTYPES else None
 
 
 def _backend_in_use() -> str:

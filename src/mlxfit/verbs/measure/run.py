@@ -20,9 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.model.tensors import MLX_FLOAT_DTYPES
 from mlxfit.verbs.measure.cache import _state_cache_bytes, _total_cache_bytes, describe_cache
-
-_DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _text_field(config: dict, key: str) -> Any:
@@ -46,8 +45,8 @@ def build_model(config: dict, dtype: str = "float32", seed: int = 0):
     from mlx.utils import tree_map_with_path
     from mlx_lm.utils import _get_classes
 
-    if dtype not in _DTYPES:
-        raise UsageError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
+    if dtype not in MLX_FLOAT_DTYPES:
+        raise UsageError(f"dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}")
     mx.random.seed(seed)
     model_class, args_class = _get_classes(config=config)
     model = model_class(args_class.from_dict(config))
@@ -341,8 +340,8 @@ def measure_run(
     active memory.
     """
     _check_tokens(ctx, gen_tokens, prefill_step_size)
-    if dtype not in _DTYPES:
-        raise UsageError(f"dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
+    if dtype not in MLX_FLOAT_DTYPES:
+        raise UsageError(f"dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}")
     rec = _measure(
         lambda: build_model(config, dtype=dtype, seed=seed), config, ctx,
         prefill_step_size=prefill_step_size, gen_tokens=gen_tokens, kv_bits=kv_bits,

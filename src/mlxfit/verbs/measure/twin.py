@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.model.tensors import MLX_FLOAT_DTYPES
 from mlxfit.records import (
     RECORD_SCHEMA,
     TermCheck,
@@ -52,7 +53,6 @@ from mlxfit.verbs.measure.inputs import (
     refuse_unsupported,
 )
 from mlxfit.verbs.measure.run import (
-    _DTYPES,
     _check_tokens,
     build_model,
     measure_folder,
@@ -148,8 +148,8 @@ def measure(
 
     require_mlx()
     _check_tokens(ctx, gen, prefill_step_size)
-    if dtype is not None and dtype not in _DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(_DTYPES)}, not {dtype!r}")
+    if dtype is not None and dtype not in MLX_FLOAT_DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}")
     if dtype is not None and not random_weights:
         raise UsageError("--dtype applies to --random-weights only (a checkpoint has its dtype)")
     notes: list[str] = []
@@ -183,7 +183,7 @@ def measure(
           "max_kv_size": max_kv_size, "seed": seed}
     if src is None:
         # Refuse before building anything (the activation dtype is the one asked for).
-        from mlxfit.model.config import parse_config
+        from mlxfit.model.parse import parse_config
 
         refuse_unsupported(parse_config(config, act_bytes=4 if wdtype == "float32" else 2,
                                         where=str(cfg_file)), run)

@@ -1,0 +1,142 @@
+"""config.json -> ModelConfig: the language model's dimensions and a per-layer cache plan.
+
+Pure: takes the parsed dict, returns frozen data. The family (``mlxfit.model.families``) builds
+the layers; the fields every family shares (depth, widths, experts) are read here.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mlxfit.errors import ConfigError
+from mlxfit.model.config import Fields, Layer, ModelConfig
+from mlxfit.model.families import GENERIC, Ctx, resolve_family
+
+
+def text_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """The language model's fields: ``text_config`` (VLM wrappers) over the top level."""
+    if not isinstance(config, dict):
+        raise ConfigError("config.json: the top level must be a JSON object")
+    tc = config.get("text_config")
+    if tc is None:
+        return config
+    if not isinstance(tc, dict):
+        raise ConfigError("config.json: 'text_config' must be an object")
+    merged = {k: v for k, v in config.items() if k != "text_config"}
+    merged.update(tc)
+    # The wrapper's model_type names the mlx-lm module (gemma3, qwen3_5, llama4, ...).
+    if "model_type" in config:
+        merged["model_type"] = config["model_type"]
+    return merged
+
+
+def _moe_layer_flags(c: Ctx, n_experts: int) -> list[bool]:
+    """Which layers are MoE, from every naming of dense prefixes and strides."""
+    f = c.f
+    if n_experts <= 0:
+        return [False] * c.n
+    first_dense = f.int("first_k_dense_replace", 0)
+    step = f.first_int(("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"), 1)
+    step = max(step, 1)
+    mlp_only = set(f.int_list("mlp_only_layers") or [])
+    flags = []
+    for i in range(c.n):
+        moe = i >= first_dense and (i + 1) % step == 0 and i not in mlp_only
+        flags.append(moe)
+    return flags
+
+
+def _experts(f: Fields) -> tuple[int, int]:
+    n = f.first_int(("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts"), 0)
+    k = f.first_int(("num_experts_per_tok", "top_k_experts", "moe_k", "num_activated_experts"), 0)
+    if n and not k:
+        k = 1
+    return n, k
+
+
+def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
+                 where: str = "config.json") -> ModelConfig:
+    """Build the ModelConfig; ``act_bytes`` is the activation dtype width from the weights."""
+    t = text_fields(config)
+    f = Fields(t, where)
+    raw_type = t.get("model_type")
+    if not isinstance(raw_type, str) or not raw_type:
+        raise ConfigError(f"{where}: missing 'model_type'")
+    family_name, family = resolve_family(raw_type)
+    warnings: list[str] = []
+    if family is None:
+        needed = ("hidden_size", "num_hidden_layers", "num_attention_heads")
+        missing = [k for k in needed if not f.has(k)]
+        if missing:
+            raise ConfigError(
+                f"{where}: unknown model_type {raw_type!r} without standard fields "
+                f"({', '.join(missing)} missing); cannot size it"
+            )
+        warnings.append(
+            f"unknown model_type {raw_type!r}: sized as a plain transformer with a full KV cache "
+            "on every layer; check mlx-lm supports it"
+        )
+        family = GENERIC
+
+    n_layers = f.int("num_hidden_layers", 0 if family.depth_from_pattern else None,
+                     minimum=0 if family.depth_from_pattern else 1)
+    if n_layers > 100_000:
+        raise ConfigError(f"{where}: num_hidden_layers {n_layers} is implausible")
+    # d_model is the Mamba spelling; when both are missing, name the usual one.
+    hidden = f.int("d_model" if f.has("d_model") and not f.has("hidden_size") else "hidden_size",
+                   minimum=1)
+    if family.attention_free:
+        heads = kv_heads = head_dim = 0
+    else:
+        heads = f.first_int(("num_attention_heads", "num_heads", "n_heads"), 0)
+        if heads <= 0:
+            raise ConfigError(f"{where}: missing 'num_attention_heads'")
+        kv_heads = f.int("num_key_value_heads", heads, minimum=1)
+        head_dim = f.int("head_dim", 0) or hidden // heads
+        if head_dim < 1:  # else every cache would silently size to 0 bytes
+            raise ConfigError(f"{where}: hidden_size {hidden} < num_attention_heads {heads} "
+                              "and no head_dim: cannot size the attention")
+    n_exp, top_k = _experts(f)
+    c = Ctx(f, n_layers, hidden, heads, kv_heads, head_dim, act_bytes, warnings)
+    layers = family.build(c)
+    n_layers = c.n = len(layers)  # a block pattern may define the depth (depth_from_pattern)
+    if not 1 <= n_layers <= 100_000:  # an empty or 10^6-character block pattern
+        raise ConfigError(f"{where}: {n_layers} layers is implausible (expected 1 to 100,000)")
+    flags = _moe_layer_flags(c, n_exp)
+    layers = [
+        Layer(ly.attn, ly.state_bytes, ly.state_kind, moe=ly.moe or flags[i])
+        for i, ly in enumerate(layers)
+    ]
+    shared_n = f.int("n_shared_experts", 0)
+    moe_inter = f.first_int(("moe_intermediate_size", "expert_intermediate_size"), 0)
+    shared_inter = f.int("shared_expert_intermediate_size", 0) or shared_n * moe_inter
+    intermediate = f.first_int(("intermediate_size", "block_ff_dim", "ffn_hidden_size"), 0)
+    max_pos = f.int("max_position_embeddings", 0) or None
+    tie = f.bool("tie_word_embeddings", bool(config.get("tie_word_embeddings", False)))
+    if f.has("tie_embedding"):
+        tie = f.bool("tie_embedding", tie)
+    return ModelConfig(
+        model_type=raw_type,
+        family=family_name,
+        hidden=hidden,
+        num_layers=n_layers,
+        vocab=f.int("vocab_size", 0),
+        intermediate=intermediate,
+        moe_intermediate=moe_inter or (intermediate if n_exp else 0),
+        num_experts=n_exp,
+        top_k=min(top_k, n_exp) if n_exp else 0,
+        shared_intermediate=shared_inter,
+        tie_embeddings=tie,
+        max_position=max_pos,
+        layers=tuple(layers),
+        own_cache=family.own_cache,
+        scores_always=family.scores_always,
+        act_bytes=act_bytes,
+        warnings=tuple(warnings),
+        ssm_heads=c.mixer.get("ssm_heads", 0),
+        ssm_head_dim=c.mixer.get("ssm_head_dim", 0),
+        linear_v_heads=c.mixer.get("linear_v_heads", 0),
+        linear_k_dim=c.mixer.get("linear_k_dim", 0),
+        linear_v_dim=c.mixer.get("linear_v_dim", 0),
+        gated_q=family.gated_q or f.bool("attn_output_gate", False),
+    )

@@ -14,10 +14,10 @@ import mlxfit
 from mlxfit.cli.app import app
 from mlxfit.estimate.memory import Run
 from mlxfit.estimate.serving import Serving, command_line
+from mlxfit.model.names import quant_family
 from mlxfit.verbs.advise import (
     RANK,
     prefill_steps_below,
-    quant_family,
     wired_cap_mb,
     wired_needed_mb,
 )
@@ -298,7 +298,7 @@ def test_wired_limit_argument():
 
     r = mlxfit.fit(Q8B, 8192, machine=M4PRO, wired_limit_mb=16384)
     assert r.usable_bytes == 16384 * 2**20 and "iogpu.wired_limit_mb=16384" in r.usable_source
-    with pytest.raises(UsageError, match="--memory-budget and a wired limit"):
+    with pytest.raises(UsageError, match="memory_budget_gb and wired_limit_mb"):
         mlxfit.fit(Q8B, 8192, machine=M4PRO, memory_budget_gb=10, wired_limit_mb=16384)
     with pytest.raises(UsageError, match="advise must be"):
         mlxfit.fit(Q8B, 8192, machine=M4PRO, advise="yes")

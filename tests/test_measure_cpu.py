@@ -324,7 +324,8 @@ def test_refuses_kv_bits_where_mlx_lm_cannot_quantize(model, tmp_path):
     with pytest.raises(UsageError) as e:
         measure(str(tmp_path), 1100, gen=2, random_weights=True, dtype="float32", **KV8)
     msg = str(e.value)
-    assert "--kv-bits" in msg and REFUSED_KV8[model] in msg and "\n" not in msg
+    assert e.value.param == "kv_bits" and msg.startswith("kv_bits: ")
+    assert REFUSED_KV8[model] in msg and "\n" not in msg
 
 
 @pytest.mark.parametrize("model", ["gemma3_text", "gpt_oss"])

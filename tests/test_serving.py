@@ -145,12 +145,12 @@ def test_draft_warns_for_sliding_window_models():
 
 @pytest.mark.parametrize("kw, needle", [
     ({"model": QWEN35, "draft_model": Q4B}, "trimmable"),
-    ({"parallel": 2, "kv_bits": 8}, "one at a time when --kv-bits is set"),
+    ({"parallel": 2, "kv_bits": 8}, "one at a time when kv_bits is set"),
     ({"parallel": 2, "draft_model": Q4B}, "one at a time when a draft model is loaded"),
     ({"parallel": 2, "max_kv_size": 4096}, "mlx_lm.server has no such flag"),
     ({"prompt_cache": 2, "max_kv_size": 4096}, "mlx_lm.server has no such flag"),
-    ({"parallel": 0}, "--parallel must be"),
-    ({"prompt_cache": -1}, "--prompt-cache must be"),
+    ({"parallel": 0}, "parallel must be"),
+    ({"prompt_cache": -1}, "prompt_cache must be"),
 ])
 def test_impossible_serving_setups_are_usage_errors(kw, needle):
     model = kw.pop("model", Q8B)

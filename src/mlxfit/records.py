@@ -138,7 +138,7 @@ def _backend_of(rec: dict) -> str | None:
 
 def prepare(rec: dict, i: int = 0) -> Sample:
     """A record -> Sample; raises ValueError naming what is missing."""
-    from mlxfit.estimate.memory import Run
+    from mlxfit.estimate.memory import run_from_record
     from mlxfit.model.parse import parse_config
 
     if rec.get("error"):
@@ -154,11 +154,7 @@ def prepare(rec: dict, i: int = 0) -> Sample:
     if not act:
         raise ValueError(f"activation dtype unknown ({rec.get('dtype')!r})")
     cfg = parse_config(rec["config"], act_bytes=int(act), where=_record_name(rec, i))
-    run = Run(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
-              prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
-              kv_group=int(rec.get("kv_group_size") or 64),
-              quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
-              max_kv_size=rec.get("max_kv_size"), backend=backend)
+    run = run_from_record(rec, backend)
     mt = measured_terms(rec)
     return Sample(name=_record_name(rec, i), backend=backend, cfg=cfg, run=run,
                   weights=int(mt["weights"]), peak=int(mt["peak"]),
@@ -216,7 +212,7 @@ def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, f
     the Metal records that measured a decode speed on a known bandwidth. The machine name is
     the record's (``machine_info.name``): an Ultra record is predicted with the Ultra factor,
     as ``fit`` predicts it, so the fitted eta does not absorb that factor a second time."""
-    from mlxfit.estimate.memory import Run
+    from mlxfit.estimate.memory import run_from_record
     from mlxfit.model.inputs import WeightsRead
     from mlxfit.model.parse import parse_config
 
@@ -228,11 +224,7 @@ def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, f
             continue
         try:
             cfg = parse_config(rec["config"], act_bytes=int(rec["act_bytes"]))
-            run = Run(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
-                      prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
-                      kv_group=int(rec.get("kv_group_size") or 64),
-                      quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
-                      max_kv_size=rec.get("max_kv_size"), backend="metal")
+            run = run_from_record(rec, "metal")
             rows.append((_record_name(rec, i), cfg, run, WeightsRead(**wr), float(bw),
                          1.0 / float(tps), str(mach.get("name") or "")))
         except (ValueError, TypeError, KeyError, MlxfitError):

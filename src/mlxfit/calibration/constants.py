@@ -13,7 +13,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     pass
 
-from mlxfit.errors import MlxfitError
+from mlxfit.errors import MlxfitError, UsageError
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,9 @@ class Calibration:
         try:
             return self.backends[name]
         except KeyError:
-            raise MlxfitError(
-                f"--backend {name!r}: unknown backend (known: {', '.join(sorted(self.backends))})"
+            raise UsageError(
+                f"backend {name!r}: unknown (known: {', '.join(sorted(self.backends))})",
+                param="backend",
             ) from None
 
 

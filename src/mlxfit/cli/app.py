@@ -12,8 +12,13 @@ import typer
 from typer.core import TyperGroup
 from typer.main import get_command
 
-from mlxfit.cli.common import print_error
+from mlxfit.cli.common import error_text, print_error
 from mlxfit.errors import MlxfitError
+
+try:  # typer 0.28 vendors click; older releases use click itself
+    from typer._click.exceptions import UsageError as ClickUsageError
+except ImportError:  # pragma: no cover
+    from click.exceptions import UsageError as ClickUsageError
 
 # In the order `mlxfit --help` lists them.
 VERBS = ("fit", "machine", "matrix", "pick", "measure", "calibrate", "cluster")
@@ -48,11 +53,6 @@ def _root() -> None:
 def main() -> None:
     """The console script: click's usage errors (unknown flag, non-numeric value) become the
     same single line and exit code 2 as every other bad input, not a framed usage box."""
-    try:  # typer 0.28 vendors click; older releases use click itself
-        from typer._click.exceptions import UsageError as ClickUsageError
-    except ImportError:  # pragma: no cover
-        from click.exceptions import UsageError as ClickUsageError
-
     def one_line(msg: str) -> NoReturn:  # outside the app: exit directly, not typer.Exit
         print_error(msg)
         sys.exit(2)
@@ -68,7 +68,7 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.exit(130)
     except MlxfitError as e:  # commands catch their own; this is the last net
-        one_line(str(e) or type(e).__name__)
+        one_line(error_text(e))
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

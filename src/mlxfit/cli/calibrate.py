@@ -9,7 +9,8 @@ import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
-from mlxfit.render.calibrate import render_calibration
+from mlxfit.render.calibrate import render_calibration, result_to_json
+from mlxfit.verbs.calibrate.twin import calibrate
 
 app = typer.Typer()
 
@@ -23,17 +24,13 @@ def calibrate_cmd(
     show_toml: bool = typer.Option(False, "--show-toml", help="Print the calibration file --write would store."),
 ) -> None:
     """Fit the calibration constants to `mlxfit measure --save` records; old vs new error."""
-    from mlxfit.render import calibrate as cb_calibrate
-    from mlxfit.verbs.calibrate import twin as cb
-
     try:
-        r = cb.calibrate(from_file, write=write,
-                         backends=tuple(backend) if backend else None)
+        r = calibrate(from_file, write=write, backends=tuple(backend) if backend else None)
     except MlxfitError as e:
         fail(e)
         return
     if as_json:
-        print(json.dumps(cb_calibrate.result_to_json(r), indent=2))
+        print(json.dumps(result_to_json(r), indent=2))
     elif show_toml:
         print(r.toml, end="")
     else:

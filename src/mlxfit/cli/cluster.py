@@ -8,7 +8,9 @@ import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
-from mlxfit.render.cluster import render_cluster
+from mlxfit.render.cluster import cluster_to_json, render_cluster
+from mlxfit.verbs.cluster.launch import write_launch
+from mlxfit.verbs.cluster.twin import cluster
 
 app = typer.Typer()
 
@@ -43,10 +45,6 @@ def cluster_cmd(
     explain: bool = typer.Option(False, "--explain", help="Every host's terms."),
 ) -> None:
     """Split a model across several Macs (MLX distributed): per-host memory, context, speed."""
-    from mlxfit.render.cluster import cluster_to_json
-    from mlxfit.verbs.cluster.launch import write_launch
-    from mlxfit.verbs.cluster.twin import cluster
-
     try:
         r = cluster(model, host or [], ctx, hosts_file=hosts_file, strategy=strategy,
                     link=link, link_latency_us=link_latency_us, link_gbs=link_gbs,

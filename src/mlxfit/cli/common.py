@@ -2,16 +2,42 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from typing import NoReturn
 
 import typer
 
+from mlxfit.errors import UsageError
+
+# A twin's parameter -> the flag that sets it, where it is not "--" + the name with "-" for "_".
+FLAGS = {
+    "memory_budget_gb": "--memory-budget",
+    "backends": "--backend",  # calibrate
+    "hosts": "--host",  # cluster
+    "from_file": "--from",  # calibrate
+}
+
+
+def flag(param: str) -> str:
+    """The CLI flag of a twin's parameter: ctx -> --ctx, memory_budget_gb -> --memory-budget."""
+    return FLAGS.get(param, "--" + param.replace("_", "-"))
+
 
 def console(stderr: bool = False):
-    from rich.console import Console
+    from rich.console import Console  # rich is heavy: imported when a report is printed
 
     return Console(stderr=stderr, highlight=False)
+
+
+def error_text(e: Exception) -> str:
+    """The error as the CLI says it: a UsageError's parameters worded as their flags
+    ("ctx must be at least 1 token" -> "--ctx must be at least 1 token")."""
+    msg = str(e) or type(e).__name__
+    if isinstance(e, UsageError):
+        for p in e.params:
+            msg = re.sub(rf"(?<![\w.-]){re.escape(p)}(?![\w-])", flag(p), msg)
+    return msg
 
 
 def print_error(msg: str) -> None:
@@ -22,5 +48,5 @@ def print_error(msg: str) -> None:
 
 def fail(e: Exception) -> NoReturn:
     """One line on stderr, exit 2: what the user gave us cannot be sized as asked."""
-    print_error(str(e) or type(e).__name__)
+    print_error(error_text(e))
     raise typer.Exit(2)

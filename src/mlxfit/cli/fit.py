@@ -8,7 +8,6 @@ import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
-from mlxfit.render.chart import render_terminal, write_chart
 from mlxfit.render.fit import fit_to_json, render_fit
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.verbs.fit import fit
@@ -74,6 +73,8 @@ def fit_cmd(
                     advise=True if advise else "auto", chart=chart,
                     progress=not as_json, verbose=verbose)
         if chart_file is not None:
+            from mlxfit.render.chart import write_chart  # on demand: only with --chart
+
             write_chart(r.chart, chart_file)
     except MlxfitError as e:
         fail(e)
@@ -84,6 +85,8 @@ def fit_cmd(
         out = console()
         render_fit(r, out, explain=explain)
         if chart and chart_file is None:
+            from mlxfit.render.chart import render_terminal  # on demand: only with --chart
+
             out.print()
             render_terminal(r.chart, out)
         elif chart_file is not None:

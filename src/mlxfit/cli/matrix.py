@@ -8,7 +8,8 @@ import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
-from mlxfit.render.matrix import render_matrix
+from mlxfit.render.matrix import matrix_to_json, render_matrix
+from mlxfit.verbs.matrix import matrix
 
 app = typer.Typer()
 
@@ -31,9 +32,6 @@ def matrix_cmd(
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ) -> None:
     """MODEL on every Apple Silicon SKU: fits, max safe context, decode tok/s, headroom."""
-    from mlxfit.render.matrix import matrix_to_json
-    from mlxfit.verbs.matrix import matrix
-
     try:
         m = matrix(model, ctx, chips=chips, only_fits=only_fits, macos=macos,
                    revision=revision, gen=gen, prefill_step_size=prefill_step_size,

@@ -9,7 +9,8 @@ import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
-from mlxfit.render.measure import render_measurement
+from mlxfit.render.measure import measurement_to_json, render_measurement
+from mlxfit.verbs.measure.twin import measure
 
 app = typer.Typer()
 
@@ -33,15 +34,12 @@ def measure_cmd(
     save: bool = typer.Option(False, "--save", help="Append the record to ~/.cache/mlxfit/measurements.jsonl (what `mlxfit calibrate` fits)."),
 ) -> None:
     """Run mlx-lm for real and set its measured memory (and tok/s) beside the prediction."""
-    from mlxfit.render import measure as ms_measure
-    from mlxfit.verbs.measure import twin as ms
-
     try:
-        m = ms.measure(model, ctx, gen=gen, prefill_step_size=prefill_step_size,
-                       kv_bits=kv_bits, kv_group_size=kv_group_size,
-                       quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
-                       random_weights=random_weights, dtype=dtype, revision=revision,
-                       seed=seed, machine=machine, save=save)
+        m = measure(model, ctx, gen=gen, prefill_step_size=prefill_step_size,
+                    kv_bits=kv_bits, kv_group_size=kv_group_size,
+                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
+                    random_weights=random_weights, dtype=dtype, revision=revision,
+                    seed=seed, machine=machine, save=save)
     except MlxfitError as e:
         fail(e)
         return
@@ -50,6 +48,6 @@ def measure_cmd(
         fail(MlxfitError(f"mlx-lm failed on this run: {type(e).__name__}: {e}"))
         return
     if as_json:
-        print(json.dumps(ms_measure.measurement_to_json(m), indent=2, default=str))
+        print(json.dumps(measurement_to_json(m), indent=2, default=str))
     else:
         render_measurement(m, console())

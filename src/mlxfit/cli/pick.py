@@ -8,7 +8,8 @@ import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
-from mlxfit.render.pick import render_pick
+from mlxfit.render.pick import pick_to_json, render_pick
+from mlxfit.verbs.pick import pick
 
 app = typer.Typer()
 
@@ -24,9 +25,6 @@ def pick_cmd(
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ) -> None:
     """The downloaded model to auto-load here, and why each candidate was chosen or not."""
-    from mlxfit.render.pick import pick_to_json
-    from mlxfit.verbs.pick import pick
-
     try:
         p = pick(ctx, catalog=catalog, machine=machine, memory_budget_gb=memory_budget,
                  macos=macos, default_model=default_model,

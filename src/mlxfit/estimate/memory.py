@@ -46,35 +46,71 @@ class Term:
     inputs: dict[str, Any] = field(default_factory=dict)
 
 
-def validate_run(cfg: ModelConfig, run: Run) -> None:
+def run_from(*, ctx: int, gen: int = 0, prefill_step_size: int = 2048,
+             kv_bits: int | None = None, kv_group_size: int = 64,
+             quantized_kv_start: int = 5000, max_kv_size: int | None = None,
+             backend: str = "metal") -> Run:
+    """The Run of the twins' parameters (mlx-lm's names), checked by ``check_run``: the one
+    builder every verb (and a measurement record, ``run_from_record``) goes through."""
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
+              max_kv_size=max_kv_size, backend=backend)
+    check_run(run)
+    return run
+
+
+def run_from_record(rec: dict[str, Any], backend: str) -> Run:
+    """The Run a ``mlxfit measure`` record measured (its keys are measure's parameters)."""
+    return run_from(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
+                    prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
+                    kv_group_size=int(rec.get("kv_group_size") or 64),
+                    quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
+                    max_kv_size=rec.get("max_kv_size"), backend=backend)
+
+
+def check_run(run: Run) -> None:
+    """The run's numbers, whatever the model: UsageError naming the parameter (``ctx``...)."""
     if run.ctx < 1:
-        raise UsageError(f"--ctx must be at least 1 token, got {run.ctx}")
+        raise UsageError(f"ctx must be at least 1 token, got {run.ctx}", param="ctx")
     if run.ctx > 10**9:
-        raise UsageError(f"--ctx {run.ctx} is beyond any model's context")
+        raise UsageError(f"ctx {run.ctx} is beyond any model's context", param="ctx")
     if run.gen < 0 or run.gen >= run.ctx:
-        raise UsageError(f"--gen must be between 0 and --ctx - 1, got {run.gen}")
+        raise UsageError(f"gen must be between 0 and ctx - 1, got {run.gen}", param="gen",
+                         also=("ctx",))
     if run.prefill_step_size < 1:
-        raise UsageError(f"--prefill-step-size must be positive, got {run.prefill_step_size}")
+        raise UsageError(f"prefill_step_size must be positive, got {run.prefill_step_size}",
+                         param="prefill_step_size")
     if run.kv_bits is not None:
         if run.kv_bits not in (2, 3, 4, 5, 6, 8):
-            raise UsageError(f"--kv-bits must be one of 2,3,4,5,6,8, got {run.kv_bits}")
+            raise UsageError(f"kv_bits must be one of 2,3,4,5,6,8, got {run.kv_bits}",
+                             param="kv_bits")
         if run.kv_group not in (32, 64, 128):
-            raise UsageError(f"--kv-group-size must be 32, 64 or 128, got {run.kv_group}")
+            raise UsageError(f"kv_group_size must be 32, 64 or 128, got {run.kv_group}",
+                             param="kv_group_size")
         if run.quantized_kv_start < 0:
-            raise UsageError("--quantized-kv-start must be >= 0")
+            raise UsageError("quantized_kv_start must be >= 0", param="quantized_kv_start")
+    if run.max_kv_size is not None and run.max_kv_size < 1:
+        raise UsageError(f"max_kv_size must be positive, got {run.max_kv_size}",
+                         param="max_kv_size")
+
+
+def validate_run(cfg: ModelConfig, run: Run) -> None:
+    """``check_run``, then what mlx-lm cannot do with this model (a quantized cache)."""
+    check_run(run)
+    if run.kv_bits is not None:
         if any(a.mla is not None for a, _ in attn_groups(cfg, run)):
             if cfg.family == "deepseek_v32":
-                raise UsageError("--kv-bits: mlx-lm never quantizes this model's CacheList "
-                                 "caches (no to_quantized), so the flag has no effect")
-            raise UsageError("--kv-bits: mlx-lm's MLA attention cannot use a quantized cache "
-                             "(it fails with AttributeError in mlx-lm 0.32)")
+                raise UsageError("kv_bits: mlx-lm never quantizes this model's CacheList "
+                                 "caches (no to_quantized), so the flag has no effect",
+                                 param="kv_bits")
+            raise UsageError("kv_bits: mlx-lm's MLA attention cannot use a quantized cache "
+                             "(it fails with AttributeError in mlx-lm 0.32)", param="kv_bits")
         if any(a.cache == "rotating" for a, _ in attn_groups(cfg, run)):
             raise UsageError(
-                "--kv-bits: this model's sliding-window layers use RotatingKVCache, which "
-                "mlx-lm cannot quantize (to_quantized raises NotImplementedError)"
+                "kv_bits: this model's sliding-window layers use RotatingKVCache, which "
+                "mlx-lm cannot quantize (to_quantized raises NotImplementedError)",
+                param="kv_bits",
             )
-    if run.max_kv_size is not None and run.max_kv_size < 1:
-        raise UsageError(f"--max-kv-size must be positive, got {run.max_kv_size}")
 
 
 def _as_run_sees(a: Attn, cfg: ModelConfig, run: Run) -> Attn:

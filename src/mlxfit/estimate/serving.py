@@ -120,10 +120,19 @@ def batch_blockers(cfg: ModelConfig, run: Run, serving: Serving) -> list[str]:
     if serving.draft is not None:
         why.append("a draft model is loaded")
     if run.kv_bits is not None:
-        why.append("--kv-bits is set")
+        why.append("kv_bits is set")
     if any(a.cache == "chunked" for a, _ in attn_groups(cfg, run)):
         why.append("the model's ChunkedKVCache has no merge()")
     return why
+
+
+def check_serving(parallel: int | None, prompt_cache: int | None) -> None:
+    """The serving parameters' ranges, whatever the model (UsageError naming the parameter)."""
+    if parallel is not None and not 1 <= parallel <= 4096:
+        raise UsageError(f"parallel must be between 1 and 4096, got {parallel}", param="parallel")
+    if prompt_cache is not None and not 0 <= prompt_cache <= 100_000:
+        raise UsageError(f"prompt_cache must be between 0 and 100000, got {prompt_cache}",
+                         param="prompt_cache")
 
 
 def validate_serving(cfg: ModelConfig, run: Run, serving: Serving) -> tuple[Run, list[str]]:
@@ -131,24 +140,24 @@ def validate_serving(cfg: ModelConfig, run: Run, serving: Serving) -> tuple[Run,
 
     Raises UsageError where mlx-lm cannot do what is asked."""
     warnings: list[str] = []
-    if serving.parallel is not None and not 1 <= serving.parallel <= 4096:
-        raise UsageError(f"--parallel must be between 1 and 4096, got {serving.parallel}")
-    if serving.prompt_cache is not None and not 0 <= serving.prompt_cache <= 100_000:
-        raise UsageError(f"--prompt-cache must be between 0 and 100000, got {serving.prompt_cache}")
+    check_serving(serving.parallel, serving.prompt_cache)
     if serving.server and run.max_kv_size is not None:
-        raise UsageError("--max-kv-size: mlx_lm.server has no such flag (--parallel and "
-                         "--prompt-cache size an mlx_lm.server run)")
+        raise UsageError("max_kv_size: mlx_lm.server has no such flag (parallel and "
+                         "prompt_cache size an mlx_lm.server run)", param="max_kv_size",
+                         also=("parallel", "prompt_cache"))
     if serving.sequences > 1:
         blockers = batch_blockers(cfg, run, serving)
         if blockers:
-            raise UsageError(f"--parallel {serving.sequences}: mlx_lm.server serves requests one "
-                             f"at a time when {' and '.join(blockers)}")
+            raise UsageError(f"parallel {serving.sequences}: mlx_lm.server serves requests one "
+                             f"at a time when {' and '.join(blockers)}", param="parallel",
+                             also=("kv_bits",) if run.kv_bits is not None else ())
     d = serving.draft
     if d is not None:
         if any(ly.state_kind for ly in cfg.layers):
-            raise UsageError("--draft-model: speculative decoding needs a trimmable cache and this "
+            raise UsageError("draft_model: speculative decoding needs a trimmable cache and this "
                              "model's linear/SSM/conv layers use ArraysCache (mlx-lm raises "
-                             "'Speculative decoding requires a trimmable prompt cache')")
+                             "'Speculative decoding requires a trimmable prompt cache')",
+                             param="draft_model")
         if run.max_kv_size is not None:
             warnings.append("--max-kv-size is dropped by mlx-lm with --draft-model "
                             "(stream_generate pops it): sized with full caches")

@@ -62,6 +62,18 @@ def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
     )
 
 
+def context_limit(cfg: ModelConfig, run: Run) -> tuple[int, list[str]]:
+    """The largest context the solver searches (max_position_embeddings, else
+    DEFAULT_MAX_CONTEXT) and the warnings about it: none in the config, ctx beyond it."""
+    limit = cfg.max_position or DEFAULT_MAX_CONTEXT
+    warn = []
+    if not cfg.max_position:
+        warn.append(f"config has no max_position_embeddings: max context searched up to {limit}")
+    if run.ctx > limit:
+        warn.append(f"--ctx {run.ctx} is beyond the model's max_position_embeddings ({limit})")
+    return limit, warn
+
+
 def run_at(run: Run, n: int) -> Run:
     """The same run at another context (generated tokens capped below it)."""
     return replace(run, ctx=n, gen=min(run.gen, n - 1))
@@ -178,13 +190,8 @@ def fit_core(
     warn = list(warnings) + list(cfg.warnings)
     t = totals_at(cfg, weights.total_bytes, run, cal, extra_terms)
     fits = t.total <= usable_bytes
-    if cfg.max_position:
-        limit = cfg.max_position
-    else:
-        limit = DEFAULT_MAX_CONTEXT
-        warn.append(f"config has no max_position_embeddings: max context searched up to {limit}")
-    if run.ctx > limit:
-        warn.append(f"--ctx {run.ctx} is beyond the model's max_position_embeddings ({limit})")
+    limit, limit_warnings = context_limit(cfg, run)
+    warn += limit_warnings
     max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
                                 extra_terms)
 

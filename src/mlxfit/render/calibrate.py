@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxfit.render import SCHEMA_VERSION
 from mlxfit.verbs.calibrate.twin import CalibrationResult, ErrorStats
 
 
@@ -12,7 +13,7 @@ def result_to_json(r: CalibrationResult) -> dict[str, Any]:
         return {"n": s.n, "median": s.median, "p90": s.p90, "max": s.max}
 
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "source": r.source,
         "calibration": r.calibration,
         "backends": [
@@ -52,7 +53,7 @@ def _v(x: float) -> str:
 
 
 def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
-    from rich.table import Table
+    from rich.table import Table  # rich is heavy: only a text report needs a table
 
     n = sum(b.n_runs for b in r.backends)
     skipped = f" ({len(r.skipped)} skipped)" if r.skipped else ""

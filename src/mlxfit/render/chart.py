@@ -50,7 +50,7 @@ def _at(d: ChartData, ctx: float) -> ChartPoint:
 def render_terminal(d: ChartData, console: Any, width: int | None = None) -> None:
     """Two panels over a shared log-scale context axis: total memory (GB) with the usable line,
     and decode tok/s; kinks marked with letters, the context asked for with ▲."""
-    from rich.text import Text
+    from rich.text import Text  # rich is heavy: only a terminal chart pays for it
 
     w = width or max(40, min(100, (console.width or 80) - 12))
     lo, hi = d.lo, d.hi
@@ -236,7 +236,7 @@ def _runs(points: tuple[ChartPoint, ...]) -> list[list[ChartPoint]]:
 
 def write_png(d: ChartData, path: Path) -> None:
     try:
-        import matplotlib
+        import matplotlib  # optional (the chart extra) and heavy: only for a PNG
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt

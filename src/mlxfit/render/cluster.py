@@ -6,9 +6,8 @@ from dataclasses import asdict
 from typing import Any
 
 from mlxfit.estimate.memory import Term
+from mlxfit.render import SCHEMA_VERSION
 from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
-
-SCHEMA_VERSION = 1
 
 
 def _term(t: Term) -> dict[str, Any]:
@@ -70,7 +69,7 @@ def _gb(n: float) -> str:
 
 def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
     """The report: the chosen plan's hosts, the verdict and why, the other plan in one line."""
-    from rich.table import Table
+    from rich.table import Table  # rich is heavy: only a text report needs a table
 
     p = r.plan
     n = len(r.hosts)

@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
-from mlxfit.verbs.advise import Advice
-from mlxfit.verbs.chart import ChartData
+from mlxfit.render import SCHEMA_VERSION
 
-SCHEMA_VERSION = 1
+if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
+    from mlxfit.verbs.advise import Advice
+    from mlxfit.verbs.chart import ChartData
 
 
 def gb(n: float) -> str:
@@ -98,7 +99,7 @@ def _weights_note(d: dict[str, Any]) -> str:
 
 
 def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
-    from rich.table import Table
+    from rich.table import Table  # rich is heavy: only a text report needs a table
 
     verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
     if r.fits and r.oversize_buffers:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
+from mlxfit.render import SCHEMA_VERSION
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -30,10 +32,6 @@ def row_to_json(r: MatrixRow) -> dict[str, Any]:
 
 
 def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from mlxfit.render.fit import SCHEMA_VERSION
-
     return {
         "schema_version": SCHEMA_VERSION,
         "model": m.model,
@@ -59,7 +57,7 @@ def _gb(n: int) -> str:
 
 
 def render_matrix(m: Any, out: Any) -> None:
-    from rich.table import Table
+    from rich.table import Table  # rich is heavy: only a text report needs a table
 
     flt = f", chips {m.chips_filter!r}" if m.chips_filter else ""
     out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens on Apple Silicon "

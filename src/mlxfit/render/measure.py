@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxfit.render import SCHEMA_VERSION
 from mlxfit.verbs.measure.twin import Measurement
 
 
@@ -14,7 +15,7 @@ def measurement_to_json(m: Measurement) -> dict:
         return None if x is None else (round(x, 3) if isinstance(x, float) else x)
 
     return {
-        "schema_version": 1,
+        "schema_version": SCHEMA_VERSION,
         "model": m.model,
         "source_kind": m.source_kind,
         "random_weights": m.random_weights,
@@ -72,7 +73,7 @@ def _err(t: Any) -> str:
 
 
 def render_measurement(m: Any, out: Any) -> None:
-    from rich.table import Table
+    from rich.table import Table  # rich is heavy: only a text report needs a table
 
     run = m.run
     kind = "random weights" if m.random_weights else "its weights"

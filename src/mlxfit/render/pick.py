@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.verbs.pick import Candidate, PickResult, _base_name
+from mlxfit.model.names import base_name
+from mlxfit.render import SCHEMA_VERSION
+from mlxfit.verbs.pick import Candidate, PickResult
 
 
 def candidate_to_json(c: Candidate) -> dict[str, Any]:
     return {
         "model": c.model,
-        "base_model": _base_name(c.model),
+        "base_model": base_name(c.model),
         "revision": c.revision,
         "source": c.source_kind,
         "location": c.location,
@@ -35,8 +37,6 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
 
 
 def pick_to_json(p: PickResult) -> dict[str, Any]:
-    from mlxfit.render.fit import SCHEMA_VERSION
-
     return {
         "schema_version": SCHEMA_VERSION,
         "chosen": p.chosen,
@@ -74,7 +74,7 @@ def _fits(c: Any) -> str:
 
 
 def _table(rows: Any, title: str, catalog: bool) -> Any:
-    from rich.table import Table
+    from rich.table import Table  # rich is heavy: only a text report needs a table
 
     t = Table(title=title, title_justify="left", title_style="bold", show_header=True,
               header_style="bold", box=None, pad_edge=False)

@@ -14,7 +14,6 @@ candidate run, serving set-up, sibling model or wired limit.
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
@@ -131,30 +130,6 @@ def wired_cap_mb(ram_bytes: int) -> int:
 
 def wired_needed_mb(total_bytes: int) -> int:
     return math.ceil(total_bytes / MIB / WIRED_ROUND_MB) * WIRED_ROUND_MB
-
-
-# --------------------------------------------------------------------------- siblings
-
-_QUANT_TOKEN = re.compile(
-    r"^(?:\d+(?:\.\d+)?-?bits?|bf16|fp16|f16|f32|fp32|float16|bfloat16|mlx|dwq|awq|gptq|"
-    r"mxfp4|nvfp4|mxfp8|fp8|q\d+(?:_[a-z0-9]+)?|mixed|\d+_\d+|quantized)$",
-    re.IGNORECASE,
-)
-
-
-def quant_family(name: str) -> str:
-    """A model name without its organization and its quantization suffixes:
-    'mlx-community/Qwen3-30B-A3B-Instruct-2507-8bit' -> 'qwen3-30b-a3b-instruct-2507'."""
-    base = name.rsplit("/", 1)[-1]
-    tokens = re.split(r"[-_]", base)
-    while len(tokens) > 1 and _QUANT_TOKEN.match(tokens[-1]):
-        tokens.pop()
-    # "...-8bit" after stripping can leave "mixed_3_6" style pieces; the loop handles those.
-    return "-".join(tokens).lower()
-
-
-
-
 
 
 # --------------------------------------------------------------------------- search

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from mlxfit.estimate.memory import attn_groups
+
 DEFAULT_POINTS = 64
 
 
@@ -83,8 +85,6 @@ def kinks_for(cfg: Any, run: Any) -> list[Kink]:
     """Contexts where the curves bend: a sliding/chunked window fills (those layers stop
     growing), prefill starts chunking (ctx = step + 1), a --max-kv-size window fills, and KV
     quantization starts."""
-    from mlxfit.estimate.memory import attn_groups
-
     out: dict[int, str] = {}
     for a, n in attn_groups(cfg, run):
         if a.cache in ("rotating", "chunked") and a.window:

@@ -1,39 +1,83 @@
-"""The I/O every twin shares: the machine (named or probed), a wired-limit override, a draft model."""
+"""The I/O every twin shares: the machine (named or probed), a wired-limit override, a draft
+model, the calibration with the user's file; and the checks of the parameters they share, made
+at a twin's entry, before any of that I/O."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+from mlxfit.calibration.constants import Calibration
+from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import UsageError
-from mlxfit.model.inputs import model_arrays, model_inputs
-from mlxfit.settings import DEFAULT_MACOS
+from mlxfit.estimate.serving import DraftModel
+from mlxfit.hardware.probe import probe_machine
+from mlxfit.hardware.resolve import (
+    machine_with_budget,
+    resolve_machine,
+    usable_bytes_for,
+)
+from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
+from mlxfit.settings import DEFAULT_MACOS, user_calibration
+from mlxfit.sources.resolve import resolve_model
+
+
+def check_machine_params(memory_budget_gb: float | None = None, macos: int | None = None,
+                         wired_limit_mb: int | None = None) -> None:
+    """The machine parameters' ranges (UsageError naming the parameter), before any probe."""
+    if memory_budget_gb is not None and (
+            isinstance(memory_budget_gb, bool) or not memory_budget_gb > 0
+            or memory_budget_gb > 1e6):
+        raise UsageError(f"memory_budget_gb must be a positive number of GB, got "
+                         f"{memory_budget_gb}", param="memory_budget_gb")
+    if macos is not None and (isinstance(macos, bool) or not isinstance(macos, int)
+                              or not 11 <= macos <= 99):
+        raise UsageError(f"macos must be a macOS major version from 11 (the first on Apple "
+                         f"Silicon) to 99, got {macos}", param="macos")
+    if wired_limit_mb is not None:
+        if memory_budget_gb is not None:
+            raise UsageError("memory_budget_gb and wired_limit_mb both set the usable memory: "
+                             "give one", param="wired_limit_mb", also=("memory_budget_gb",))
+        if isinstance(wired_limit_mb, bool) or not isinstance(wired_limit_mb, int) or (
+                wired_limit_mb < 0):
+            raise UsageError(f"wired_limit_mb must be >= 0, got {wired_limit_mb}",
+                             param="wired_limit_mb")
 
 
 def machine_for(machine: str | None, memory_budget_gb: float | None = None,
                 macos: int | None = None):
     """The named Mac (``--machine``), else this one probed; ``--memory-budget`` replaces usable."""
-    from mlxfit.hardware import probe as mach_probe
-    from mlxfit.hardware import resolve as mach
-
+    check_machine_params(memory_budget_gb, macos)
     if machine:
-        m = mach.resolve_machine(machine, macos_major=macos or DEFAULT_MACOS)
+        m = resolve_machine(machine, macos_major=macos or DEFAULT_MACOS)
     else:
-        m = mach_probe.probe_machine(macos_major=macos)
+        m = probe_machine(macos_major=macos)
     if memory_budget_gb is not None:
-        if not memory_budget_gb > 0 or memory_budget_gb > 1e6:
-            raise UsageError(f"--memory-budget must be a positive number of GB, got {memory_budget_gb}")
-        m = mach.machine_with_budget(m, int(memory_budget_gb * 1e9))
+        m = machine_with_budget(m, int(memory_budget_gb * 1e9))
     return m
 
 
-_machine = machine_for
+def calibration_for_user(calibration: Calibration | None = None) -> Calibration:
+    """``calibration`` when given, else the shipped constants with the user's calibration file
+    (``mlxfit calibrate --write``) on top: what every twin sizes with."""
+    return calibration or load_calibration(user_calibration())
+
+
+def calibration_note(cal: Calibration) -> tuple[str, ...]:
+    """The report note naming a calibration other than the shipped one (none for that one)."""
+    return () if cal.source == "calibration.toml" else (f"calibration: {cal.source}",)
+
+
+def vision_note(inputs: ModelInputs) -> tuple[str, ...]:
+    """The report note on vision/audio towers left out of the weights (mlx-lm's text path)."""
+    if inputs.vision_bytes and not inputs.with_vision:
+        note = (f"vision/audio towers ({inputs.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
+                "drops them for text generation (--with-vision to count them)")
+        return (note,)
+    return ()
 
 
 def load_draft(spec: str, revision: str | None = None, with_vision: bool = False):
     """A --draft-model: resolved like the model (folder, HF cache, catalog)."""
-    from mlxfit.estimate.serving import DraftModel
-    from mlxfit.sources.resolve import resolve_model
-
     src = resolve_model(spec, revision=revision)
     inp = model_inputs(src, with_vision=with_vision)
     return DraftModel(name=spec, cfg=inp.cfg, weights_bytes=inp.weights.total_bytes,
@@ -42,11 +86,11 @@ def load_draft(spec: str, revision: str | None = None, with_vision: bool = False
 
 def machine_with_wired_limit(m, wired_limit_mb: int, budget: bool = False):
     """The machine as if ``sudo sysctl iogpu.wired_limit_mb=N`` were set."""
-    from mlxfit.hardware import resolve as mach
-
     if budget:
-        raise UsageError("--memory-budget and a wired limit both set the usable memory: give one")
+        raise UsageError("memory_budget_gb and wired_limit_mb both set the usable memory: "
+                         "give one", param="wired_limit_mb", also=("memory_budget_gb",))
     if not m.is_apple_silicon:
-        raise UsageError("iogpu.wired_limit_mb exists only on Apple Silicon Macs")
-    usable, source = mach.usable_bytes_for(m.ram_bytes, m.macos_major, wired_limit_mb)
+        raise UsageError("iogpu.wired_limit_mb exists only on Apple Silicon Macs",
+                         param="wired_limit_mb")
+    usable, source = usable_bytes_for(m.ram_bytes, m.macos_major, wired_limit_mb)
     return replace(m, usable_bytes=usable, usable_source=source)

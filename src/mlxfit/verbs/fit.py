@@ -6,16 +6,36 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mlxfit.calibration.constants import Calibration
-from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.estimate.memory import Run
-from mlxfit.estimate.serving import Serving
-from mlxfit.estimate.solve import FitResult, fit_core
+from mlxfit.estimate.memory import Run, run_from
+from mlxfit.estimate.serving import (
+    Serving,
+    all_buffers,
+    batched_decode,
+    check_serving,
+    command_line,
+    extra_terms_fn,
+    max_context_within_buffer,
+    summary,
+    validate_serving,
+)
+from mlxfit.estimate.solve import DEFAULT_MAX_CONTEXT, FitResult, fit_core, run_at, totals_at
+from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
-from mlxfit.settings import user_calibration
+from mlxfit.model.names import quant_family
+from mlxfit.model.weights import summarize_weights
+from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import _hf_cache_ids
-from mlxfit.verbs.advise import quant_family
-from mlxfit.verbs.edges import load_draft, machine_for, machine_with_wired_limit
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    calibration_note,
+    check_machine_params,
+    load_draft,
+    machine_for,
+    machine_with_wired_limit,
+    vision_note,
+)
 
 
 def fit(
@@ -54,13 +74,17 @@ def fit(
     ``draft_model``. ``wired_limit_mb``: size as if ``sudo sysctl iogpu.wired_limit_mb=N`` were
     set. ``advise``: True, or "auto" (only when the run does not fit): attach an
     ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart)."""
-    from mlxfit.sources.resolve import resolve_model
-
+    # Every parameter is checked before the model is resolved (Hub requests) or the machine
+    # probed: a bad one is named as itself, not hidden behind a missing folder.
     if advise not in (False, None, "auto", True):
-        raise UsageError(f"advise must be True, False or 'auto', got {advise!r}")
-    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
-              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
-              max_kv_size=max_kv_size, backend=backend)
+        raise UsageError(f"advise must be True, False or 'auto', got {advise!r}", param="advise")
+    run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                   kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
+                   max_kv_size=max_kv_size, backend=backend)
+    check_machine_params(memory_budget_gb, macos, wired_limit_mb)
+    check_serving(parallel, prompt_cache)
+    cal = calibration_for_user(calibration)
+    cal.backend(backend)  # a backend the calibration has
     src = resolve_model(model, revision=revision, progress=progress)
     if verbose and src.transfer is not None:
         src = replace(src, notes=src.notes + (src.transfer.describe(),))
@@ -68,17 +92,18 @@ def fit(
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
         m = machine_with_wired_limit(m, wired_limit_mb, memory_budget_gb is not None)
-    cal = calibration or load_calibration(user_calibration())
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
     r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
     if advise is True or (advise == "auto" and not r.runs):
-        from mlxfit.verbs import advise as adv
+        # On demand: a run that fits pays for the advisor only when advice is asked for. The
+        # name `advise` is this function's parameter.
+        from mlxfit.verbs.advise import advise as advice_for
 
         ev = _Evaluator(model, inputs, arrays, m, cal, with_vision=with_vision,
                         budget=memory_budget_gb is not None)
-        r = replace(r, advice=adv.advise(r, ev, serving))
+        r = replace(r, advice=advice_for(r, ev, serving))
     if chart:
         r = replace(r, chart=chart_data(inputs, r.run, m, cal, serving))
     return r
@@ -93,12 +118,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m, cal: Calibration,
     """One model on one machine: the notes and warnings of ``fit``, then the pure core.
     ``extra_terms`` (solve.ExtraTerms): serving terms added to the total (mlxfit.estimate.serving)."""
     warnings: list[str] = list(extra_warnings)
-    notes = list(inputs.source_notes) + list(m.notes)
-    if inputs.vision_bytes and not inputs.with_vision:
-        notes.append(f"vision/audio towers ({inputs.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
-                     "drops them for text generation (--with-vision to count them)")
-    if cal.source != "calibration.toml":
-        notes.append(f"calibration: {cal.source}")
+    notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
     return fit_core(
@@ -128,17 +148,15 @@ def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
                arrays: tuple = (), model_ref: str | None = None) -> FitResult:
     """``fit_inputs`` plus the serving terms (``serving.Serving``), the mlx-lm command line,
     a batched-decode estimate and the arrays checked against the GPU's maxBufferLength."""
-    from mlxfit.estimate import serving as sv
-
-    serving = serving or sv.Serving()
-    run2, warns = sv.validate_serving(inputs.cfg, run, serving)
-    r = fit_inputs(inputs, run2, m, cal, extra_terms=sv.extra_terms_fn(inputs.cfg, cal, serving),
+    serving = serving or Serving()
+    run2, warns = validate_serving(inputs.cfg, run, serving)
+    r = fit_inputs(inputs, run2, m, cal, extra_terms=extra_terms_fn(inputs.cfg, cal, serving),
                    extra_warnings=tuple(warns))
-    info = sv.summary(serving, run2, inputs.cfg)
-    info["command"] = sv.command_line(model_ref or inputs.name, run2, serving)
+    info = summary(serving, run2, inputs.cfg)
+    info["command"] = command_line(model_ref or inputs.name, run2, serving)
     extra_warn: list[str] = []
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
-        info["batched_decode"] = sv.batched_decode(
+        info["batched_decode"] = batched_decode(
             inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences)
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
@@ -147,8 +165,8 @@ def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
     limit = getattr(m, "max_buffer_bytes", None)
     safe = r.max_safe_context
     if run2.backend == "metal" and limit:
-        buffers = sv.all_buffers(inputs.cfg, run2, cal, serving, arrays)
-        safe = sv.max_context_within_buffer(inputs.cfg, run2, cal, serving, arrays, limit, safe)
+        buffers = all_buffers(inputs.cfg, run2, cal, serving, arrays)
+        safe = max_context_within_buffer(inputs.cfg, run2, cal, serving, arrays, limit, safe)
         if safe < r.max_safe_context:
             extra_warn.append(f"largest safe context {safe:,} (not {r.max_safe_context:,}): "
                               "beyond it one array would exceed the GPU's largest buffer")
@@ -205,8 +223,6 @@ class _Evaluator:
 
     def _load(self, rid: str) -> tuple[ModelInputs, tuple]:
         if rid not in self._models:
-            from mlxfit.sources.resolve import resolve_model
-
             src = resolve_model(rid)
             self._models[rid] = (model_inputs(src, with_vision=self._with_vision),
                                  model_arrays(src, self._with_vision))
@@ -224,42 +240,34 @@ class _Evaluator:
 
 def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None):
     """Total memory and decode tok/s against the context (mlxfit.verbs.chart), from the same core."""
-    from mlxfit.estimate import serving as sv
-    from mlxfit.estimate.solve import DEFAULT_MAX_CONTEXT, totals_at
-    from mlxfit.estimate.speed import predicted_decode_seconds
-    from mlxfit.verbs import chart as ch
+    from mlxfit.verbs.chart import build_chart, kinks_for  # on demand: only with chart=True
 
-    serving = serving or sv.Serving()
-    run, _ = sv.validate_serving(inputs.cfg, run, serving)
-    extra = sv.extra_terms_fn(inputs.cfg, cal, serving)
+    serving = serving or Serving()
+    run, _ = validate_serving(inputs.cfg, run, serving)
+    extra = extra_terms_fn(inputs.cfg, cal, serving)
     cfg, w = inputs.cfg, inputs.weights
 
-    def at(n: int) -> Run:
-        return replace(run, ctx=n, gen=min(run.gen, n - 1))
-
     def total_at(n: int) -> int:
-        return totals_at(cfg, w.total_bytes, at(n), cal, extra).total
+        return totals_at(cfg, w.total_bytes, run_at(run, n), cal, extra).total
 
     def tps_at(n: int) -> float | None:
         if not m.bandwidth_gbs:
             return None
-        return 1.0 / predicted_decode_seconds(cfg, at(n), w, m.bandwidth_gbs, cal, m.name)[0]
+        return 1.0 / predicted_decode_seconds(cfg, run_at(run, n), w, m.bandwidth_gbs, cal,
+                                              m.name)[0]
 
     limit = cfg.max_position or DEFAULT_MAX_CONTEXT
     safe = fit_inputs(inputs, run, m, cal, extra_terms=extra).max_safe_context
-    return ch.build_chart(
+    return build_chart(
         title=f"{inputs.name} on {m.name}", limit=limit, requested_ctx=run.ctx,
         max_safe_context=safe, usable_bytes=m.usable_bytes, total_at=total_at, tps_at=tps_at,
-        kinks=ch.kinks_for(cfg, run))
+        kinks=kinks_for(cfg, run))
 
 
 
 
 def weights_summary(model: str, revision: str | None = None, with_vision: bool = False):
     """The exact weights breakdown of a model (no machine, no context)."""
-    from mlxfit.model.weights import summarize_weights
-    from mlxfit.sources.resolve import resolve_model
-
     src = resolve_model(model, revision=revision)
     return src, summarize_weights(src.tensors, src.config, with_vision=with_vision)
 
@@ -273,8 +281,6 @@ def weights_summary(model: str, revision: str | None = None, with_vision: bool =
 def sibling_candidates(name: str) -> list[str]:
     """Repo ids in the catalog or the local HF cache that name the same model in another
     quantization (the caller keeps those with fewer weight bytes)."""
-    from mlxfit.sources.catalog import catalog_ids
-
     fam = quant_family(name)
     seen: set[str] = set()
     out = []

@@ -14,11 +14,21 @@ import sys
 from dataclasses import dataclass, field
 
 from mlxfit.errors import MachineError, MlxfitError
-from mlxfit.estimate.memory import Run
+from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
-from mlxfit.hardware.resolve import GIB, Machine
-from mlxfit.hardware.skus import SkuTable
+from mlxfit.hardware.probe import probe_machine
+from mlxfit.hardware.resolve import GIB, Machine, all_skus
+from mlxfit.hardware.skus import SkuTable, load_sku_table
+from mlxfit.model.inputs import model_arrays, model_inputs
 from mlxfit.settings import DEFAULT_MACOS
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    calibration_note,
+    check_machine_params,
+    vision_note,
+)
+from mlxfit.verbs.fit import fit_served
 
 
 @dataclass(frozen=True)
@@ -144,25 +154,19 @@ def matrix(
 
     Each row is what ``fit(model, ctx, machine=row.name, macos=macos, ...)`` returns. The row of
     ``this_machine`` (default: the probed machine, unless ``probe`` is False) is marked."""
-    from mlxfit import settings as api_settings
-    from mlxfit.calibration.load import load_calibration
-    from mlxfit.hardware import probe as mach_probe
-    from mlxfit.hardware import resolve as mach
-    from mlxfit.hardware import skus as mach_skus
-    from mlxfit.model import inputs as api
-    from mlxfit.sources.resolve import resolve_model
-    from mlxfit.verbs import fit as api_fit
-
+    # Every parameter is checked before the model is resolved or this machine probed.
+    run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                   kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
+                   max_kv_size=max_kv_size, backend=backend)
+    check_machine_params(macos=macos)
+    cal = calibration_for_user(calibration)
+    cal.backend(backend)  # a backend the calibration has
     macos_major = macos or DEFAULT_MACOS  # as `fit --machine`
-    t = table if table is not None else mach_skus.load_sku_table()
-    skus = filter_skus(mach.all_skus(macos_major=macos_major, table=t), chips)
-    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
-              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
-              max_kv_size=max_kv_size, backend=backend)
+    t = table if table is not None else load_sku_table()
+    skus = filter_skus(all_skus(macos_major=macos_major, table=t), chips)
     src = resolve_model(model, revision=revision)
-    inputs = api.model_inputs(src, with_vision=with_vision)
-    arrays = api.model_arrays(src, with_vision)
-    cal = calibration or load_calibration(api_settings.user_calibration())
+    inputs = model_inputs(src, with_vision=with_vision)
+    arrays = model_arrays(src, with_vision)
 
     notes: list[str] = []
     here = this_machine
@@ -171,14 +175,14 @@ def matrix(
         notes.append(f"this machine ({sys.platform}) is not a row: not Apple Silicon")
     elif here is None and probe:
         try:
-            here = mach_probe.probe_machine(macos_major=macos, table=t)
+            here = probe_machine(macos_major=macos, table=t)
         except MlxfitError as e:  # the matrix does not need this machine: say so and go on
             notes.append(f"this machine could not be probed ({e})")
 
     rows: list[MatrixRow] = []
     for m in sorted(skus, key=_sort_key(t)):
         # The function `fit` ends in: the same terms, the same buffer check, per SKU.
-        r = api_fit.fit_served(inputs, run, m, cal, None, arrays, model_ref=model)
+        r = fit_served(inputs, run, m, cal, None, arrays, model_ref=model)
         rows.append(MatrixRow(
             family=_family(t, m.chip or ""), chip=m.chip or "", gpu_cores=m.gpu_cores or 0,
             ram_gb=round(m.ram_bytes / GIB), name=m.name,
@@ -205,12 +209,7 @@ def matrix(
               if all(w in r.result.warnings for r in rows)] if rows else []
     common = [w for w in common if not w.startswith("over the usable memory")
               and "maxBufferLength" not in w and "largest safe context" not in w]
-    notes = list(inputs.source_notes) + notes
-    if inputs.vision_bytes and not with_vision:
-        notes.append(f"vision/audio towers ({inputs.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
-                     "drops them for text generation (--with-vision to count them)")
-    if cal.source != "calibration.toml":
-        notes.append(f"calibration: {cal.source}")
+    notes = [*inputs.source_notes, *notes, *vision_note(inputs), *calibration_note(cal)]
 
     shown = [r for r in rows if r.runs] if only_fits else rows
     return MatrixResult(

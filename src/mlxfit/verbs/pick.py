@@ -23,18 +23,29 @@ the pick.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.memory import run_from
 from mlxfit.estimate.solve import FitResult
-from mlxfit.settings import PickSettings, check_fraction, load_settings
-from mlxfit.sources.folder import missing_numbered_shards
-from mlxfit.sources.hf_cache import _snapshot_order, adapter_reason, drafter_reason, repo_id_of
-from mlxfit.sources.source import INDEX_NAME
+from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
+from mlxfit.settings import PickSettings, load_settings
+from mlxfit.sources.catalog import catalog_ids, load_entry
+from mlxfit.sources.folder import missing_numbered_shards, read_config
+from mlxfit.sources.hf_cache import (
+    _snapshot_order,
+    adapter_reason,
+    drafter_reason,
+    hf_hub_cache_dir,
+    repo_id_of,
+)
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
+from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
+from mlxfit.verbs.fit import fit_served
 
 # ---------------------------------------------------------------------------------------------
 # Settings: ~/.config/mlxfit/config.toml, [pick] table
@@ -81,7 +92,7 @@ class Skipped:
 
 @dataclass(frozen=True)
 class _Loaded:
-    inputs: Any  # api.ModelInputs
+    inputs: ModelInputs
     arrays: tuple  # its largest weight arrays, for the maxBufferLength check
     revision: str
     location: str
@@ -93,10 +104,6 @@ def _os_reason(e: OSError) -> str:
 
 
 def _load_snapshot(repo_id: str, snap: Path) -> _Loaded | Skipped:
-    from mlxfit.model import inputs as api
-    from mlxfit.sources.folder import read_config
-    from mlxfit.sources.resolve import resolve_model
-
     rev = snap.name
     loc = str(snap)
 
@@ -138,7 +145,7 @@ def _load_snapshot(repo_id: str, snap: Path) -> _Loaded | Skipped:
                                   f"{' ...' if len(missing) > 3 else ''} missing")
         src = resolve_model(str(snap))  # the folder path: config, index check, headers
         src = replace(src, name=repo_id, kind="hf-cache", revision=rev)
-        return _Loaded(api.model_inputs(src), api.model_arrays(src), rev, loc, tuple(src.notes))
+        return _Loaded(model_inputs(src), model_arrays(src), rev, loc, tuple(src.notes))
     except MlxfitError as e:
         return skip("broken", str(e).splitlines()[0] if str(e) else type(e).__name__)
     except OSError as e:
@@ -378,13 +385,6 @@ def quant_label(weights_detail: dict[str, Any]) -> str:
     return next(iter(by), "?").lower()
 
 
-def _base_name(repo_id: str) -> str:
-    """'mlx-community/Qwen3-4B-Instruct-2507-8bit' -> 'Qwen3-4B-Instruct-2507' (the quant
-    variants of one model share it)."""
-    name = repo_id.rsplit("/", 1)[-1]
-    return re.sub(r"([-_](MLX|mlx))?[-_](\d+bit|bf16|fp16|MXFP4.*|mxfp4.*|DQ\d.*)$", "", name)
-
-
 def pick(
     ctx: int = 8192,
     *,
@@ -402,27 +402,25 @@ def pick(
 
     ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
     ``cache_dir`` replaces the Hugging Face cache found from the environment."""
-    from mlxfit import settings as api_settings
-    from mlxfit.calibration.load import load_calibration
-    from mlxfit.estimate.memory import Run
-    from mlxfit.sources.hf_cache import hf_hub_cache_dir
-    from mlxfit.verbs import edges as api_edges
-    from mlxfit.verbs import fit as api_fit
-
-    if ctx < 1:
-        raise UsageError(f"--ctx must be at least 1 token, got {ctx}")
+    # Every parameter is checked before the settings file is read or the machine probed.
+    run = run_from(ctx=ctx)
+    check_machine_params(memory_budget_gb, macos)
+    if default_model is not None and not default_model.strip():
+        raise UsageError("default_model is empty", param="default_model")
+    if coexist_fraction is not None and (
+            isinstance(coexist_fraction, bool) or not isinstance(coexist_fraction, (int, float))
+            or not 0 < coexist_fraction <= 1):
+        raise UsageError(f"coexist_fraction must be a number in (0, 1], got "
+                         f"{coexist_fraction!r}", param="coexist_fraction")
     settings = load_settings(Path(config_path) if config_path is not None else None)
     if default_model is not None:
-        if not default_model.strip():
-            raise UsageError("--default-model is empty")
         settings = replace(settings, default_model=default_model.strip(),
                            default_model_from="argument")
     if coexist_fraction is not None:
-        settings = replace(settings, coexist_fraction=check_fraction(
-            coexist_fraction, "--coexist-fraction"), coexist_fraction_from="argument")
-    m = api_edges.machine_for(machine, memory_budget_gb, macos)
-    cal = calibration or load_calibration(api_settings.user_calibration())
-    run = Run(ctx=ctx)
+        settings = replace(settings, coexist_fraction=float(coexist_fraction),
+                           coexist_fraction_from="argument")
+    m = machine_for(machine, memory_budget_gb, macos)
+    cal = calibration_for_user(calibration)
     usable = m.usable_bytes
     coexist = min(int(m.ram_bytes * settings.coexist_fraction), usable)
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_cache_dir()
@@ -436,8 +434,8 @@ def pick(
     for ld in loaded:
         try:
             # The function `fit` ends in: the same terms and the same buffer check.
-            evaluated.append((ld, api_fit.fit_served(ld.inputs, run, m, cal, None, ld.arrays,
-                                                 model_ref=ld.inputs.name)))
+            evaluated.append((ld, fit_served(ld.inputs, run, m, cal, None, ld.arrays,
+                                             model_ref=ld.inputs.name)))
         except MlxfitError as e:  # e.g. a config the run cannot apply to: skip, never abort
             s = Skipped(ld.inputs.name, ld.revision, ld.location, "broken", str(e))
             skipped.append(s)
@@ -511,11 +509,6 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
                   downloaded: set[str]) -> list[Candidate]:
     """The built-in catalog minus what is downloaded: what could run here, one row per quant
     variant; those that fit first, largest first, then the rest, closest to fitting first."""
-    from mlxfit.model import inputs as api
-    from mlxfit.sources.catalog import catalog_ids, load_entry
-    from mlxfit.sources.source import CATALOG_NOTE, ModelSource
-    from mlxfit.verbs import fit as api_fit
-
     rows: list[Candidate] = []
     for rid in catalog_ids():
         if rid.casefold() in downloaded:
@@ -525,8 +518,8 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
             continue
         src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
-        r = api_fit.fit_served(api.model_inputs(src), run, m, cal, None, api.model_arrays(src),
-                           model_ref=e.repo_id)
+        r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src),
+                       model_ref=e.repo_id)
         fc = r.runs and r.total_bytes <= coexist
         if fc:
             why = f"fits the coexist budget ({_gb(coexist)})"

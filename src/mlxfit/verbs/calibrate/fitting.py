@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import replace
 
 from mlxfit.calibration.constants import Calibration
+from mlxfit.estimate.solve import totals_at
 from mlxfit.records import Sample
 
 PRIOR_WEIGHT = 1e-4  # pull towards the current value, per (relative change)^2
@@ -19,14 +20,10 @@ def _with_backend(cal: Calibration, backend: str, values: dict[str, float]) -> C
 
 def predict_peak(s: Sample, cal: Calibration) -> int:
     """measured weights + predicted caches and transient at the predicted peak moment."""
-    from mlxfit.estimate.solve import totals_at
-
     return totals_at(s.cfg, s.weights, s.run, cal).total
 
 
 def predicted_caches(s: Sample, cal: Calibration) -> int:
-    from mlxfit.estimate.solve import totals_at
-
     t = totals_at(s.cfg, s.weights, s.run, cal)
     return t.kv + t.state
 

@@ -36,7 +36,16 @@ else:  # pragma: no cover
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.records import NoMeasurements, Sample, _decode_rows, load_records, merge_repeats
+from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.records import (
+    NoMeasurements,
+    Sample,
+    _decode_rows,
+    load_records,
+    merge_repeats,
+    results_path,
+)
+from mlxfit.settings import user_calibration
 from mlxfit.verbs.calibrate.fitting import (
     _residuals,
     _with_backend,
@@ -121,8 +130,6 @@ def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
     """eta and fixed_s from Metal records with a measured decode speed (least squares on the
     relative error of the seconds per token; the other decode constants are kept); None
     without any such record."""
-    from mlxfit.estimate.speed import predicted_decode_seconds
-
     rows = _decode_rows(records)
     if not rows:
         return None
@@ -359,22 +366,21 @@ def calibrate(
     any, on top). ``write``: store the fitted constants in ``user_file`` (default
     ``~/.config/mlxfit/calibration.toml``, merged with what it holds), which ``fit`` and
     ``measure`` then load and name in their notes."""
-    from mlxfit import settings as api
-    from mlxfit.records import results_path
-
     bad = [p for p in params if p not in FIT_PARAMS]
     if bad:
-        raise UsageError(f"cannot fit {', '.join(bad)} (fittable: {', '.join(FIT_PARAMS)})")
+        raise UsageError(f"params: cannot fit {', '.join(bad)} (fittable: "
+                         f"{', '.join(FIT_PARAMS)})", param="params")
     src = Path(from_file).expanduser() if from_file is not None else results_path()
-    target = Path(user_file).expanduser() if user_file is not None else api.user_calibration()
+    target = Path(user_file).expanduser() if user_file is not None else user_calibration()
     cal = calibration or load_calibration(target)
-    samples, skipped = load_records(src)
-    samples = merge_repeats(samples)
     if backends is not None:
         unknown = [b for b in backends if b not in cal.backends]
         if unknown:
-            raise UsageError(f"--backend {unknown[0]!r}: unknown (known: "
-                             f"{', '.join(sorted(cal.backends))})")
+            raise UsageError(f"backends {unknown[0]!r}: unknown (known: "
+                             f"{', '.join(sorted(cal.backends))})", param="backends")
+    samples, skipped = load_records(src)
+    samples = merge_repeats(samples)
+    if backends is not None:
         samples = [s for s in samples if s.backend in backends]
     if not samples:
         why = f" ({len(skipped)} skipped: {skipped[0][1]})" if skipped else ""

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.hardware.resolve import machine_with_budget, resolve_machine
 from mlxfit.resources import data_path, user_file
 from mlxfit.settings import DEFAULT_MACOS
 
@@ -199,16 +200,14 @@ class HostMachine:
 
 
 def resolve_hosts(specs: Sequence[HostSpec], macos: int | None = None) -> list[HostMachine]:
-    from mlxfit.hardware import resolve as mach
-
     out = []
     for r, s in enumerate(specs):
         try:
-            m = mach.resolve_machine(s.machine, macos_major=s.macos or macos or DEFAULT_MACOS)
+            m = resolve_machine(s.machine, macos_major=s.macos or macos or DEFAULT_MACOS)
         except MlxfitError as e:
             raise type(e)(f"host {r} ({s.machine!r}): {e}") from None
         if s.memory_budget_gb is not None:
-            m = mach.machine_with_budget(m, int(s.memory_budget_gb * 1e9))
+            m = machine_with_budget(m, int(s.memory_budget_gb * 1e9))
         label = s.name or s.ssh or f"host{r}"
         out.append(HostMachine(r, label, m.name, m.ram_bytes, m.bandwidth_gbs, m.usable_bytes,
                                m.usable_source, s, tuple(m.notes), m.unverified))

@@ -8,6 +8,7 @@ format a finished ``ClusterResult``; they plan nothing.
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 from typing import Any
 
@@ -87,8 +88,6 @@ def hostfile_json(r: ClusterResult) -> dict[str, Any]:
 
 def launch_commands(r: ClusterResult) -> dict[str, str]:
     """The command lines to run the chosen plan (benchmark to check, server to serve)."""
-    import shlex
-
     p = r.plan
     model = shlex.quote(r.model_path or r.model)
     strat = p.strategy if p else "pipeline"

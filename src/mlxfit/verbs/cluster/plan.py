@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.memory import Run, Term, kv_bytes_final, validate_run
-from mlxfit.estimate.solve import DEFAULT_MAX_CONTEXT, largest_true, run_at, totals_at
+from mlxfit.estimate.solve import context_limit, largest_true, run_at, totals_at
 from mlxfit.estimate.speed import (
     decode_factors,
     kv_read_term,
@@ -448,12 +448,8 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
     module = mlx_lm_module(cfg.model_type)
     m = _Model(cfg, split_weights(tensors, cfg.num_layers, with_vision), tuple(tensors), module,
                with_vision)
-    warn = list(cfg.warnings)
-    limit = cfg.max_position or DEFAULT_MAX_CONTEXT
-    if not cfg.max_position:
-        warn.append(f"config has no max_position_embeddings: max context searched up to {limit}")
-    if run.ctx > limit:
-        warn.append(f"--ctx {run.ctx} is beyond the model's max_position_embeddings ({limit})")
+    limit, limit_warnings = context_limit(cfg, run)
+    warn = list(cfg.warnings) + limit_warnings
     n = len(hosts)
     plans: list[Plan] = []
     if n == 1:

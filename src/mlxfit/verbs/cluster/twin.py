@@ -34,7 +34,11 @@ from typing import Any
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
-from mlxfit.estimate.memory import Run
+from mlxfit.estimate.memory import run_from
+from mlxfit.model.inputs import activation_bytes
+from mlxfit.model.parse import parse_config
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.sources.source import INDEX_NAME
 from mlxfit.verbs.cluster.hosts import (
     HostSpec,
     Link,
@@ -47,6 +51,7 @@ from mlxfit.verbs.cluster.plan import (
     plan_cluster,
 )
 from mlxfit.verbs.cluster.results import ClusterResult
+from mlxfit.verbs.edges import calibration_for_user, calibration_note, check_machine_params
 
 # --------------------------------------------------------------------------- the twin
 
@@ -74,13 +79,13 @@ def cluster(
     """Will ``model`` run a ``ctx``-token generation with mlx-lm across these Macs, split how,
     how fast? ``hosts`` are SKU strings ("M3 Ultra 512GB", "2x M4 Max 128GB") in rank order;
     ``hosts_file`` a TOML file of [[hosts]] (listed first)."""
-    from mlxfit import settings as api
-    from mlxfit.calibration.load import load_calibration
-    from mlxfit.model.inputs import activation_bytes
-    from mlxfit.model.parse import parse_config
-    from mlxfit.sources.resolve import resolve_model
-    from mlxfit.sources.source import INDEX_NAME
-
+    # Every parameter is checked before the hosts file is read or the model resolved.
+    run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                   kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
+                   backend=backend)
+    check_machine_params(macos=macos)
+    cal = calibration_for_user(calibration)
+    cal.backend(backend)  # a backend the calibration has
     specs: list[HostSpec] = []
     extra: dict[str, Any] = {}
     if hosts_file is not None:
@@ -93,21 +98,17 @@ def cluster(
     lk = link if isinstance(link, Link) else resolve_link(str(link), link_latency_us, link_gbs)
     if isinstance(extra.get("backend"), str):
         lk = replace(lk, backend=extra["backend"])
-    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
-              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start, backend=backend)
     src = resolve_model(model, revision=revision)
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
     machines = resolve_hosts(specs, macos)
-    cal = calibration or load_calibration(api.user_calibration())
     notes = list(src.notes)
     by_note: dict[str, list[str]] = {}
     for h in machines:
         for x in h.notes:
             by_note.setdefault(x, []).append(h.label)
     notes += [f"{', '.join(labels)}: {x}" for x, labels in by_note.items()]
-    if cal.source != "calibration.toml":
-        notes.append(f"calibration: {cal.source}")
+    notes += calibration_note(cal)
     single = False
     model_path = src.name
     if src.kind in ("folder", "hf-cache"):  # a local snapshot: does it carry the index?

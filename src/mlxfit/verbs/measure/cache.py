@@ -14,6 +14,7 @@ from typing import Any
 
 def _state_nbytes(obj) -> int:
     """Bytes of every mx.array reachable from a cache's state (nested tuples, lists, CacheList)."""
+    # mlx / mlx-lm are optional (the measure extra): imported to measure only
     import mlx.core as mx
 
     if isinstance(obj, mx.array):

@@ -13,6 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from mlxfit.errors import UsageError
+from mlxfit.estimate.memory import attn_groups, validate_run
+from mlxfit.model.inputs import activation_bytes
 from mlxfit.model.tensors import (
     FLOAT_DTYPES,
     MLX_FLOAT_DTYPES,
@@ -26,7 +28,7 @@ _ACT_DTYPE = {4: "float32", 2: "bfloat16"}  # a 2-byte width from the weights bu
 
 
 def _tensors_of(model) -> tuple:
-    from mlx.utils import tree_flatten
+    from mlx.utils import tree_flatten  # mlx is optional: imported only to measure
 
     out = []
     for name, v in tree_flatten(model.parameters()):
@@ -50,8 +52,6 @@ def _config_only(spec: str) -> Path | None:
 
 
 def _dtype_from_tensors(tensors) -> str | None:
-    from mlxfit.model.inputs import activation_bytes
-
     floats = [t for t in tensors if t.dtype in FLOAT_DTYPES]
     if not floats:
         return None
@@ -73,7 +73,7 @@ def _dtype_from_config(config: dict) -> str | None:
 
 
 def _backend_in_use() -> str:
-    import mlx.core as mx
+    import mlx.core as mx  # mlx is optional: imported only to measure
 
     try:
         return "metal" if mx.metal.is_available() else "cpu"
@@ -85,8 +85,6 @@ def refuse_unsupported(cfg, run) -> None:
     """Runs mlx-lm cannot do: the same refusals as ``fit`` (validate_run), plus quantizing an
     MLA latent cache, which mlx-lm 0.32 accepts and then fails on (deepseek_v3's attention calls
     ``swapaxes`` on QuantizedKVCache's packed tuples: AttributeError)."""
-    from mlxfit.estimate.memory import attn_groups, validate_run
-
     validate_run(cfg, run)
     # deepseek_v32 keeps its MLA latent in a CacheList, which mlx-lm never quantizes (no
     # to_quantized): only the plain-KVCache MLA families fail.
@@ -94,7 +92,8 @@ def refuse_unsupported(cfg, run) -> None:
         a.mla for a, _ in attn_groups(cfg, run)
     ):
         raise UsageError(
-            "--kv-bits: this model's MLA attention caches a compressed latent that mlx-lm "
+            "kv_bits: this model's MLA attention caches a compressed latent that mlx-lm "
             "cannot use once quantized (its attention fails on QuantizedKVCache); run without "
-            "--kv-bits or keep --quantized-kv-start >= --ctx"
+            "kv_bits or keep quantized_kv_start >= ctx", param="kv_bits",
+            also=("quantized_kv_start", "ctx"),
         )

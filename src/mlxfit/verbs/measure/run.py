@@ -40,6 +40,7 @@ def build_model(config: dict, dtype: str = "float32", seed: int = 0):
     the group size stay in float, and the model's own ``quant_predicate`` (e.g. 8-bit MoE routers)
     applies to the rest.
     """
+    # mlx / mlx-lm are optional (the measure extra): imported to measure only
     import mlx.core as mx
     from mlx import nn
     from mlx.utils import tree_map_with_path
@@ -91,6 +92,7 @@ def build_model(config: dict, dtype: str = "float32", seed: int = 0):
 
 
 def _environment() -> dict:
+    # mlx / mlx-lm are optional (the measure extra): imported to measure only
     import mlx.core as mx
     import mlx_lm
 
@@ -130,6 +132,7 @@ class MlxUnavailable(MlxfitError):
 def mlx_missing_reason() -> str | None:
     """None when mlx and mlx-lm import, else why not (one line)."""
     try:
+        # mlx / mlx-lm are optional (the measure extra): imported to measure only
         import mlx.core  # noqa: F401
         import mlx_lm  # noqa: F401
     except (ImportError, OSError) as e:  # OSError: a wheel whose shared library cannot load
@@ -148,13 +151,17 @@ def require_mlx() -> None:
 
 def _check_tokens(ctx: int, gen_tokens: int, prefill_step_size: int) -> None:
     if gen_tokens < 1 or prefill_step_size < 1:
-        raise UsageError("--gen and --prefill-step-size must be >= 1 (mlx-lm generates at "
-                         "least one token)")
+        raise UsageError("gen and prefill_step_size must be >= 1 (mlx-lm generates at "
+                         "least one token)", param="gen" if gen_tokens < 1 else
+                         "prefill_step_size", also=("prefill_step_size",) if gen_tokens < 1
+                         else ("gen",))
     if ctx - gen_tokens < 2:
-        raise UsageError(f"--ctx ({ctx}) must exceed --gen ({gen_tokens}) by at least 2")
+        raise UsageError(f"ctx ({ctx}) must exceed gen ({gen_tokens}) by at least 2",
+                         param="ctx", also=("gen",))
 
 
 def _param_summary(model) -> tuple[int, int]:
+    # mlx / mlx-lm are optional (the measure extra): imported to measure only
     from mlx.utils import tree_flatten
 
     flat = tree_flatten(model.parameters())
@@ -176,6 +183,7 @@ def _measure(
     seed: int,
 ) -> dict:
     """Load (``load()`` returns the model), then run generate_step; see ``measure_run``."""
+    # mlx / mlx-lm are optional (the measure extra): imported to measure only
     import mlx.core as mx
     from mlx_lm.generate import generate_step, generation_stream, wired_limit
     from mlx_lm.models.cache import make_prompt_cache
@@ -368,6 +376,7 @@ def measure_folder(
     """``measure_run`` for a checkpoint folder loaded by ``mlx_lm.utils.load_model`` (real
     weights; the tokenizer is not needed: the prompt is random token ids)."""
     _check_tokens(ctx, gen_tokens, prefill_step_size)
+    # mlx / mlx-lm are optional (the measure extra): imported to measure only
     from mlx_lm.utils import load_config, load_model
 
     folder = Path(folder)
@@ -387,6 +396,7 @@ def save_random_model(config: dict, folder: str | Path, *, dtype: str = "float32
     """Write ``config`` with random weights as an mlx-lm checkpoint folder (config.json and
     model.safetensors, as ``mlx_lm.convert`` saves them): a tiny model to measure or size."""
     require_mlx()
+    # mlx / mlx-lm are optional (the measure extra): imported to measure only
     from mlx_lm.utils import save_config, save_model
 
     folder = Path(folder)

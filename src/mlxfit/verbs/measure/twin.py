@@ -31,11 +31,17 @@ from __future__ import annotations
 
 import gc
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from mlxfit._version import __version__
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.memory import run_from
+from mlxfit.estimate.solve import totals_at
+from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.model.inputs import model_inputs
+from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import MLX_FLOAT_DTYPES
 from mlxfit.records import (
     RECORD_SCHEMA,
@@ -44,6 +50,10 @@ from mlxfit.records import (
     append_record,
     compare_terms,
 )
+from mlxfit.sources.folder import read_config
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.sources.source import ModelSource
+from mlxfit.verbs.edges import calibration_for_user, calibration_note, machine_for
 from mlxfit.verbs.measure.inputs import (
     _backend_in_use,
     _config_only,
@@ -96,9 +106,6 @@ def predict(inputs, run, cal, machine=None) -> tuple[Any, float | None]:
     predicted decode tok/s on ``machine``). ``inputs``: api.ModelInputs; ``machine``: an
     ``api.machine_for`` result or None. No tok/s without a machine bandwidth or on the cpu
     backend (the decode model is Apple Silicon's unified memory)."""
-    from mlxfit.estimate.solve import totals_at
-    from mlxfit.estimate.speed import predicted_decode_seconds
-
     tot = totals_at(inputs.cfg, inputs.weights.total_bytes, run, cal)
     bw = getattr(machine, "bandwidth_gbs", None)
     tps = None
@@ -137,21 +144,19 @@ def measure(
     on Linux) and the calibration ``fit`` uses. ``save``: append the record to ``results_file``
     (default ``~/.cache/mlxfit/measurements.jsonl``), which ``mlxfit calibrate`` reads.
     """
-    from mlxfit import settings as api_settings
-    from mlxfit.calibration.load import load_calibration
-    from mlxfit.estimate.memory import Run
-    from mlxfit.model import inputs as api_inputs
-    from mlxfit.sources.folder import read_config
-    from mlxfit.sources.resolve import resolve_model
-    from mlxfit.sources.source import ModelSource
-    from mlxfit.verbs import edges as api
-
-    require_mlx()
+    # Every parameter is checked before mlx is asked for or the model resolved. The run's
+    # backend is the one MLX runs on, known once mlx is imported.
     _check_tokens(ctx, gen, prefill_step_size)
+    run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                   kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
+                   max_kv_size=max_kv_size)
     if dtype is not None and dtype not in MLX_FLOAT_DTYPES:
-        raise UsageError(f"--dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}")
+        raise UsageError(f"dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}",
+                         param="dtype")
     if dtype is not None and not random_weights:
-        raise UsageError("--dtype applies to --random-weights only (a checkpoint has its dtype)")
+        raise UsageError("dtype applies to random_weights only (a checkpoint has its dtype)",
+                         param="dtype", also=("random_weights",))
+    require_mlx()
     notes: list[str] = []
 
     cfg_file = _config_only(model) if random_weights else None
@@ -171,11 +176,9 @@ def measure(
         wdtype = _dtype_from_tensors(src.tensors) or "checkpoint"
 
     backend = _backend_in_use()
-    run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
-              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
-              max_kv_size=max_kv_size, backend=backend)
+    run = replace(run, backend=backend)
     if src is not None:
-        inputs = api_inputs.model_inputs(src)
+        inputs = model_inputs(src)
         refuse_unsupported(inputs.cfg, run)
 
     kw = {"prefill_step_size": prefill_step_size, "gen_tokens": gen, "kv_bits": kv_bits,
@@ -183,8 +186,6 @@ def measure(
           "max_kv_size": max_kv_size, "seed": seed}
     if src is None:
         # Refuse before building anything (the activation dtype is the one asked for).
-        from mlxfit.model.parse import parse_config
-
         refuse_unsupported(parse_config(config, act_bytes=4 if wdtype == "float32" else 2,
                                         where=str(cfg_file)), run)
         # No headers: the prediction's weights are the built model's tensors (exact by
@@ -196,7 +197,7 @@ def measure(
         where = cfg_file.parent if cfg_file.name == "config.json" else cfg_file
         src = ModelSource(name=str(where), kind="config", location=str(where), config=config,
                           tensors=tensors, files=())
-        inputs = api_inputs.model_inputs(src)
+        inputs = model_inputs(src)
         refuse_unsupported(inputs.cfg, run)
         notes.append("no safetensors headers: predicted weights are the built model's tensors")
     if random_weights:
@@ -204,10 +205,10 @@ def measure(
     else:
         rec = measure_folder(src.location, ctx, dtype_label=wdtype, **kw)
 
-    cal = calibration or load_calibration(api_settings.user_calibration())
+    cal = calibration_for_user(calibration)
     m = None
     try:
-        m = api.machine_for(machine)
+        m = machine_for(machine)
     except MlxfitError as e:
         notes.append(f"machine unknown ({e}): no decode speed predicted")
     bw = getattr(m, "bandwidth_gbs", None)
@@ -217,8 +218,7 @@ def measure(
                      "memory only; tok/s are measured, not predicted")
     elif not bw:
         notes.append("memory bandwidth unknown: no decode speed predicted (pass --machine)")
-    if cal.source != "calibration.toml":
-        notes.append(f"calibration: {cal.source}")
+    notes.extend(calibration_note(cal))
     notes.extend(inputs.source_notes)
 
     terms = compare_terms(rec, weights=inputs.weights.total_bytes, kv=tot.kv,
@@ -257,8 +257,6 @@ def measure(
 
 
 def _version() -> str:
-    from mlxfit._version import __version__
-
     return __version__
 
 

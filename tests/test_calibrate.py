@@ -16,7 +16,6 @@ import pytest
 from typer.testing import CliRunner
 
 import mlxfit
-from mlxfit import settings as api
 from mlxfit.calibration.load import load_calibration
 from mlxfit.cli.app import app
 from mlxfit.estimate.memory import Run
@@ -26,6 +25,7 @@ from mlxfit.model.config import parse_config
 from mlxfit.model.inputs import WeightsRead
 from mlxfit.records import NoMeasurements
 from mlxfit.render.calibrate import result_to_json
+from mlxfit.settings import from_environ
 from mlxfit.verbs.calibrate.twin import FIT_PARAMS, calibrate
 
 if sys.version_info >= (3, 11):
@@ -130,8 +130,9 @@ def test_write_stores_a_user_file_that_fit_uses_and_names(cpu_file, tmp_path, mo
     assert cal.backend("metal").act_hidden == 20.0
 
     model = "mlx-community/Llama-3.2-1B-Instruct-4bit"  # built-in catalog: no network
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "empty"))
     before = mlxfit.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
-    monkeypatch.setattr(api, "USER_CALIBRATION", user)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # $XDG_CONFIG_HOME/mlxfit
     after = mlxfit.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
     assert any(n == f"calibration: calibration.toml + {user}" for n in after.notes)
     assert not any(n.startswith("calibration:") for n in before.notes)
@@ -211,8 +212,8 @@ def _invoke(*args: str):
 
 
 def test_cli_calibrate_show_write_and_errors(cpu_file, tmp_path, monkeypatch):
-    user = tmp_path / "cfg" / "calibration.toml"
-    monkeypatch.setattr(api, "USER_CALIBRATION", user)
+    user = tmp_path / "cfg" / "mlxfit" / "calibration.toml"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     r = _invoke("calibrate", "--from", str(cpu_file))
     assert r.exit_code == 0, r.output
     for word in ("backend cpu", "act_hidden", "old", "new", "--write"):
@@ -233,8 +234,7 @@ def test_cli_calibrate_show_write_and_errors(cpu_file, tmp_path, monkeypatch):
 
 
 def test_default_paths_are_the_documented_ones():
-    from mlxfit import records as ms
-
-    assert str(ms.DEFAULT_RESULTS) == "~/.cache/mlxfit/measurements.jsonl"
-    assert str(api.USER_CALIBRATION) == "~/.config/mlxfit/calibration.toml"
+    s = from_environ({"HOME": "/home/u"})
+    assert s.results_file == Path("/home/u/.cache/mlxfit/measurements.jsonl")
+    assert s.calibration_file == Path("/home/u/.config/mlxfit/calibration.toml")
     assert set(FIT_PARAMS) <= set(SHIPPED.backend("cpu").__dataclass_fields__)

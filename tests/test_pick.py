@@ -19,10 +19,10 @@ from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
 from mlxfit.hardware.resolve import GIB
 from mlxfit.render.pick import pick_to_json
-from mlxfit.settings import DEFAULT_MODEL, load_settings
+from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.sources.catalog import load_entry
 from mlxfit.sources.hf_cache import adapter_reason, drafter_reason, missing_numbered_shards
-from mlxfit.verbs.pick import Option, choose, pick
+from mlxfit.verbs.pick import Option, choose, load_settings, pick
 
 runner = CliRunner()
 

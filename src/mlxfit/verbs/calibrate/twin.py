@@ -22,21 +22,16 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.records import NoMeasurements, Sample, _decode_rows, load_records, merge_repeats
+from mlxfit.settings import parse_toml, read_toml
 from mlxfit.verbs.calibrate.fitting import (
     _residuals,
     _with_backend,
@@ -298,12 +293,7 @@ def render_toml(doc: dict[str, Any], comments: dict[tuple[str, ...], str],
 
 
 def _user_doc(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise MlxfitError(f"{path}: cannot read calibration file ({e})") from None
+    return read_toml(path, "the calibration file") if path.is_file() else {}
 
 
 def _toml_for(result_backends: tuple[BackendFit, ...], decode: DecodeFit | None,
@@ -406,7 +396,7 @@ def calibrate(
     written = None
     if write:
         try:
-            tomllib.loads(toml)  # never write a file the loader would reject
+            parse_toml(toml, f"the calibration for {target}")  # never write what the loader rejects
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(toml, encoding="utf-8")
         except OSError as e:

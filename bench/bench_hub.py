@@ -30,6 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from st_helpers import make_folder
 
+from mlxfit.settings import from_environ
+
 
 def build_model(folder: Path, n_shards: int) -> int:
     """A Qwen3-8B-shaped bf16 model (16 GB, sparse) cut into n_shards shards; returns its size."""
@@ -64,7 +66,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--shards", type=int, default=100)
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added to every request")
-    ap.add_argument("--workers", type=int, default=None, help="default: mlxfit.hub.MAX_WORKERS")
+    ap.add_argument("--workers", type=int, default=None, help="default: HubSettings.max_workers")
     args = ap.parse_args()
 
     from mlxfit.sources.hub import fetch as hub
@@ -82,7 +84,7 @@ def main() -> None:
         url = json.loads(server.stdout.readline())["url"]
         os.environ["HF_ENDPOINT"] = url
         os.environ.pop("HF_HUB_OFFLINE", None)
-        workers = args.workers or hub.MAX_WORKERS
+        workers = args.workers or from_environ().hub.max_workers
         hub.fetch_model("bench/q8b-100", cache_dir=work / "warmup", token=False)  # imports
         cold, warm = [], []
         transfer = None

@@ -26,7 +26,6 @@ from st_helpers import (
 )
 
 import mlxfit
-from mlxfit import settings as api
 from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.memory import Run
 from mlxfit.estimate.solve import totals_at
@@ -35,6 +34,7 @@ from mlxfit.model.inputs import WeightsRead
 from mlxfit.model.parse import parse_config
 from mlxfit.records import NoMeasurements
 from mlxfit.render.calibrate import result_to_json
+from mlxfit.settings import from_environ
 from mlxfit.verbs.calibrate.twin import FIT_PARAMS, calibrate
 
 if sys.version_info >= (3, 11):
@@ -127,8 +127,9 @@ def test_write_stores_a_user_file_that_fit_uses_and_names(cpu_file, tmp_path, mo
     assert cal.backend("metal").act_hidden == 20.0
 
     model = "mlx-community/Llama-3.2-1B-Instruct-4bit"  # built-in catalog: no network
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "empty"))
     before = mlxfit.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
-    monkeypatch.setattr(api, "USER_CALIBRATION", user)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # $XDG_CONFIG_HOME/mlxfit
     after = mlxfit.fit(model, 4096, machine="M4 Pro 24GB", backend="cpu")
     assert any(n == f"calibration: calibration.toml + {user}" for n in after.notes)
     assert not any(n.startswith("calibration:") for n in before.notes)
@@ -214,8 +215,8 @@ def cli_file(tmp_path_factory) -> Path:
 
 
 def test_cli_calibrate_show_write_and_errors(cli_file, tmp_path, monkeypatch):
-    user = tmp_path / "cfg" / "calibration.toml"
-    monkeypatch.setattr(api, "USER_CALIBRATION", user)
+    user = tmp_path / "cfg" / "mlxfit" / "calibration.toml"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
     r = invoke("calibrate", "--from", str(cli_file))
     assert r.exit_code == 0, r.output
     for word in ("backend cpu", "act_hidden", "old", "new", "--write"):
@@ -236,8 +237,7 @@ def test_cli_calibrate_show_write_and_errors(cli_file, tmp_path, monkeypatch):
 
 
 def test_default_paths_are_the_documented_ones():
-    from mlxfit import records as ms
-
-    assert str(ms.DEFAULT_RESULTS) == "~/.cache/mlxfit/measurements.jsonl"
-    assert str(api.USER_CALIBRATION) == "~/.config/mlxfit/calibration.toml"
+    s = from_environ({"HOME": "/home/u"})
+    assert s.results_file == Path("/home/u/.cache/mlxfit/measurements.jsonl")
+    assert s.calibration_file == Path("/home/u/.config/mlxfit/calibration.toml")
     assert set(FIT_PARAMS) <= set(SHIPPED.backend("cpu").__dataclass_fields__)

@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 
 from mlxfit.errors import SourceError
-from mlxfit.sources import catalog
 from mlxfit.sources.catalog import CatalogEntry, catalog_ids, load_entry
 
 SCRIPTS = Path(__file__).resolve().parent.parent / "scripts"
@@ -326,8 +325,7 @@ def test_unknown_is_none(repo_id: str) -> None:
     assert load_entry(repo_id) is None
 
 
-def test_corrupt_manifest_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(catalog, "catalog_dir", lambda: tmp_path)
+def test_corrupt_manifest_raises(tmp_path: Path) -> None:
     (tmp_path / "org__bad.json.gz").write_bytes(b"not gzip")
     doc = {
         "schema": 1,
@@ -339,10 +337,10 @@ def test_corrupt_manifest_raises(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
         "total_bytes": 7,
     }
     (tmp_path / "org__sum.json.gz").write_bytes(gzip.compress(json.dumps(doc).encode()))
-    assert catalog_ids() == ["org/bad", "org/sum"]
+    assert catalog_ids(tmp_path) == ["org/bad", "org/sum"]
     for rid in ("org/bad", "org/sum"):
         with pytest.raises(SourceError) as err:
-            load_entry(rid)
+            load_entry(rid, tmp_path)
         assert "\n" not in str(err.value)
 
 

@@ -12,6 +12,7 @@ Budget: the whole file runs in well under 30 s on 2 cores (bounded examples, dea
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import os
@@ -48,7 +49,12 @@ from mlxfit.model.weights import summarize_weights
 from mlxfit.sources import catalog
 from mlxfit.sources.folder import read_config
 from mlxfit.sources.resolve import resolve_model
-from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES, read_header, read_headers
+from mlxfit.sources.safetensors_header import (
+    MAX_HEADER_BYTES,
+    _read_open,
+    read_header,
+    read_headers,
+)
 
 REPO = Path(__file__).resolve().parent.parent
 QWEN3_8B = json.loads((CONFIGS / "Qwen__Qwen3-8B.json").read_text())
@@ -309,32 +315,31 @@ def test_two_shards_never_double_count(tmp_path: Path, a, b) -> None:
 # --- a shard that changes while it is read (the fstat seen, then the file cut under us) -----
 
 
-def _shrink_after_fstat(monkeypatch, path: Path, new_size: int) -> None:
-    from mlxfit.sources import safetensors_header as sh
+class _ShrinksOnFirstRead(io.FileIO):
+    """The shard opened for reading, truncated by "another process" just after it was sized
+    (opened and fstat-ed, before the first read): the window a real truncation can hit."""
 
-    real = os.fstat
-    state = {"done": False}
+    def __init__(self, path: Path, new_size: int):
+        super().__init__(path, "rb")
+        self.new_size: int | None = new_size
 
-    def fstat(fd):
-        st_ = real(fd)
-        if not state["done"]:
-            state["done"] = True
-            os.truncate(path, new_size)  # another process truncates the shard now
-        return st_
-
-    monkeypatch.setattr(sh.os, "fstat", fstat)
+    def read(self, size: int = -1) -> bytes:
+        if self.new_size is not None:
+            os.truncate(self.name, self.new_size)
+            self.new_size = None
+        return super().read(size)
 
 
 @pytest.mark.parametrize("where", ["prefix", "header", "data"])
-def test_shard_shrinks_while_read(tmp_path: Path, monkeypatch, where: str) -> None:
+def test_shard_shrinks_while_read(tmp_path: Path, where: str) -> None:
     spec = {"w": ("BF16", [64, 64])}
     header, size = header_for(spec)
     p = write_raw(tmp_path / "model.safetensors", header, size)
     n = len(json.dumps(header).encode())
     new_size = {"prefix": 3, "header": 8 + n // 2, "data": 8 + n + size // 2}[where]
-    _shrink_after_fstat(monkeypatch, p, new_size)
-    with pytest.raises(WeightsError) as info:
-        read_header(p)
+    with _ShrinksOnFirstRead(p, new_size) as f, pytest.raises(WeightsError) as info:
+        _read_open(f, p)
+    assert p.stat().st_size == new_size
     msg = one_line(info.value, str(p))
     assert "while being read" in msg or "cut short" in msg
 
@@ -536,10 +541,9 @@ def test_quantization_mode_of_the_wrong_type(mode) -> None:
 
 
 @pytest.fixture
-def scratch_catalog(tmp_path: Path, monkeypatch):
+def scratch_catalog(tmp_path: Path):
     d = tmp_path / "catalog"
     d.mkdir()
-    monkeypatch.setattr(catalog, "catalog_dir", lambda: d)
     catalog._index.cache_clear()
     yield d
     catalog._index.cache_clear()
@@ -559,7 +563,7 @@ GOOD_DOC = {"schema": 1, "repo_id": "org/m", "description": "d", "config": {"mod
 def test_corrupt_catalog_manifest(scratch_catalog: Path, edits) -> None:
     _write_manifest(scratch_catalog, json.dumps({**GOOD_DOC, **edits}).encode())
     try:
-        entry = catalog.load_entry("org/m")
+        entry = catalog.load_entry("org/m", scratch_catalog)
     except SourceError as e:
         one_line(e, "org__m.json.gz")
         return
@@ -574,14 +578,14 @@ def test_corrupt_catalog_manifest(scratch_catalog: Path, edits) -> None:
 def test_corrupt_catalog_regressions(scratch_catalog: Path, doc: bytes) -> None:
     _write_manifest(scratch_catalog, doc)
     with pytest.raises(SourceError) as info:
-        catalog.load_entry("org/m")
+        catalog.load_entry("org/m", scratch_catalog)
     one_line(info.value, "corrupt")
 
 
 def test_catalog_file_that_is_not_gzip(scratch_catalog: Path) -> None:
     (scratch_catalog / "org__m.json.gz").write_bytes(b"not gzip at all")
     with pytest.raises(SourceError) as info:
-        catalog.load_entry("org/m")
+        catalog.load_entry("org/m", scratch_catalog)
     one_line(info.value, "corrupt")
 
 

@@ -13,6 +13,7 @@ import gzip
 import json
 import struct
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -29,6 +30,7 @@ from st_helpers import (
 
 import mlxfit
 from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
+from mlxfit.settings import HubSettings, Settings, from_environ
 from mlxfit.sources.hub import fetch as mhub
 from mlxfit.sources.hub import http as mhub_http
 from mlxfit.sources.resolve import resolve_model
@@ -54,9 +56,18 @@ def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     # huggingface_hub froze these at import, perhaps while another test had set them.
     monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(hfc, "HF_TOKEN_PATH", str(tmp_path / "stored-token"))
-    monkeypatch.setattr(mhub, "BACKOFF_SECONDS", 0.005)
-    monkeypatch.setattr(mhub, "MAX_WAIT_SECONDS", 0.02)
+    monkeypatch.setenv("MLXFIT_HUB_BACKOFF_SECONDS", "0.005")
+    monkeypatch.setenv("MLXFIT_HUB_MAX_WAIT_SECONDS", "0.02")
     return tmp_path
+
+
+def with_hub(**kw) -> Settings:
+    """The settings of the environment as it is now, with these HubSettings fields changed."""
+    s = from_environ()
+    return replace(s, hub=replace(s.hub, **kw))
+
+
+RETRIES = HubSettings().retries
 
 
 @pytest.fixture
@@ -458,9 +469,9 @@ def test_500_forever_gives_up_after_bounded_retries(server: FakeHub, tmp_path: P
         resolve_model("acme/tiny")
     msg = one_line(e)
     assert "answered 500" in msg and "acme/tiny/config.json" in msg
-    assert f"{mhub.RETRIES + 1} times" in msg and "HF_HUB_OFFLINE=1" in msg
+    assert f"{RETRIES + 1} times" in msg and "HF_HUB_OFFLINE=1" in msg
     asked = [r for r in server.requests() if r.path.endswith("/config.json")]
-    assert len(asked) == mhub.RETRIES + 1
+    assert len(asked) == RETRIES + 1
     assert time.perf_counter() - t < 5
     assert list(env_cache(tmp_path).rglob("*.json.gz")) == []  # nothing cached from a failure
 
@@ -468,12 +479,10 @@ def test_500_forever_gives_up_after_bounded_retries(server: FakeHub, tmp_path: P
 def test_slow_server_times_out(server: FakeHub, tmp_path: Path,
                                monkeypatch: pytest.MonkeyPatch) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
-    monkeypatch.setattr(mhub, "TIMEOUT_SECONDS", 0.2)
-    monkeypatch.setattr(mhub, "RETRIES", 1)
     server.fault("/api/models/", delay=1.5)
     t = time.perf_counter()
     with pytest.raises(mhub_http.HubUnreachable) as e:
-        resolve_model("acme/tiny")
+        resolve_model("acme/tiny", settings=with_hub(timeout=0.2, retries=1))
     msg = one_line(e)
     assert "did not answer within 0.2 s" in msg and "2 attempts" in msg
     assert "HF_HUB_OFFLINE=1 works for models already cached" in msg
@@ -545,7 +554,7 @@ def test_connection_cut_mid_header(server: FakeHub, tmp_path: Path) -> None:
         resolve_model("acme/tiny")
     msg = one_line(e)
     assert "connection cut while reading acme/tiny/model-00001-of-00003.safetensors" in msg
-    assert f"{mhub.RETRIES + 1} attempts" in msg
+    assert f"{RETRIES + 1} attempts" in msg
 
 
 def test_connection_cut_once_is_retried(server: FakeHub, tmp_path: Path) -> None:
@@ -566,9 +575,8 @@ def test_unreadable_model_info(server: FakeHub, body: bytes) -> None:
 def test_json_file_too_large_is_not_read(server: FakeHub, tmp_path: Path,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
-    monkeypatch.setattr(mhub, "MAX_JSON_BYTES", 100)
     with pytest.raises(WeightsError, match="not the small JSON file mlxfit expects"):
-        resolve_model("acme/tiny")
+        resolve_model("acme/tiny", settings=with_hub(max_json_bytes=100))
     assert not any(e.path.endswith(".json") for e in server.requests())
 
 
@@ -621,8 +629,8 @@ def test_token_never_appears(server: FakeHub, tmp_path: Path, monkeypatch: pytes
     server.fault("acme/cut/", drop=True, range_start=8)
     server.fault("/api/models/acme/slow", delay=1.0)
     monkeypatch.setenv("HF_TOKEN", SENTINEL)
-    monkeypatch.setattr(mhub, "TIMEOUT_SECONDS", 0.2)
-    monkeypatch.setattr(mhub, "RETRIES", 1)
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "0.2")  # huggingface_hub already imported
+    monkeypatch.setenv("MLXFIT_HUB_RETRIES", "1")
 
     seen: list[str] = []
     for model in ("acme/nope", "meta/gated", "acme/slow", "acme/cut", "acme/flaky",

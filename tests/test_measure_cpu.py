@@ -382,11 +382,10 @@ def test_measure_config_only_builds_in_the_config_dtype(tmp_path):
 @MLX
 @NEEDS_MLX
 def test_measure_save_appends_to_the_injected_file_only(tiny_llama, tmp_path, monkeypatch):
-    from mlxfit import records
     from mlxfit.verbs.measure import twin as ms
 
-    default = tmp_path / "cache" / "measurements.jsonl"
-    monkeypatch.setattr(records, "DEFAULT_RESULTS", default)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.cache/mlxfit/measurements.jsonl
+    default = tmp_path / "home" / ".cache" / "mlxfit" / "measurements.jsonl"
     m1 = ms.measure(str(tiny_llama), 300, gen=2, save=True)
     m2 = ms.measure(str(tiny_llama), 300, gen=2, prefill_step_size=128, save=True)
     assert m1.saved_to == m2.saved_to == str(default)
@@ -432,10 +431,9 @@ def test_measure_hf_cache_repo_and_catalog(tiny_llama, tmp_path, monkeypatch):
 @MLX
 @NEEDS_MLX
 def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
-    from mlxfit import records, settings
-
-    monkeypatch.setattr(records, "DEFAULT_RESULTS", tmp_path / "m.jsonl")
-    monkeypatch.setattr(settings, "USER_CALIBRATION", tmp_path / "none.toml")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.cache/mlxfit/measurements.jsonl
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no calibration.toml
+    results = tmp_path / "home" / ".cache" / "mlxfit" / "measurements.jsonl"
     r = invoke("measure", str(tiny_llama), "--ctx", "300", "--gen", "2")
     assert r.exit_code == 0, r.output
     for word in ("weights", "KV cache", "transient", "peak", "decode tok/s", "exact",
@@ -450,9 +448,9 @@ def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
     assert terms["weights"]["measured"] == terms["weights"]["predicted"]
     assert terms["kv_cache"]["measured"] == terms["kv_cache"]["predicted"]
     assert doc["backend"] == "cpu" and doc["run"]["kv_bits"] == 8
-    assert doc["saved_to"] == str(tmp_path / "m.jsonl")
-    assert len((tmp_path / "m.jsonl").read_text().splitlines()) == 1
-    assert not (tmp_path / "none.toml").exists()
+    assert doc["saved_to"] == str(results)
+    assert len(results.read_text().splitlines()) == 1
+    assert not (tmp_path / "config").exists()
 
 
 @MLX

@@ -18,11 +18,11 @@ from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
 from mlxfit.hardware.resolve import GIB
 from mlxfit.render.pick import pick_to_json
-from mlxfit.settings import DEFAULT_MODEL, load_settings
+from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.sources.catalog import load_entry
 from mlxfit.sources.folder import missing_numbered_shards
 from mlxfit.sources.hf_cache import adapter_reason, drafter_reason
-from mlxfit.verbs.pick import Option, choose, pick
+from mlxfit.verbs.pick import Option, choose, load_settings, pick
 
 QWEN8 = "mlx-community/Qwen3-8B-4bit"  # 4.61 GB of weights, the built-in default
 QWEN30 = "mlx-community/Qwen3-30B-A3B-4bit"  # 17.18 GB

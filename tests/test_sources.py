@@ -1,10 +1,11 @@
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -12,6 +13,7 @@ from st_helpers import make_folder, make_hf_cache, write_real, write_sparse
 
 from mlxfit.errors import ConfigError, SourceError, WeightsError
 from mlxfit.model.tensors import TensorInfo
+from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.hf_cache import hf_hub_cache_dir
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import CATALOG_NOTE
@@ -344,30 +346,34 @@ def test_existing_folder_wins_over_the_cache(
 # --- catalog and not found --------------------------------------------------------------------
 
 
-def fake_entry(repo_id: str) -> SimpleNamespace:
-    tensors = (TensorInfo.of("model.embed_tokens.weight", "BF16", [10, 4]),)
-    return SimpleNamespace(
-        repo_id=repo_id, description="d", config=dict(CONFIG), tensors=tensors, total_bytes=80
-    )
+def scratch_catalog(tmp_path: Path, repo_id: str) -> Settings:
+    """Settings whose catalog is a folder holding one real entry file for ``repo_id``."""
+    d = tmp_path / "catalog"
+    d.mkdir(exist_ok=True)
+    doc = {"schema": 1, "repo_id": repo_id, "description": "d", "config": dict(CONFIG),
+           "tensors": [["model.embed_tokens.weight", "BF16", [10, 4]]], "total_bytes": 80,
+           "generated_by": {"mlx": "0", "mlx_lm": "0"}}
+    name = repo_id.replace("/", "__", 1) + ".json.gz"
+    (d / name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    return replace(from_environ(), catalog_dir=d)
 
 
-def test_catalog_fallback(monkeypatch: pytest.MonkeyPatch) -> None:
-    catalog = pytest.importorskip("mlxfit.sources.catalog", reason="catalog.py is another engineer's file")
-    monkeypatch.setattr(
-        catalog, "load_entry", lambda rid: fake_entry("Org/Model") if rid == "org/model" else None
-    )
-    src = resolve_model("org/model", revision="main")
+def test_catalog_fallback(tmp_path: Path) -> None:
+    settings = scratch_catalog(tmp_path, "Org/Model")
+    src = resolve_model("org/model", revision="main", settings=settings)
     assert (src.kind, src.name, src.location) == ("catalog", "Org/Model", "built-in catalog")
     assert src.files == () and src.revision is None
     assert src.notes[0] == CATALOG_NOTE
     assert src.tensors[0].nbytes == 80
+    with raises(SourceError, "not in the built-in catalog"):
+        resolve_model("org/other", settings=settings)
 
 
-def test_cache_wins_over_catalog(isolated_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    catalog = pytest.importorskip("mlxfit.sources.catalog", reason="catalog.py is another engineer's file")
-    monkeypatch.setattr(catalog, "load_entry", fake_entry)
+def test_cache_wins_over_catalog(isolated_cache: Path, tmp_path: Path) -> None:
+    settings = scratch_catalog(tmp_path, "org/tiny")
+    assert resolve_model("org/tiny", settings=settings).kind == "catalog"
     cached_repo(isolated_cache)
-    assert resolve_model("org/tiny").kind == "hf-cache"
+    assert resolve_model("org/tiny", settings=settings).kind == "hf-cache"
 
 
 def test_real_catalog_entry() -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from mlxfit.errors import MlxfitError
 from mlxfit.model.tensors import float_bytes
+from mlxfit.settings import Settings, from_environ
 
 
 @dataclass(frozen=True)
@@ -232,20 +233,23 @@ def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, f
     return rows
 
 
-DEFAULT_RESULTS = Path("~/.cache/mlxfit/measurements.jsonl")
-
-
 RECORD_SCHEMA = 1
 
 
-def results_path() -> Path:
-    """Where ``--save`` appends (``DEFAULT_RESULTS``; tests replace the constant)."""
-    return Path(DEFAULT_RESULTS).expanduser()
+def results_path(settings: Settings | None = None) -> Path:
+    """Where ``--save`` appends: ``~/.cache/mlxfit/measurements.jsonl`` (``Settings.results_file``)."""
+    path = (settings or from_environ()).results_file
+    if path is None:
+        raise MlxfitError("no home directory to keep measurements in "
+                          "(~/.cache/mlxfit/measurements.jsonl): name a results file")
+    return path
 
 
-def append_record(rec: dict, results_file: str | Path | None = None) -> Path:
+def append_record(rec: dict, results_file: str | Path | None = None, *,
+                  settings: Settings | None = None) -> Path:
     """Append one record as a JSON line (default: ``~/.cache/mlxfit/measurements.jsonl``)."""
-    path = Path(results_file).expanduser() if results_file is not None else results_path()
+    path = (Path(results_file).expanduser() if results_file is not None
+            else results_path(settings))
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "a", encoding="utf-8") as fh:

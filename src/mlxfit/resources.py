@@ -25,11 +25,3 @@ def data_path(name: str) -> Path:
 def catalog_dir() -> Path:
     return _PKG / "catalog_data"
 
-
-def user_file(relative: str) -> Path | None:
-    """``~/<relative>``, or None when there is no home directory to expand (no HOME and no
-    passwd entry): per-user settings are then simply absent."""
-    try:
-        return Path("~", relative).expanduser()
-    except RuntimeError:
-        return None

@@ -1,29 +1,51 @@
-"""Per-user settings in one place: files under ~/.config/mlxfit, the defaults every verb shares
-(model, macOS version), and pick's [pick] settings."""
+"""Per-user settings in one place: where mlxfit's files are and what the environment says,
+read once per call by ``from_environ()`` (never at import: tests and long-lived processes set
+variables between calls) and passed down as a frozen ``Settings`` value; the defaults every verb
+shares (model, macOS version); and the one TOML reader (``read_toml``, ``deep_merge``,
+``config_table``).
+
+Where things are, and the variables that move them:
+
+- user files (calibration.toml, apple_skus.toml, links.toml, config.toml):
+  ``$XDG_CONFIG_HOME/mlxfit``, else ``~/.config/mlxfit``; absent when there is no home;
+- mlxfit's cache (Hub metadata): ``$MLXFIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/mlxfit``, else
+  ``~/.cache/mlxfit``;
+- the measurements ``mlxfit measure --save`` appends to: ``~/.cache/mlxfit/measurements.jsonl``;
+- the Hugging Face hub cache, as huggingface_hub finds it: ``$HF_HUB_CACHE``, else
+  ``$HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``,
+  else ``~/.cache/huggingface/hub``;
+- the Hub (``HubSettings``): ``HF_ENDPOINT``, ``HF_HUB_OFFLINE`` / ``TRANSFORMERS_OFFLINE``,
+  ``HF_HUB_DOWNLOAD_TIMEOUT``, ``HF_HUB_DISABLE_IMPLICIT_TOKEN`` (the token itself is
+  huggingface_hub's business: HF_TOKEN or the stored login), and mlxfit's own tunables
+  ``MLXFIT_HUB_<FIELD>`` (``MLXFIT_HUB_RETRIES=1``, ``MLXFIT_HUB_BACKOFF_SECONDS=0.01``...).
+
+huggingface_hub freezes HF_ENDPOINT, HF_HUB_OFFLINE and HF_HUB_CACHE in its constants when it
+is first imported, so a process (or a test) that changes them would be ignored: they are read
+here, on each call, with huggingface_hub's precedence.
+"""
 
 from __future__ import annotations
 
+import os
+import re
 import sys
-from dataclasses import dataclass, replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from mlxfit.errors import UsageError
-from mlxfit.resources import user_file
+from mlxfit import resources
+from mlxfit.errors import MlxfitError, UsageError
 
-USER_CALIBRATION = Path("~/.config/mlxfit/calibration.toml")
+try:
+    import pwd
+except ImportError:  # pragma: no cover - not a POSIX system
+    pwd = None  # type: ignore[assignment]
 
-
-def user_calibration() -> Path | None:
-    """The user's calibration file (written by `mlxfit calibrate --write`), or None when there
-    is no home directory to expand it in."""
-    try:
-        return USER_CALIBRATION.expanduser()
-    except RuntimeError:
-        return None
-
-
-USER_CONFIG = Path("~/.config/mlxfit/config.toml")
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
 
 
 # In the catalog, 4.6 GB of weights: fits every Mac from 16 GB at 8K tokens and the most
@@ -33,58 +55,221 @@ DEFAULT_MODEL = "mlx-community/Qwen3-8B-4bit"
 # macOS major version assumed for the GPU working-set limit when --macos is not given.
 DEFAULT_MACOS = 26
 
+DEFAULT_ENDPOINT = "https://huggingface.co"
 
-COEXIST_FRACTION = 0.6  # from the original tool (fit.ts COEXIST_FRACTION)
+
+# --------------------------------------------------------------------------- the values
 
 
 @dataclass(frozen=True)
-class PickSettings:
-    default_model: str
-    default_model_from: str  # "built-in", the config file, or "argument"
-    coexist_fraction: float
-    coexist_fraction_from: str
+class HubSettings:
+    """How the Hub is asked. The tunables can be set with ``MLXFIT_HUB_<FIELD>``."""
+
+    endpoint: str = DEFAULT_ENDPOINT
+    offline: bool = False
+    timeout: float = 10.0  # per request: HF_HUB_DOWNLOAD_TIMEOUT
+    implicit_token: bool = True  # False: HF_HUB_DISABLE_IMPLICIT_TOKEN
+    retries: int = 4  # extra attempts after the first, for 408/429/5xx, timeouts, cut connections
+    backoff_seconds: float = 0.5  # first wait; doubles up to max_wait_seconds
+    max_wait_seconds: float = 8.0  # also caps a server's Retry-After
+    max_workers: int = 64  # concurrent requests; 100 shards = 2 waves
+    ref_ttl_seconds: float = 24 * 3600  # a branch or tag -> commit mapping is trusted this long
+    max_json_bytes: int = 64_000_000  # config/index/kv_config: 200,000 tensors' index is ~15 MB
+    max_info_bytes: int = 64_000_000  # the model info
 
 
-_KEYS = ("default_model", "coexist_fraction")
+# The fields MLXFIT_HUB_<FIELD> sets (the others have Hugging Face's own variables).
+_HUB_TUNABLES = ("retries", "backoff_seconds", "max_wait_seconds", "max_workers",
+                 "ref_ttl_seconds", "max_json_bytes", "max_info_bytes")
 
 
-def load_settings(path: Path | None = None) -> PickSettings:
-    """The [pick] table of config.toml (`path`, default ~/.config/mlxfit/config.toml):
-    ``default_model = "org/name"`` and ``coexist_fraction = 0.6``. Other tables are other
-    verbs' business and are ignored; a missing file means the built-in values."""
-    p = path.expanduser() if path is not None else user_file(str(USER_CONFIG)[2:])
-    s = PickSettings(DEFAULT_MODEL, "built-in", COEXIST_FRACTION, "built-in")
+@dataclass(frozen=True)
+class Settings:
+    """Where mlxfit's files are and how the Hub is asked, as the environment said."""
+
+    config_dir: Path | None  # None: no home directory and no XDG_CONFIG_HOME
+    cache_dir: Path  # mlxfit's own cache; Hub metadata under cache_dir / "hub"
+    results_file: Path | None  # None: no home directory
+    hf_hub_cache: Path  # the Hugging Face hub cache (models--org--name folders)
+    catalog_dir: Path = field(default_factory=resources.catalog_dir)  # the built-in catalog
+    hub: HubSettings = field(default_factory=HubSettings)
+
+    def user_file(self, name: str) -> Path | None:
+        return self.config_dir / name if self.config_dir is not None else None
+
+    @property
+    def calibration_file(self) -> Path | None:
+        """Written by `mlxfit calibrate --write`, layered over the shipped constants."""
+        return self.user_file("calibration.toml")
+
+    @property
+    def sku_file(self) -> Path | None:
+        """Chips added or corrected by the user, merged over data/apple_skus.toml."""
+        return self.user_file("apple_skus.toml")
+
+    @property
+    def links_file(self) -> Path | None:
+        return self.user_file("links.toml")
+
+    @property
+    def config_file(self) -> Path | None:
+        """config.toml: one table per verb ([pick])."""
+        return self.user_file("config.toml")
+
+    @property
+    def hub_cache_dir(self) -> Path:
+        """Where Hub metadata is kept: <cache dir>/hub/<endpoint host>/models--org--name/."""
+        return self.cache_dir / "hub"
+
+
+# --------------------------------------------------------------------------- the environment
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def _home(environ: Mapping[str, str]) -> str | None:
+    """$HOME, else the passwd entry (as os.path.expanduser), else None."""
+    if "HOME" in environ:
+        return environ["HOME"]
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir if pwd is not None else None
+    except KeyError:
+        return None
+
+
+_VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+
+
+def _expand(value: str, environ: Mapping[str, str]) -> str:
+    """os.path.expandvars(os.path.expanduser(value)) against ``environ``."""
+    if value == "~" or value.startswith("~/"):
+        home = _home(environ)
+        if home is not None:
+            value = (home.rstrip("/") + value[1:]) or "/"
+    elif value.startswith("~"):
+        value = os.path.expanduser(value)  # ~user: the passwd database
+
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1).strip("{}")
+        return environ.get(name, m.group(0))
+
+    return _VAR.sub(sub, value) if "$" in value else value
+
+
+def _hub(environ: Mapping[str, str]) -> HubSettings:
+    try:
+        timeout = float(environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10)
+    except ValueError:
+        timeout = 10.0
+    tunables: dict[str, Any] = {}
+    defaults = HubSettings()
+    for f in fields(HubSettings):
+        if f.name not in _HUB_TUNABLES:
+            continue
+        var = "MLXFIT_HUB_" + f.name.upper()
+        raw = environ.get(var)
+        if not raw:
+            continue
+        kind = type(getattr(defaults, f.name))
+        try:
+            v = kind(raw)
+        except ValueError:
+            v = -1
+        if not v >= 0:
+            what = "a whole number" if kind is int else "a number"
+            raise UsageError(f"{var} must be {what} >= 0, got {raw!r}")
+        tunables[f.name] = v
+    return HubSettings(
+        endpoint=(environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),
+        offline=_truthy(environ.get("HF_HUB_OFFLINE") or environ.get("TRANSFORMERS_OFFLINE")),
+        timeout=timeout,
+        implicit_token=not _truthy(environ.get("HF_HUB_DISABLE_IMPLICIT_TOKEN")),
+        **tunables,
+    )
+
+
+def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
+    """The settings for ``environ`` (default: ``os.environ`` as it is now)."""
+    env = os.environ if environ is None else environ
+    home = _home(env)
+    xdg_config = env.get("XDG_CONFIG_HOME")
+    if xdg_config:
+        config_dir: Path | None = Path(xdg_config) / "mlxfit"
+    else:
+        config_dir = Path(home, ".config", "mlxfit") if home is not None else None
+
+    home_or_tilde = home if home is not None else "~"  # os.path.expanduser's fallback
+    explicit = env.get("MLXFIT_CACHE_DIR")
+    if explicit:
+        cache_dir = Path(_expand(explicit, env))
+    else:
+        cache_dir = Path(env.get("XDG_CACHE_HOME") or os.path.join(home_or_tilde, ".cache"),
+                         "mlxfit")
+
+    results = Path(home, ".cache", "mlxfit", "measurements.jsonl") if home is not None else None
+
+    hf_home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join(home_or_tilde, ".cache"), "huggingface")
+    hf_default = env.get("HUGGINGFACE_HUB_CACHE") or os.path.join(hf_home, "hub")
+    hf_cache = Path(_expand(env.get("HF_HUB_CACHE") or hf_default, env))
+
+    return Settings(config_dir=config_dir, cache_dir=cache_dir, results_file=results,
+                    hf_hub_cache=hf_cache, hub=_hub(env))
+
+
+def user_calibration(settings: Settings | None = None) -> Path | None:
+    """The user's calibration file (written by `mlxfit calibrate --write`), or None when there
+    is no home directory to keep it in."""
+    return (settings or from_environ()).calibration_file
+
+
+# --------------------------------------------------------------------------- TOML files
+
+
+def read_toml(path: Path, what: str, error: type[MlxfitError] = MlxfitError) -> dict[str, Any]:
+    """The TOML document at ``path``. Unreadable, not UTF-8, not TOML or nested beyond reason:
+    ``error`` in one line, ``cannot read <what> <path>: <why>``."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise error(f"cannot read {what} {path}: {e.strerror or e}".replace("\n", " ")) from None
+    return parse_toml(data, f"{what} {path}", error)
+
+
+def parse_toml(text: str | bytes, what: str,
+               error: type[MlxfitError] = MlxfitError) -> dict[str, Any]:
+    """``text`` (bytes: UTF-8) as a TOML document; ``error`` in one line when it is not one."""
+    try:
+        return tomllib.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError, RecursionError) as e:
+        raise error(f"cannot read {what}: {e}".replace("\n", " ")) from None
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``over`` layered on ``base``: tables merge key by key; anything else (arrays such as
+    ``variants``, scalars) is replaced. Neither argument is changed."""
+    out = dict(base)
+    for k, v in over.items():
+        if isinstance(v, dict) and isinstance(out.get(k), dict):
+            out[k] = deep_merge(out[k], v)
+        else:
+            out[k] = v
+    return out
+
+
+def config_table(name: str, path: Path | None = None,
+                 settings: Settings | None = None) -> tuple[Path | None, dict[str, Any]]:
+    """(the file, its ``[name]`` table) from config.toml (``path``, default the user's). A
+    missing file or table is an empty table; other verbs' tables are not looked at."""
+    p = path.expanduser() if path is not None else (settings or from_environ()).config_file
     try:
         if p is None or not p.is_file():
-            return s
+            return p, {}
     except OSError as e:  # e.g. ~/.config unreadable: say which file, do not guess
-        raise UsageError(f"cannot read {p}: {e.strerror or e}") from None
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
-    try:
-        doc = tomllib.loads(p.read_bytes().decode("utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise UsageError(f"cannot read {p}: {e}".replace("\n", " ")) from None
-    table = doc.get("pick", {})
+        raise UsageError(f"cannot read the settings file {p}: {e.strerror or e}") from None
+    table = read_toml(p, "the settings file", UsageError).get(name, {})
     if not isinstance(table, dict):
-        raise UsageError(f"{p}: [pick] must be a table")
-    unknown = sorted(set(table) - set(_KEYS))
-    if unknown:
-        raise UsageError(f"{p}: unknown key {unknown[0]!r} in [pick] (known: {', '.join(_KEYS)})")
-    if "default_model" in table:
-        dm = table["default_model"]
-        if not isinstance(dm, str) or not dm.strip():
-            raise UsageError(f"{p}: [pick] default_model must be a repo id string")
-        s = replace(s, default_model=dm.strip(), default_model_from=str(p))
-    if "coexist_fraction" in table:
-        s = replace(s, coexist_fraction=check_fraction(table["coexist_fraction"], str(p)),
-                    coexist_fraction_from=str(p))
-    return s
-
-
-def check_fraction(v: Any, where: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
-        raise UsageError(f"{where}: coexist_fraction must be a number in (0, 1], got {v!r}")
-    return float(v)
+        raise UsageError(f"{p}: [{name}] must be a table")
+    return p, table

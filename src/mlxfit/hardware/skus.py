@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MachineError
-from mlxfit.resources import data_path, user_file
+from mlxfit.resources import data_path
+from mlxfit.settings import Settings, deep_merge, from_environ, read_toml
 
 SkuTable = dict[str, Any]
 
@@ -17,31 +17,6 @@ USER_TABLE = Path("~/.config/mlxfit/apple_skus.toml")
 
 
 _CACHE: dict[tuple[tuple[str, int], ...], SkuTable] = {}
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - exercised on 3.10 only
-        import tomli as tomllib
-    try:
-        with path.open("rb") as f:
-            return tomllib.load(f)
-    except tomllib.TOMLDecodeError as e:
-        raise MachineError(f"cannot read the SKU table {path}: {e}") from None
-    except OSError as e:
-        raise MachineError(f"cannot read the SKU table {path}: {e.strerror or e}") from None
-
-
-def _merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
-    """Tables merge key by key; anything else (arrays such as `variants`, scalars) is replaced."""
-    out = dict(base)
-    for k, v in over.items():
-        if isinstance(v, dict) and isinstance(out.get(k), dict):
-            out[k] = _merge(out[k], v)
-        else:
-            out[k] = v
-    return out
 
 
 def _validate(table: SkuTable, origin: str) -> None:
@@ -77,14 +52,17 @@ def _validate(table: SkuTable, origin: str) -> None:
         raise MachineError(f"SKU table {origin}: [non_apple] usable_fraction is missing")
 
 
-def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None) -> SkuTable:
-    """The shipped table, merged with the user's (~/.config/mlxfit/apple_skus.toml when present)
-    and then with `extra_path`. Cached per file set and modification time; treat it as read-only.
+def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None, *,
+                   settings: Settings | None = None) -> SkuTable:
+    """The shipped table, merged with the user's (apple_skus.toml in the user config folder,
+    ~/.config/mlxfit, when present) and then with `extra_path`. Cached per file set and
+    modification time; treat it as read-only.
 
-    `user_path` replaces the home location (tests point it at a temporary file).
+    `user_path` replaces the user's file (tests point it at a temporary file).
     """
     builtin = data_path("apple_skus.toml")
-    user = user_path.expanduser() if user_path is not None else user_file(str(USER_TABLE)[2:])
+    user = (user_path.expanduser() if user_path is not None
+            else (settings or from_environ()).sku_file)
     paths = [builtin]
     try:
         user_exists = user is not None and user.is_file()
@@ -103,7 +81,7 @@ def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None
         return cached
     table: SkuTable = {}
     for p in paths:
-        table = _merge(table, _read_toml(p))
+        table = deep_merge(table, read_toml(p, "the SKU table", MachineError))
     _validate(table, " + ".join(str(p) for p in paths))
     _CACHE[key] = table
     return table

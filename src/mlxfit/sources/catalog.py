@@ -47,14 +47,18 @@ def _index(directory: Path) -> dict[str, Path]:
     return {_repo_id(p).lower(): p for p in directory.glob("*__*" + _SUFFIX)}
 
 
-def catalog_ids() -> list[str]:
-    """Repo ids in the catalog, sorted case-insensitively. Parses no manifest."""
-    return sorted((_repo_id(p) for p in _index(catalog_dir()).values()), key=str.lower)
+def catalog_ids(directory: Path | None = None) -> list[str]:
+    """Repo ids in the catalog (``directory``, default the built-in one), sorted
+    case-insensitively. Parses no manifest."""
+    d = directory if directory is not None else catalog_dir()
+    return sorted((_repo_id(p) for p in _index(d).values()), key=str.lower)
 
 
-def load_entry(repo_id: str) -> CatalogEntry | None:
-    """The catalog entry for repo_id (case-insensitive), or None if the catalog lacks it."""
-    path = _index(catalog_dir()).get(repo_id.strip().lower())
+def load_entry(repo_id: str, directory: Path | None = None) -> CatalogEntry | None:
+    """The catalog entry for repo_id (case-insensitive) in ``directory`` (default the built-in
+    catalog), or None if the catalog lacks it."""
+    d = directory if directory is not None else catalog_dir()
+    path = _index(d).get(repo_id.strip().lower())
     if path is None:
         return None
     try:

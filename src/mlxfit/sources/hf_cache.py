@@ -3,13 +3,13 @@ snapshots, and what makes a snapshot an adapter, a drafter or incomplete."""
 
 from __future__ import annotations
 
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import SourceError
+from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.folder import _load_folder, read_config
 from mlxfit.sources.source import ModelSource
 
@@ -109,20 +109,10 @@ def _hf_cache_ids() -> list[str]:
     return [i for i in ids if i is not None]
 
 
-def hf_hub_cache_dir() -> Path:
-    """The hub cache directory for the environment as it is now.
-
-    huggingface_hub freezes constants.HF_HUB_CACHE when it is first imported, so a long-lived
-    process (or a test that sets HF_HUB_CACHE) would see a stale value; this applies the same
-    precedence as huggingface_hub.constants at call time.
-    """
-    home = os.getenv("HF_HOME") or os.path.join(
-        os.getenv("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-        "huggingface",
-    )
-    default = os.getenv("HUGGINGFACE_HUB_CACHE") or os.path.join(home, "hub")
-    cache = os.getenv("HF_HUB_CACHE") or default
-    return Path(os.path.expandvars(os.path.expanduser(cache)))
+def hf_hub_cache_dir(settings: Settings | None = None) -> Path:
+    """The hub cache directory for the environment as it is now (``Settings.hf_hub_cache``:
+    huggingface_hub's precedence, applied at call time, not frozen at its import)."""
+    return (settings or from_environ()).hf_hub_cache
 
 
 def _listing(folder: Path, nested: bool = False) -> str:

@@ -11,19 +11,20 @@ import os
 from pathlib import Path
 
 from mlxfit.errors import SourceError
+from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.folder import _load_folder, _unreadable
 from mlxfit.sources.hf_cache import _from_hf_cache, hf_hub_cache_dir
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
 
 
-def _from_catalog(spec: str, revision: str | None) -> ModelSource | None:
+def _from_catalog(spec: str, revision: str | None, directory: Path) -> ModelSource | None:
     try:
         from mlxfit.sources.catalog import load_entry
     except ModuleNotFoundError as e:
         if e.name != "mlxfit.sources.catalog":
             raise
         return None
-    entry = load_entry(spec)
+    entry = load_entry(spec, directory)
     if entry is None:
         return None
     notes = (CATALOG_NOTE,)
@@ -41,10 +42,13 @@ def _from_catalog(spec: str, revision: str | None) -> ModelSource | None:
     )
 
 
-def resolve_model(spec: str, revision: str | None = None, *, progress: bool = False) -> ModelSource:
+def resolve_model(spec: str, revision: str | None = None, *, progress: bool = False,
+                  settings: Settings | None = None) -> ModelSource:
     """Folder path, then local Hugging Face cache, then the built-in catalog, then the Hub
     (mlxfit's metadata cache first; under HF_HUB_OFFLINE=1 only that cache, never the network).
-    ``progress`` shows a transient progress display on stderr while the Hub is read."""
+    ``progress`` shows a transient progress display on stderr while the Hub is read.
+    ``settings`` (default: from the environment now) says where the caches and the catalog are
+    and how the Hub is asked."""
     if not spec.strip():  # Path("") is ".": never size the current folder by accident
         raise SourceError("no model given (the name is empty)")
     try:
@@ -62,7 +66,8 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
             raise SourceError(f"{spec} is not a folder (give the model folder holding config.json)")
         raise SourceError(f"model folder {spec} does not exist")
 
-    cache = hf_hub_cache_dir()
+    s = settings or from_environ()
+    cache = hf_hub_cache_dir(s)
     try:
         found = _from_hf_cache(spec, revision, cache)
     except OSError as e:  # a cache directory we may not search or list
@@ -70,27 +75,23 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
                           f"{e.filename}: {e.strerror or e}") from None
     except SourceError:
         # The repo is cached but not this revision: the Hub can still tell its headers.
-        from mlxfit.sources.hub import cache as hub_cache
-        from mlxfit.sources.hub import fetch as hub
-
-        if revision is None or hub.is_offline():
+        if revision is None or s.hub.offline:
             raise
         found = None
-    found = found or _from_catalog(spec, revision)
+    found = found or _from_catalog(spec, revision, s.catalog_dir)
     if found is not None:
         return found
 
-    from mlxfit.sources.hub import cache as hub_cache
     from mlxfit.sources.hub import fetch as hub
 
     where = (f"{spec} not found: not a folder, not in the Hugging Face cache at {cache}, "
              "not in the built-in catalog")
     if not hub.is_repo_id(spec):
         raise SourceError(f"{where}, and not a Hugging Face repo id (org/name)")
-    if hub.is_offline():
-        cached = hub.load_cached(spec, revision)
+    if s.hub.offline:
+        cached = hub.load_cached(spec, revision, settings=s)
         if cached is not None:
             return cached
-        raise SourceError(f"{where}, not in mlxfit's Hub metadata cache at {hub_cache.hub_cache_dir()}; "
+        raise SourceError(f"{where}, not in mlxfit's Hub metadata cache at {s.hub_cache_dir}; "
                           "HF_HUB_OFFLINE=1 is set, so the Hub was not asked")
-    return hub.fetch_model(spec, revision, progress=progress)
+    return hub.fetch_model(spec, revision, progress=progress, settings=s)

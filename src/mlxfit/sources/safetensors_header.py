@@ -23,6 +23,7 @@ import os
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import BinaryIO
 
 from mlxfit.errors import WeightsError
 from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
@@ -43,23 +44,28 @@ def _read_raw_header(path: Path) -> tuple[bytes, int]:
         raise _fail(path, "is a directory, not a safetensors file")
     try:
         with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size < 8:
-                raise _fail(path, f"too short for a safetensors file ({size} bytes)")
-            prefix = f.read(8)
-            if len(prefix) != 8:  # shrank since fstat
-                raise _fail(path, f"changed size while being read (was {size} bytes)")
-            n = int.from_bytes(prefix, "little")
-            if n == 0:
-                raise _fail(path, "header length is 0")
-            if n > MAX_HEADER_BYTES:
-                raise _fail(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
-            if 8 + n > size:
-                raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes)")
-            raw = f.read(n)
-            now = os.fstat(f.fileno()).st_size
+            return _read_open(f, path)
     except OSError as e:
         raise _fail(path, f"cannot read: {e.strerror or e}") from None
+
+
+def _read_open(f: BinaryIO, path: Path) -> tuple[bytes, int]:
+    """``_read_raw_header`` on the file ``path`` opened as ``f``."""
+    size = os.fstat(f.fileno()).st_size
+    if size < 8:
+        raise _fail(path, f"too short for a safetensors file ({size} bytes)")
+    prefix = f.read(8)
+    if len(prefix) != 8:  # shrank since fstat
+        raise _fail(path, f"changed size while being read (was {size} bytes)")
+    n = int.from_bytes(prefix, "little")
+    if n == 0:
+        raise _fail(path, "header length is 0")
+    if n > MAX_HEADER_BYTES:
+        raise _fail(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
+    if 8 + n > size:
+        raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes)")
+    raw = f.read(n)
+    now = os.fstat(f.fileno()).st_size
     if len(raw) != n:  # the file shrank while we read it
         raise _fail(path, f"header cut short ({len(raw)} of {n} bytes)")
     if now != size:  # resized while we read: the data region we would size is not there

@@ -32,7 +32,7 @@ from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.memory import run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
-from mlxfit.settings import PickSettings, load_settings
+from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import missing_numbered_shards, read_config
 from mlxfit.sources.hf_cache import (
@@ -51,13 +51,44 @@ from mlxfit.verbs.fit import fit_served
 # Settings: ~/.config/mlxfit/config.toml, [pick] table
 # ---------------------------------------------------------------------------------------------
 
+COEXIST_FRACTION = 0.6  # from the original tool (fit.ts COEXIST_FRACTION)
 
 
+@dataclass(frozen=True)
+class PickSettings:
+    default_model: str
+    default_model_from: str  # "built-in", the config file, or "argument"
+    coexist_fraction: float
+    coexist_fraction_from: str
 
 
+_KEYS = ("default_model", "coexist_fraction")
 
 
+def load_settings(path: Path | None = None, *, settings: Settings | None = None) -> PickSettings:
+    """The [pick] table of config.toml (`path`, default config.toml in the user config folder,
+    ~/.config/mlxfit): ``default_model = "org/name"`` and ``coexist_fraction = 0.6``. Other
+    tables are other verbs' business and are ignored; a missing file means the built-in values."""
+    p, table = config_table("pick", path, settings)
+    s = PickSettings(DEFAULT_MODEL, "built-in", COEXIST_FRACTION, "built-in")
+    unknown = sorted(set(table) - set(_KEYS))
+    if unknown:
+        raise UsageError(f"{p}: unknown key {unknown[0]!r} in [pick] (known: {', '.join(_KEYS)})")
+    if "default_model" in table:
+        dm = table["default_model"]
+        if not isinstance(dm, str) or not dm.strip():
+            raise UsageError(f"{p}: [pick] default_model must be a repo id string")
+        s = replace(s, default_model=dm.strip(), default_model_from=str(p))
+    if "coexist_fraction" in table:
+        s = replace(s, coexist_fraction=check_fraction(table["coexist_fraction"], str(p)),
+                    coexist_fraction_from=str(p))
+    return s
 
+
+def check_fraction(v: Any, where: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 < v <= 1:
+        raise UsageError(f"{where}: coexist_fraction must be a number in (0, 1], got {v!r}")
+    return float(v)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.hf_cache import cache_dirname
 
 CONFIG_NAME = "config.json"
@@ -30,18 +31,12 @@ CACHE_SCHEMA = 1
 _HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
-def cache_root() -> Path:
-    """mlxfit's own cache: $MLXFIT_CACHE_DIR, else $XDG_CACHE_HOME/mlxfit, else ~/.cache/mlxfit."""
-    explicit = os.environ.get("MLXFIT_CACHE_DIR")
-    if explicit:
-        return Path(os.path.expandvars(os.path.expanduser(explicit)))
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "mlxfit"
-
-
-def hub_cache_dir(root: str | os.PathLike[str] | None = None) -> Path:
-    """Where Hub metadata is kept: <cache root>/hub/<endpoint host>/models--org--name/."""
-    return Path(root) / "hub" if root is not None else cache_root() / "hub"
+def hub_cache_dir(root: str | os.PathLike[str] | None = None, *,
+                  settings: Settings | None = None) -> Path:
+    """Where Hub metadata is kept: <cache root>/hub/<endpoint host>/models--org--name/, the
+    cache root being ``root`` or ``Settings.cache_dir`` ($MLXFIT_CACHE_DIR,
+    $XDG_CACHE_HOME/mlxfit, ~/.cache/mlxfit)."""
+    return Path(root) / "hub" if root is not None else (settings or from_environ()).hub_cache_dir
 
 
 def _endpoint_slug(ep: str) -> str:

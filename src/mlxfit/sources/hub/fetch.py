@@ -23,8 +23,10 @@ works under HF_HUB_OFFLINE=1.
 
 The code is split by concern: ``http`` (requests, retries, range reads, one-line errors),
 ``plan`` (the model info, the plan, the parallel reads), ``cache`` (the metadata cache on disk)
-and ``snapshot`` (a snapshot to a validated ModelSource). This module holds the entry points
-and the tunables.
+and ``snapshot`` (a snapshot to a validated ModelSource). This module holds the entry points;
+the endpoint, offline mode, timeout and tunables come from ``mlxfit.settings.HubSettings``
+(read from the environment at call time: huggingface_hub freezes HF_ENDPOINT and HF_HUB_OFFLINE
+at its import).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from mlxfit.errors import MlxfitError, SourceError
+from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.hub.cache import (
     _atomic_write,
     _cached_commit,
@@ -44,43 +47,13 @@ from mlxfit.sources.hub.cache import (
     _write_ref,
     hub_cache_dir,
 )
-from mlxfit.sources.hub.http import HubUnreachable, _Http, _huggingface_hub, _truthy
+from mlxfit.sources.hub.http import HubUnreachable, _Http, _huggingface_hub
 from mlxfit.sources.hub.plan import _fetch, _model_info
 from mlxfit.sources.hub.snapshot import _to_source
 from mlxfit.sources.source import HubTransfer
 
 if TYPE_CHECKING:
     from mlxfit.sources.source import ModelSource
-
-
-DEFAULT_ENDPOINT = "https://huggingface.co"
-
-# Tunables, read at call time (tests and the benchmark set them).
-RETRIES = 4  # extra attempts after the first, for 408/429/5xx, timeouts and cut connections
-BACKOFF_SECONDS = 0.5  # first wait; doubles up to MAX_WAIT_SECONDS
-MAX_WAIT_SECONDS = 8.0  # also caps a server's Retry-After
-MAX_WORKERS = 64  # concurrent requests; 100 shards = 2 waves
-REF_TTL_SECONDS = 24 * 3600  # a branch or tag -> commit mapping is trusted this long offline-free
-MAX_JSON_BYTES = 64_000_000  # config/index/kv_config: an index of 200,000 tensors is ~15 MB
-MAX_INFO_BYTES = 64_000_000
-TIMEOUT_SECONDS: float | None = None  # per request; None: HF_HUB_DOWNLOAD_TIMEOUT, else 10
-# The cap on a JSON body whose size the model info did not give: MAX_JSON_BYTES as it was at
-# import (before the split this was the default argument of _Http.get, fixed at definition).
-_JSON_BODY_LIMIT = MAX_JSON_BYTES
-
-
-# --- environment, read at call time ---------------------------------------------------------
-# huggingface_hub freezes HF_ENDPOINT and HF_HUB_OFFLINE in its constants at import; a test or
-# a long-lived process that changes them would be ignored, so they are read here on each call.
-
-
-def is_offline() -> bool:
-    """HF_HUB_OFFLINE (or TRANSFORMERS_OFFLINE) as huggingface_hub reads it, at call time."""
-    return _truthy(os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE"))
-
-
-def endpoint() -> str:
-    return (os.environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/")
 
 
 def is_repo_id(spec: str) -> bool:
@@ -94,15 +67,6 @@ def is_repo_id(spec: str) -> bool:
     except HFValidationError:
         return False
     return True
-
-
-def _default_timeout() -> float:
-    if TIMEOUT_SECONDS is not None:
-        return TIMEOUT_SECONDS
-    try:
-        return float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10)
-    except ValueError:
-        return 10.0
 
 
 class _Progress:
@@ -155,11 +119,12 @@ def _scrub(e: MlxfitError, token: str | None) -> MlxfitError:
 
 def load_cached(repo_id: str, revision: str | None = None, *,
                 cache_dir: str | os.PathLike[str] | None = None,
-                ref_ttl: float | None = None) -> ModelSource | None:
+                ref_ttl: float | None = None,
+                settings: Settings | None = None) -> ModelSource | None:
     """The model from mlxfit's Hub metadata cache, never the network; None when not cached
     (or, with ``ref_ttl``, when the branch/tag mapping is older than that many seconds)."""
-    ep = endpoint()
-    repo_dir = _repo_dir(hub_cache_dir(cache_dir), ep, repo_id)
+    s = settings or from_environ()
+    repo_dir = _repo_dir(hub_cache_dir(cache_dir, settings=s), s.hub.endpoint, repo_id)
     commit, age = _cached_commit(repo_dir, revision)
     if commit is None or (ref_ttl is not None and age > ref_ttl):
         return None
@@ -184,6 +149,7 @@ def fetch_model(
     max_workers: int | None = None,
     ref_ttl: float | None = None,
     offline: bool | None = None,
+    settings: Settings | None = None,
 ) -> ModelSource:
     """``repo_id`` at ``revision`` (default main) as a ModelSource of kind "hub".
 
@@ -191,12 +157,16 @@ def fetch_model(
     one request once its cached commit is older than ``ref_ttl``, default a day; offline, never),
     else from the Hub: headers and small JSON only, in parallel, then cached. ``progress`` shows a
     transient Rich progress on stderr. ``source.transfer`` says what it cost. Raises one-line
-    SourceError / WeightsError / ConfigError, never with the token in it.
+    SourceError / WeightsError / ConfigError, never with the token in it. ``settings``
+    (default: from the environment now) gives the endpoint, offline mode and the tunables; the
+    keyword arguments override them.
     """
-    ep = endpoint()
-    offline = is_offline() if offline is None else offline
-    ttl = REF_TTL_SECONDS if ref_ttl is None else ref_ttl
-    repo_dir = _repo_dir(hub_cache_dir(cache_dir), ep, repo_id)
+    hub = (settings or from_environ()).hub
+    root = hub_cache_dir(cache_dir, settings=settings)
+    ep = hub.endpoint
+    offline = hub.offline if offline is None else offline
+    ttl = hub.ref_ttl_seconds if ref_ttl is None else ref_ttl
+    repo_dir = _repo_dir(root, ep, repo_id)
     commit, age = _cached_commit(repo_dir, revision)
     cached: _Snapshot | None = None
     corrupt: str | None = None
@@ -210,18 +180,19 @@ def fetch_model(
     if offline:
         why = f"its cached metadata is unusable ({corrupt})" if corrupt else "it is not cached"
         raise SourceError(f"{repo_id}: HF_HUB_OFFLINE=1 is set, so the Hub was not asked, and "
-                          f"{why} in mlxfit's Hub metadata cache at {hub_cache_dir(cache_dir)}")
+                          f"{why} in mlxfit's Hub metadata cache at {root}")
 
     _huggingface_hub()
     http = None
     bar = _Progress(progress, repo_id)
     try:
         http = _Http(repo_id, revision, ep, token,
-                     timeout if timeout is not None else _default_timeout(),
-                     retries=RETRIES, backoff=BACKOFF_SECONDS, max_wait=MAX_WAIT_SECONDS,
-                     max_body=_JSON_BODY_LIMIT)
+                     timeout if timeout is not None else hub.timeout,
+                     retries=hub.retries, backoff=hub.backoff_seconds,
+                     max_wait=hub.max_wait_seconds, max_body=hub.max_json_bytes,
+                     implicit_token=hub.implicit_token)
         try:
-            info = _model_info(http, revision, MAX_INFO_BYTES)
+            info = _model_info(http, revision, hub.max_info_bytes)
         except HubUnreachable as e:
             if cached is None:
                 raise
@@ -239,7 +210,7 @@ def fetch_model(
             _write_ref(repo_dir, revision, commit)
             return _to_source(cached, HubTransfer(http.requests, http.bytes, True, commit,
                                                   cached.fetched_at))
-        snap = _fetch(http, info, bar.shards(), max_workers or MAX_WORKERS, MAX_JSON_BYTES)
+        snap = _fetch(http, info, bar.shards(), max_workers or hub.max_workers, hub.max_json_bytes)
         bar.stop()
         header_bytes = sum(len(raw) for _, _, raw in snap.shards)
         transfer = HubTransfer(http.requests, http.bytes, False, commit, snap.fetched_at,

@@ -4,12 +4,11 @@ huggingface_hub), bounded retries with backoff for 408/429/5xx, timeouts and cut
 Range reads streamed only as far as needed, the token sent to the endpoint's own origin only,
 request and byte accounting, and every failure mapped to a one-line MlxfitError
 (``HubUnreachable`` when the Hub could not be asked at all). The retry, backoff and timeout
-settings are passed in by ``mlxfit.hub``, which owns the tunables and reads them at call time.
+settings are passed in by ``mlxfit.sources.hub.fetch`` from ``mlxfit.settings.HubSettings``.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import threading
 from dataclasses import dataclass
@@ -32,10 +31,6 @@ class HubUnreachable(SourceError):
     even an old one, is still a good answer."""
 
 
-def _truthy(value: str | None) -> bool:
-    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
-
-
 @dataclass
 class _Body:
     data: bytes
@@ -54,7 +49,7 @@ class _Http:
 
     def __init__(self, repo_id: str, revision: str | None, ep: str, token: str | bool | None,
                  timeout: float, *, retries: int, backoff: float, max_wait: float,
-                 max_body: int):
+                 max_body: int, implicit_token: bool = True):
         from huggingface_hub.utils import get_session
 
         self.repo_id, self.revision, self.endpoint = repo_id, revision, ep
@@ -67,7 +62,7 @@ class _Http:
         self.x = __import__(type(self.client).__module__.split(".")[0])  # httpx2 (or httpx)
         # Not build_hf_headers(): in huggingface_hub 2.x its user-agent step may itself fetch
         # {endpoint}/api/agent-harnesses, a request we would neither want nor account for.
-        self.token = _token_to_send(token)
+        self.token = _token_to_send(token, implicit_token)
         self.anon_headers = {"user-agent": _user_agent()}
         self.auth_headers = dict(self.anon_headers)
         if self.token:
@@ -260,14 +255,15 @@ class _Http:
             f"({attempts} attempts: {_short(e)}); try again; {_OFFLINE_HINT}")
 
 
-def _token_to_send(token: str | bool | None) -> str | None:
+def _token_to_send(token: str | bool | None, implicit: bool = True) -> str | None:
     """As huggingface_hub decides: an explicit string; False for none; otherwise HF_TOKEN or the
-    stored login (``hf auth login``), unless HF_HUB_DISABLE_IMPLICIT_TOKEN is set."""
+    stored login (``hf auth login``), unless ``implicit`` is False (HF_HUB_DISABLE_IMPLICIT_TOKEN
+    set: ``HubSettings.implicit_token``)."""
     if isinstance(token, str):
         return token or None
     if token is False:
         return None
-    if token is None and _truthy(os.environ.get("HF_HUB_DISABLE_IMPLICIT_TOKEN")):
+    if token is None and not implicit:
         return None
     from huggingface_hub.utils import get_token
 

@@ -22,16 +22,10 @@ from __future__ import annotations
 import json
 import math
 import statistics
-import sys
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
@@ -45,7 +39,7 @@ from mlxfit.records import (
     merge_repeats,
     results_path,
 )
-from mlxfit.settings import user_calibration
+from mlxfit.settings import parse_toml, read_toml, user_calibration
 from mlxfit.verbs.calibrate.fitting import (
     _residuals,
     _with_backend,
@@ -305,12 +299,7 @@ def render_toml(doc: dict[str, Any], comments: dict[tuple[str, ...], str],
 
 
 def _user_doc(path: Path) -> dict[str, Any]:
-    if not path.is_file():
-        return {}
-    try:
-        return tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
-        raise MlxfitError(f"{path}: cannot read calibration file ({e})") from None
+    return read_toml(path, "the calibration file") if path.is_file() else {}
 
 
 def _toml_for(result_backends: tuple[BackendFit, ...], decode: DecodeFit | None,
@@ -412,7 +401,7 @@ def calibrate(
     written = None
     if write:
         try:
-            tomllib.loads(toml)  # never write a file the loader would reject
+            parse_toml(toml, f"the calibration for {target}")  # never write what the loader rejects
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(toml, encoding="utf-8")
         except OSError as e:

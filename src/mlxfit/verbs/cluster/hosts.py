@@ -9,7 +9,6 @@ the pure arithmetic in ``mlxfit.verbs.cluster.plan``.
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -17,8 +16,8 @@ from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.hardware.resolve import machine_with_budget, resolve_machine
-from mlxfit.resources import data_path, user_file
-from mlxfit.settings import DEFAULT_MACOS
+from mlxfit.resources import data_path
+from mlxfit.settings import DEFAULT_MACOS, Settings, deep_merge, from_environ, read_toml
 
 # --------------------------------------------------------------------------- links
 
@@ -38,9 +37,6 @@ class Link:
         return self.latency_s + nbytes / (self.bandwidth_gbs * 1e9)
 
 
-USER_LINKS = Path("~/.config/mlxfit/links.toml")
-
-
 def _links_path() -> Path:
     try:
         return data_path("links.toml")
@@ -48,24 +44,14 @@ def _links_path() -> Path:
         raise MlxfitError(str(e)) from None
 
 
-def _read_toml(path: Path) -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        return tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise MlxfitError(f"cannot read {path}: {e}") from None
-
-
-def load_links(extra: Path | None = None, user: Path | None = None) -> dict[str, Link]:
-    """The shipped link table, merged key by key with the user's and then ``extra``."""
-    doc = _read_toml(_links_path()).get("links", {})
-    for p in (user if user is not None else user_file(str(USER_LINKS)[2:]), extra):
+def load_links(extra: Path | None = None, user: Path | None = None, *,
+               settings: Settings | None = None) -> dict[str, Link]:
+    """The shipped link table, merged key by key with the user's (links.toml in the user config
+    folder, ~/.config/mlxfit) and then ``extra``."""
+    doc = read_toml(_links_path(), "the link table").get("links", {})
+    for p in (user if user is not None else (settings or from_environ()).links_file, extra):
         if p is not None and Path(p).is_file():
-            for name, tbl in _read_toml(Path(p)).get("links", {}).items():
-                doc[name] = {**doc.get(name, {}), **tbl}
+            doc = deep_merge(doc, read_toml(Path(p), "the link table").get("links", {}))
     out = {}
     for name, t in doc.items():
         try:
@@ -144,7 +130,7 @@ def read_hosts_file(path: Path) -> tuple[list[HostSpec], dict[str, Any]]:
     path = Path(path).expanduser()
     if not path.is_file():
         raise UsageError(f"hosts file {path} does not exist")
-    doc = _read_toml(path)
+    doc = read_toml(path, "the hosts file")
     entries = doc.get("hosts")
     if not isinstance(entries, list) or not entries:
         raise UsageError(f"{path}: no [[hosts]] entries")

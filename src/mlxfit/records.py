@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError
+from mlxfit.estimate.memory import run_from_record
+from mlxfit.model.inputs import WeightsRead
+from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import float_bytes
 from mlxfit.settings import Settings, from_environ
 
@@ -139,9 +142,6 @@ def _backend_of(rec: dict) -> str | None:
 
 def prepare(rec: dict, i: int = 0) -> Sample:
     """A record -> Sample; raises ValueError naming what is missing."""
-    from mlxfit.estimate.memory import run_from_record
-    from mlxfit.model.parse import parse_config
-
     if rec.get("error"):
         raise ValueError(f"mlx-lm failed on this run ({str(rec['error'])[:60]})")
     for key in ("config", "ctx", "prefill_step_size", "peak_bytes", "cache_bytes_end",
@@ -213,10 +213,6 @@ def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, f
     the Metal records that measured a decode speed on a known bandwidth. The machine name is
     the record's (``machine_info.name``): an Ultra record is predicted with the Ultra factor,
     as ``fit`` predicts it, so the fitted eta does not absorb that factor a second time."""
-    from mlxfit.estimate.memory import run_from_record
-    from mlxfit.model.inputs import WeightsRead
-    from mlxfit.model.parse import parse_config
-
     rows = []
     for i, rec in enumerate(records):
         mach = rec.get("machine_info") or {}

@@ -42,7 +42,7 @@ from mlxfit.estimate.memory import (
     prefill_phase,
     tokens_final,
 )
-from mlxfit.estimate.solve import ExtraTerms
+from mlxfit.estimate.solve import ExtraTerms, largest_true, run_at
 from mlxfit.estimate.speed import (
     decode_factors,
     kv_read_term,
@@ -385,8 +385,6 @@ def max_context_within_buffer(cfg: ModelConfig, run: Run, cal: Calibration, serv
     already does). The run's arrays grow with the context, so a bisection finds it."""
     if any(b.bytes > limit for b in weight_arrays):
         return 0
-
-    from mlxfit.estimate.solve import largest_true, run_at
 
     def ok(n: int) -> bool:
         return all(b.bytes <= limit for b in all_buffers(cfg, run_at(run, n), cal, serving, ()))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
+from mlxfit.model.weights import is_lookup_table, is_vision, summarize_weights
 
 
 def activation_bytes(tensors: tuple[TensorInfo, ...] | list[TensorInfo]) -> int:
@@ -48,8 +49,6 @@ class ModelInputs:
 
 def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     """A ModelSource (folder, hf-cache snapshot or catalog entry) -> the model's fit inputs."""
-    from mlxfit.model.weights import is_lookup_table, summarize_weights
-
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     w = summarize_weights(src.tensors, src.config, with_vision=with_vision)
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
@@ -64,8 +63,6 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
 
 def model_arrays(src, with_vision: bool = False) -> tuple:
     """The model's largest weight arrays (for the maxBufferLength check)."""
-    from mlxfit.model.weights import is_vision
-
     return weight_buffers(src.tensors, keep=lambda n: with_vision or not is_vision(n))
 
 

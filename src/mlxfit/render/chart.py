@@ -239,7 +239,7 @@ def write_png(d: ChartData, path: Path) -> None:
         import matplotlib  # optional (the chart extra) and heavy: only for a PNG
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        import matplotlib.pyplot as plt  # after use("Agg"): no display needed
     except ImportError:
         raise MlxfitError("--chart *.png needs matplotlib: pip install 'mlxfit[chart]' "
                           "(an .svg needs nothing)") from None

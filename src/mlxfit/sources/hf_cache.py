@@ -137,6 +137,7 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSour
     # (~150 ms), so a catalog or missing model never pays for it.
     if not (cache / cache_dirname(repo_id)).is_dir():
         return None
+    # huggingface_hub is heavy: imported only when the HF cache is looked up
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.file_download import repo_folder_name

@@ -12,18 +12,13 @@ from pathlib import Path
 
 from mlxfit.errors import SourceError
 from mlxfit.settings import Settings, from_environ
+from mlxfit.sources.catalog import load_entry
 from mlxfit.sources.folder import _load_folder, _unreadable
 from mlxfit.sources.hf_cache import _from_hf_cache, hf_hub_cache_dir
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
 
 
 def _from_catalog(spec: str, revision: str | None, directory: Path) -> ModelSource | None:
-    try:
-        from mlxfit.sources.catalog import load_entry
-    except ModuleNotFoundError as e:
-        if e.name != "mlxfit.sources.catalog":
-            raise
-        return None
     entry = load_entry(spec, directory)
     if entry is None:
         return None
@@ -82,6 +77,7 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     if found is not None:
         return found
 
+    # On demand: only a model found nowhere locally reaches the Hub code.
     from mlxfit.sources.hub import fetch as hub
 
     where = (f"{spec} not found: not a folder, not in the Hugging Face cache at {cache}, "

@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 def is_repo_id(spec: str) -> bool:
     """Could the Hub have a model called ``spec``? (huggingface_hub's own validator.)"""
     _huggingface_hub()
+    # huggingface_hub is heavy: imported only when a repo id is checked
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
@@ -77,6 +78,7 @@ class _Progress:
         self.spin: Any = None
         if not enabled:
             return
+        # rich is heavy: only a terminal shows the progress display
         from rich.console import Console
         from rich.progress import (
             BarColumn,

@@ -50,6 +50,7 @@ class _Http:
     def __init__(self, repo_id: str, revision: str | None, ep: str, token: str | bool | None,
                  timeout: float, *, retries: int, backoff: float, max_wait: float,
                  max_body: int, implicit_token: bool = True):
+        # huggingface_hub is heavy: imported only when the Hub is read
         from huggingface_hub.utils import get_session
 
         self.repo_id, self.revision, self.endpoint = repo_id, revision, ep
@@ -145,6 +146,7 @@ class _Http:
                 raise SourceError(f"cannot read {self._what(what)} from the Hub at "
                                   f"{self.endpoint}: {_short(e)}") from None
             except Exception as e:
+                # huggingface_hub is heavy: imported only when the Hub is read
                 from huggingface_hub.errors import OfflineModeIsEnabled
 
                 if isinstance(e, OfflineModeIsEnabled):
@@ -265,6 +267,7 @@ def _token_to_send(token: str | bool | None, implicit: bool = True) -> str | Non
         return None
     if token is None and not implicit:
         return None
+    # huggingface_hub is heavy: imported only when the Hub is read
     from huggingface_hub.utils import get_token
 
     found = get_token()
@@ -274,6 +277,7 @@ def _token_to_send(token: str | bool | None, implicit: bool = True) -> str | Non
 
 
 def _user_agent() -> str:
+    # user-agent facts, looked up only when the Hub is read (start-up)
     import platform
     from importlib.metadata import PackageNotFoundError, version
 

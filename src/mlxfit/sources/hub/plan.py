@@ -37,6 +37,7 @@ def _now() -> str:
 
 
 def _resolve_url(ep: str, repo_id: str, commit: str, name: str) -> str:
+    # huggingface_hub is heavy: imported only when the Hub is read
     from huggingface_hub import hf_hub_url
 
     return hf_hub_url(repo_id, name, revision=commit, endpoint=ep)

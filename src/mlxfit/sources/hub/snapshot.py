@@ -16,6 +16,7 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from mlxfit.errors import MlxfitError, SourceError, WeightsError
+from mlxfit.sources.folder import _load_folder
 from mlxfit.sources.hub.cache import _label, _Snapshot
 from mlxfit.sources.hub.http import _short
 from mlxfit.sources.source import INDEX_NAME, HubTransfer
@@ -81,8 +82,6 @@ def _relabel(e: MlxfitError, folder: Path, label: str) -> MlxfitError:
 
 
 def _to_source(snap: _Snapshot, transfer: HubTransfer, notes: tuple[str, ...] = ()) -> ModelSource:
-    from mlxfit.sources.folder import _load_folder
-
     label = _label(snap.repo_id, snap.commit)
     try:
         with tempfile.TemporaryDirectory(prefix="mlxfit-hub-") as tmp:

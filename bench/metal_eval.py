@@ -51,8 +51,8 @@ from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import decode_seconds, kv_read_term, weights_read_term
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.model.config import ModelConfig
-from mlxfit.model.parse import parse_config
 from mlxfit.model.inputs import WeightsRead, activation_bytes
+from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.model.weights import summarize_weights
 from mlxfit.resources import data_path

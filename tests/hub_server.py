@@ -109,7 +109,7 @@ class FakeHub:
             srv.server_close()
         self._servers = []
 
-    def __enter__(self) -> FakeHub:
+    def __enter__(self) -> FakeHub:  # noqa: PYI034 (3.10 has no typing.Self)
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

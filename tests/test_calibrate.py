@@ -27,12 +27,12 @@ from st_helpers import (
 
 import mlxfit
 from mlxfit.calibration.load import load_calibration
+from mlxfit.errors import NoMeasurements
 from mlxfit.estimate.memory import Run
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.inputs import WeightsRead
 from mlxfit.model.parse import parse_config
-from mlxfit.records import NoMeasurements
 from mlxfit.render.calibrate import result_to_json
 from mlxfit.settings import from_environ
 from mlxfit.verbs.calibrate.twin import FIT_PARAMS, calibrate

@@ -1,4 +1,16 @@
-"""The error hierarchy. The CLI turns any MlxfitError into one line and exit code 2."""
+"""The error hierarchy. The CLI turns any MlxfitError into one line and exit code 2.
+
+    MlxfitError                 bad input we can name, in one line
+    ├── ConfigError             config.json missing, garbled, or no model we can size
+    ├── WeightsError            a safetensors file missing, truncated or hostile
+    ├── SourceError             the model cannot be found or read
+    │   └── HubUnreachable      the Hub could not be asked (a cached copy still answers)
+    ├── MachineError            the machine cannot be resolved
+    ├── UsageError              a parameter out of range (names the parameter)
+    ├── NoMeasurements          calibrate: no usable record to fit
+    ├── MlxUnavailable          measure: mlx / mlx-lm not installed
+    └── Cancelled               a Hub fetch stopped because another request failed (never shown)
+"""
 
 from __future__ import annotations
 
@@ -39,3 +51,20 @@ class UsageError(MlxfitError):
     def params(self) -> tuple[str, ...]:
         """Every parameter the message names, the one at fault first."""
         return ((self.param,) if self.param else ()) + self.also
+
+
+class HubUnreachable(SourceError):
+    """The Hub could not be asked (network, timeouts, 429/5xx after retries): a cached copy,
+    even an old one, is still a good answer."""
+
+
+class NoMeasurements(MlxfitError):
+    """No usable record to fit."""
+
+
+class MlxUnavailable(MlxfitError):
+    """mlx or mlx-lm cannot be imported: the measure extra is not installed."""
+
+
+class Cancelled(MlxfitError):
+    """Another request of the same fetch failed: stop quietly (never shown)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mlxfit.errors import MlxfitError
+from mlxfit.errors import MlxfitError, NoMeasurements
 from mlxfit.estimate.memory import run_from_record
 from mlxfit.model.inputs import WeightsRead
 from mlxfit.model.parse import parse_config
@@ -101,9 +101,6 @@ def compare_terms(rec: dict, *, weights: int, kv: int, state: int, transient: in
     ]
     return tuple(terms)
 
-
-class NoMeasurements(MlxfitError):
-    """No usable record to fit."""
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ app = typer.Typer()
 @app.command("cluster")
 def cluster_cmd(
     model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, or catalog id."),
-    host: list[str] | None = typer.Option(
+    host: list[str] | None = typer.Option(  # noqa: B008 (Typer's idiom for a list option)
         None, "--host", help='A Mac of the cluster in rank order, e.g. "M3 Ultra 512GB" or '
                              '"2x M4 Max 128GB"; repeat for each.'),
     hosts_file: str | None = typer.Option(

@@ -35,7 +35,7 @@ import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
-from mlxfit.errors import MlxfitError, SourceError
+from mlxfit.errors import HubUnreachable, MlxfitError, SourceError
 from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.hub.cache import (
     _atomic_write,
@@ -47,7 +47,7 @@ from mlxfit.sources.hub.cache import (
     _write_ref,
     hub_cache_dir,
 )
-from mlxfit.sources.hub.http import HubUnreachable, _Http, _huggingface_hub
+from mlxfit.sources.hub.http import _Http, _huggingface_hub
 from mlxfit.sources.hub.plan import _fetch, _model_info
 from mlxfit.sources.hub.snapshot import _to_source
 from mlxfit.sources.source import HubTransfer

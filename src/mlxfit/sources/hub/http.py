@@ -15,20 +15,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from mlxfit.errors import MlxfitError, SourceError, WeightsError
+from mlxfit.errors import Cancelled, HubUnreachable, MlxfitError, SourceError, WeightsError
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _LOGIN = "log in with `hf auth login` or set HF_TOKEN"
 _OFFLINE_HINT = "HF_HUB_OFFLINE=1 works for models already cached"
 
 
-class _Cancelled(MlxfitError):
-    """Another request of the same fetch failed: stop quietly (never shown)."""
-
-
-class HubUnreachable(SourceError):
-    """The Hub could not be asked (network, timeouts, 429/5xx after retries): a cached copy,
-    even an old one, is still a good answer."""
 
 
 @dataclass
@@ -104,7 +97,7 @@ class _Http:
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
             if self.cancelled.is_set():
-                raise _Cancelled("cancelled")
+                raise Cancelled("cancelled")
             try:
                 with self.client.stream("GET", url, headers=headers, params=params,
                                         timeout=self.timeout, follow_redirects=True) as r:

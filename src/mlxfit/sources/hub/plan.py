@@ -17,7 +17,14 @@ from fnmatch import fnmatch
 from typing import Any
 from urllib.parse import quote
 
-from mlxfit.errors import ConfigError, MlxfitError, SourceError, WeightsError
+from mlxfit.errors import (
+    Cancelled,
+    ConfigError,
+    HubUnreachable,
+    MlxfitError,
+    SourceError,
+    WeightsError,
+)
 from mlxfit.sources.hub.cache import (
     _HEX40,
     CONFIG_NAME,
@@ -25,7 +32,7 @@ from mlxfit.sources.hub.cache import (
     _label,
     _Snapshot,
 )
-from mlxfit.sources.hub.http import HubUnreachable, _Cancelled, _Http
+from mlxfit.sources.hub.http import _Http
 from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES
 from mlxfit.sources.source import INDEX_NAME
 
@@ -120,7 +127,7 @@ def _fetch_shard(http: _Http, url: str, name: str, size: int | None) -> tuple[in
     try:
         rest = http.get(target, name, start=8, length=n)
     except MlxfitError as e:
-        if target == url or isinstance(e, (HubUnreachable, _Cancelled)):
+        if target == url or isinstance(e, (HubUnreachable, Cancelled)):
             raise
         rest = http.get(url, name, start=8, length=n)  # the signed URL may have expired
     if len(rest.data) != n:

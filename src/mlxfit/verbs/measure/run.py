@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.errors import MlxUnavailable, UsageError
 from mlxfit.model.tensors import MLX_FLOAT_DTYPES
 from mlxfit.verbs.measure.cache import _state_cache_bytes, _total_cache_bytes, describe_cache
 
@@ -124,9 +124,6 @@ def _environment() -> dict:
 INSTALL_HINT = ('measuring needs mlx and mlx-lm: pip install "mlxfit[measure]" '
                 "(mlx[cpu] on Linux, mlx on Apple Silicon)")
 
-
-class MlxUnavailable(MlxfitError):
-    """mlx or mlx-lm cannot be imported: the measure extra is not installed."""
 
 
 def mlx_missing_reason() -> str | None:

@@ -19,8 +19,8 @@ from st_helpers import invoke, make_folder
 import mlxfit
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.render.cluster import cluster_to_json
+from mlxfit.render.cluster_launch import SPLIT_SCRIPT, hostfile_json, write_launch
 from mlxfit.verbs.cluster.hosts import HostSpec, load_links, read_hosts_file, resolve_link
-from mlxfit.verbs.cluster.launch import SPLIT_SCRIPT, hostfile_json, write_launch
 from mlxfit.verbs.cluster.plan import proportional_split
 from mlxfit.verbs.cluster.sharding import even_split, rank_ranges
 from mlxfit.verbs.cluster.twin import cluster

@@ -48,9 +48,9 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 
-# In the catalog, 4.6 GB of weights: fits every Mac from 16 GB at 8K tokens and the most
-# downloaded 8B MLX conversion; the same default as `mlxfit fit`.
-# The model `mlxfit fit` sizes when none is named, and pick's default (README quick start).
+# The model `mlxfit fit` sizes when none is named, and pick's default (README quick start): in
+# the catalog, 4.6 GB of weights, fits every Mac from 16 GB at 8K tokens, the most downloaded
+# 8B MLX conversion.
 DEFAULT_MODEL = "mlx-community/Qwen3-8B-4bit"
 # macOS major version assumed for the GPU working-set limit when --macos is not given.
 DEFAULT_MACOS = 26
@@ -139,7 +139,7 @@ def _home(environ: Mapping[str, str]) -> str | None:
         return None
 
 
-_VAR = re.compile(r"\$(\w+|\{[^}]*\})", re.ASCII)
+_VAR = r"(?a)\$(\w+|\{[^}]*\})"  # compiled on first use (re caches it): start-up
 
 
 def _expand(value: str, environ: Mapping[str, str]) -> str:
@@ -155,7 +155,7 @@ def _expand(value: str, environ: Mapping[str, str]) -> str:
         name = m.group(1).strip("{}")
         return environ.get(name, m.group(0))
 
-    return _VAR.sub(sub, value) if "$" in value else value
+    return re.sub(_VAR, sub, value) if "$" in value else value
 
 
 def _hub(environ: Mapping[str, str]) -> HubSettings:

@@ -1,4 +1,4 @@
-"""`mlxfit cluster`: one model across several Macs with MLX distributed (see mlxfit.cluster)."""
+"""`mlxfit cluster`: one model across several Macs with MLX distributed (see mlxfit.verbs.cluster.twin)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import typer
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
 from mlxfit.render.cluster import cluster_to_json, render_cluster
-from mlxfit.verbs.cluster.launch import write_launch
+from mlxfit.render.cluster_launch import write_launch
 from mlxfit.verbs.cluster.twin import cluster
 
 app = typer.Typer()

@@ -20,7 +20,7 @@ DEFAULT_MAX_CONTEXT = 131072
 
 # Terms beyond one generation's (serving budgets: more sequences, cached prompts, a draft
 # model): a function of the run at the probed context and of that run's peak phase, so the
-# solver and the fit add exactly the same bytes. See mlxfit/serving.py.
+# solver and the fit add exactly the same bytes. See estimate/serving.py.
 ExtraTerms = Callable[[Run, Phase], tuple[Term, ...]]
 
 

@@ -77,14 +77,14 @@ def probe_wired_limit_mb(runner: Runner, notes: list[str]) -> int | None:
     return n if n >= 0 else None
 
 
-_GPU_CORES_RE = re.compile(r'"gpu-core-count"\s*=\s*(\d+)')
+_GPU_CORES_RE = r'"gpu-core-count"\s*=\s*(\d+)'  # compiled on first use (re caches it): start-up
 
 
 def probe_gpu_cores(runner: Runner, notes: list[str]) -> int | None:
     out = _run(runner, ["ioreg", "-rc", "AGXAccelerator"], notes)
     if out is None:
         return None
-    m = _GPU_CORES_RE.search(out)
+    m = re.search(_GPU_CORES_RE, out)
     if m is None:
         notes.append("no gpu-core-count in `ioreg -rc AGXAccelerator` (no Apple GPU visible)")
         return None
@@ -108,9 +108,8 @@ def _psutil_total() -> int:
     return int(psutil.virtual_memory().total)
 
 
-_BRAND_RE = re.compile(
-    r"^Apple\s+(M\d+(?:\s+(?:Pro|Max|Ultra))?)\s*(\(Virtual\))?\s*$", re.IGNORECASE
-)
+# compiled on first use (re caches it): start-up
+_BRAND_RE = r"(?i)^Apple\s+(M\d+(?:\s+(?:Pro|Max|Ultra))?)\s*(\(Virtual\))?\s*$"
 
 
 def probe_machine(
@@ -207,7 +206,7 @@ def probe_machine(
             f"Apple Silicon (chip unknown) {ram_txt}GB",
             f"chip name unreadable: bandwidth unknown; {_MACHINE_HINT}",
         )
-    m = _BRAND_RE.match(brand)
+    m = re.match(_BRAND_RE, brand)
     if m is None:
         return unknown(
             f"{brand} {ram_txt}GB",

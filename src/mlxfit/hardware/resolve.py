@@ -269,17 +269,18 @@ def _apple_machine(
 
 
 # "M4 Max 40c", "30-core", "40 core GPU", "38-core gpu"
-_CORES_RE = re.compile(r"\b(\d+)\s*(?:-\s*)?(?:cores?|c)\b(?:\s*gpu\b)?", re.IGNORECASE)
+# compiled on first use (re caches it): start-up
+_CORES_RE = r"(?i)\b(\d+)\s*(?:-\s*)?(?:cores?|c)\b(?:\s*gpu\b)?"
 # "128GB", "128 GB", "24gib", "24g"
-_RAM_RE = re.compile(r"\b(\d+)\s*(?:gb|gib|g)\b", re.IGNORECASE)
+_RAM_RE = r"(?i)\b(\d+)\s*(?:gb|gib|g)\b"  # compiled on first use (re caches it): start-up
 
 
 def _parse_spec(spec: str) -> tuple[str, int | None, int]:
     text = spec.strip()
     if not text:
         raise MachineError("--machine is empty; write it like 'M4 Pro 24GB'")
-    rams = _RAM_RE.findall(text)
-    rest = _RAM_RE.sub(" ", text)
+    rams = re.findall(_RAM_RE, text)
+    rest = re.sub(_RAM_RE, " ", text)
     if not rams:
         # Accept a bare trailing number as the RAM size ("M4 Pro 24").
         m = re.search(r"\s(\d+)\s*$", rest)
@@ -289,10 +290,10 @@ def _parse_spec(spec: str) -> tuple[str, int | None, int]:
         rest = rest[: m.start()]
     if len(rams) > 1:
         raise MachineError(f"--machine {spec!r} names more than one RAM size")
-    cores_found = _CORES_RE.findall(rest)
+    cores_found = re.findall(_CORES_RE, rest)
     if len(cores_found) > 1:
         raise MachineError(f"--machine {spec!r} names more than one GPU core count")
-    rest = _CORES_RE.sub(" ", rest)
+    rest = re.sub(_CORES_RE, " ", rest)
     chip_text = re.sub(r"\s+", " ", rest).strip(" ,-")
     if not chip_text:
         raise MachineError(f"--machine {spec!r} names no chip; write it like 'M4 Pro 24GB'")

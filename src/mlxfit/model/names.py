@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 
 # One "-" or "_" separated token of a quantization suffix: 4bit, 8-bits, bf16, mxfp4, Q8, DWQ...
-_QUANT_TOKEN = re.compile(
-    r"^(?:\d+(?:\.\d+)?-?bits?|bf16|fp16|f16|f32|fp32|float16|bfloat16|mlx|dwq|awq|gptq|"
-    r"mxfp4|nvfp4|mxfp8|fp8|q\d+(?:_[a-z0-9]+)?|mixed|\d+_\d+|quantized)$",
-    re.IGNORECASE,
+# compiled on first use (re caches it): start-up
+_QUANT_TOKEN = (
+    r"(?i)^(?:\d+(?:\.\d+)?-?bits?|bf16|fp16|f16|f32|fp32|float16|bfloat16|mlx|dwq|awq"
+    r"|gptq|mxfp4|nvfp4|mxfp8|fp8|q\d+(?:_[a-z0-9]+)?|mixed|\d+_\d+|quantized)$"
 )
 
 
@@ -17,7 +17,7 @@ def base_name(name: str) -> str:
     'mlx-community/Qwen3-4B-Instruct-2507-8bit' -> 'Qwen3-4B-Instruct-2507',
     'mlx-community/gpt-oss-20b-MXFP4-Q8' -> 'gpt-oss-20b'."""
     parts = re.split(r"([-_])", name.rsplit("/", 1)[-1])  # tokens, with their separators
-    while len(parts) > 1 and _QUANT_TOKEN.match(parts[-1]):
+    while len(parts) > 1 and re.match(_QUANT_TOKEN, parts[-1]):
         del parts[-2:]
     # "...-8bit" after stripping can leave "mixed_3_6" style pieces; the loop handles those.
     return "".join(parts)

@@ -112,7 +112,7 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
     return shards, notes
 
 
-_NUMBERED = re.compile(r"^model-(\d+)-of-(\d+)\.safetensors$")
+_NUMBERED = r"^model-(\d+)-of-(\d+)\.safetensors$"  # compiled on first use (re caches it): start-up
 
 
 def missing_numbered_shards(names: Iterable[str]) -> list[str]:
@@ -121,7 +121,7 @@ def missing_numbered_shards(names: Iterable[str]) -> list[str]:
     Grouped by the "of" part as written; other names are ignored."""
     seen: dict[str, set[int]] = {}  # the "of" part as written -> shard numbers present
     for name in names:
-        m = _NUMBERED.match(name)
+        m = re.match(_NUMBERED, name)
         if m:
             seen.setdefault(m.group(2), set()).add(int(m.group(1)))
     return [f"model-{i:0{len(total)}d}-of-{total}.safetensors"

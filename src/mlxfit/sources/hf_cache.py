@@ -15,10 +15,11 @@ from mlxfit.sources.source import ModelSource
 
 # A drafter is named for it ("...-DRAFT", "...-draft-0.5B", "EAGLE3-...", "medusa-...") or its
 # config says so (EAGLE's draft_vocab_size, Medusa's heads, an Eagle/Medusa/Drafter class).
-_DRAFT_NAME = re.compile(r"draft|(^|[-_./])(eagle\d*|medusa|mtp)($|[-_./])", re.IGNORECASE)
+# compiled on first use (re caches it): start-up
+_DRAFT_NAME = r"(?i)draft|(^|[-_./])(eagle\d*|medusa|mtp)($|[-_./])"
 
 
-_DRAFT_CLASS = re.compile(r"draft|eagle|medusa", re.IGNORECASE)
+_DRAFT_CLASS = r"(?i)draft|eagle|medusa"  # compiled on first use (re caches it): start-up
 
 
 _DRAFT_KEYS = ("draft_vocab_size", "medusa_num_heads", "medusa_num_layers")
@@ -37,7 +38,7 @@ def adapter_reason(files: Sequence[str]) -> str | None:
 def drafter_reason(repo_id: str, config: dict[str, Any] | None) -> str | None:
     """A speculative-decoding draft model or head: meant to run beside a bigger model."""
     name = repo_id.rsplit("/", 1)[-1]
-    if _DRAFT_NAME.search(name):
+    if re.search(_DRAFT_NAME, name):
         return f"a speculative-decoding drafter (its name {name!r})"
     if config:
         for k in _DRAFT_KEYS:
@@ -45,7 +46,7 @@ def drafter_reason(repo_id: str, config: dict[str, Any] | None) -> str | None:
                 return f"a speculative-decoding drafter (config has {k})"
         classes = [config.get("model_type")] + list(config.get("architectures") or [])
         for c in classes:
-            if isinstance(c, str) and _DRAFT_CLASS.search(c):
+            if isinstance(c, str) and re.search(_DRAFT_CLASS, c):
                 return f"a speculative-decoding drafter (config says {c})"
     return None
 

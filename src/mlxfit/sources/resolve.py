@@ -1,5 +1,5 @@
 """Find a model from what the user typed: a folder, the local Hugging Face cache, the catalog,
-or the Hugging Face Hub (mlxfit.hub: headers over Range requests, cached).
+or the Hugging Face Hub (sources/hub: headers over Range requests, cached).
 
 Only config.json, the shard index and safetensors headers are read: never tensor data, never
 model code; the network only for the Hub, and never under HF_HUB_OFFLINE=1.

@@ -1,7 +1,7 @@
 """`mlxfit matrix`: one model on every Apple Silicon SKU (chip, GPU bin, RAM size).
 
-The model's inputs are built once (config.json + headers, `api.model_inputs`) and each SKU row
-is `api.fit_served` on that SKU: the same function `fit --machine <SKU>` ends in, so a row and
+The model's inputs are built once (config.json + headers, `model.inputs.model_inputs`) and each SKU row
+is `verbs.fit.fit_served` on that SKU: the same function `fit --machine <SKU>` ends in, so a row and
 `fit` agree to the byte and to the last digit of tok/s.
 """
 

@@ -3,7 +3,7 @@ totals at the context, the predicted decode speed, and the choice between strate
 (``plan_cluster``). What mlx-lm supports per model module and how it shards a model (the facts
 this planner reads) are in ``mlxfit.verbs.cluster.sharding``. No file, network or SKU-table
 access happens here: every figure comes from the arguments, so this module can be tested in
-isolation. How mlx-lm distributes a model is described in ``mlxfit.cluster``'s docstring.
+isolation. How mlx-lm distributes a model is described in ``mlxfit.verbs.cluster.twin``'s docstring.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What ``mlxfit cluster`` returns: ``HostPlan`` (one host's share under one strategy),
 ``Plan`` (one strategy over all hosts, or why it cannot run) and ``ClusterResult`` (every plan
 considered and the one chosen). They are plain frozen records, kept in their own module so the
-planner (``mlxfit.verbs.cluster.plan``), the writers (``mlxfit.verbs.cluster.launch``) and the public twin
+planner (``mlxfit.verbs.cluster.plan``), the writers (``mlxfit.render.cluster_launch``) and the public twin
 (``mlxfit.cluster``) can all share them without importing one another.
 """
 

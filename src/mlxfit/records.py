@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, NoMeasurements
-from mlxfit.estimate.memory import run_from_record
+from mlxfit.estimate.memory import Run, run_from_record
+from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsRead
 from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import float_bytes
@@ -109,8 +110,8 @@ class Sample:
 
     name: str
     backend: str
-    cfg: Any  # mlxfit.model.config.ModelConfig
-    run: Any  # mlxfit.estimate.memory.Run
+    cfg: ModelConfig
+    run: Run
     weights: int  # measured
     peak: int  # measured, from the process's memory before the load
     caches: int  # measured bytes of all caches at the end

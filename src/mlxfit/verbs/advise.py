@@ -22,6 +22,7 @@ from mlxfit.errors import MlxfitError
 from mlxfit.estimate.memory import Run, attn_groups
 from mlxfit.estimate.serving import Serving, command_line
 from mlxfit.estimate.solve import FitResult
+from mlxfit.model.config import ModelConfig
 
 MIB = 2**20
 GIB = 2**30
@@ -54,7 +55,7 @@ class Evaluator(Protocol):
     """What advise needs from the API layer."""
 
     model_ref: str  # the model as the user named it (goes into command lines)
-    cfg: Any  # ModelConfig of the model
+    cfg: ModelConfig  # of the model
     ram_bytes: int
     wired_refusal: str | None  # why raising the wired limit cannot help here (None: it can)
     siblings: list[str]  # smaller quantizations of the same model (catalog / HF cache)

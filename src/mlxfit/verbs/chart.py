@@ -6,9 +6,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
-from mlxfit.estimate.memory import attn_groups
+from mlxfit.estimate.memory import Run, attn_groups
+from mlxfit.model.config import ModelConfig
 
 DEFAULT_POINTS = 64
 
@@ -81,7 +81,7 @@ def build_chart(*, title: str, limit: int, requested_ctx: int, max_safe_context:
                      kinks=tuple(sorted(keep, key=lambda k: k.ctx)))
 
 
-def kinks_for(cfg: Any, run: Any) -> list[Kink]:
+def kinks_for(cfg: ModelConfig, run: Run) -> list[Kink]:
     """Contexts where the curves bend: a sliding/chunked window fills (those layers stop
     growing), prefill starts chunking (ctx = step + 1), a --max-kv-size window fills, and KV
     quantization starts."""

@@ -12,6 +12,7 @@ from mlxfit.errors import UsageError
 from mlxfit.estimate.serving import DraftModel
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import (
+    Machine,
     machine_with_budget,
     resolve_machine,
     usable_bytes_for,
@@ -84,7 +85,7 @@ def load_draft(spec: str, revision: str | None = None, with_vision: bool = False
                       arrays=model_arrays(src, with_vision))
 
 
-def machine_with_wired_limit(m, wired_limit_mb: int, budget: bool = False):
+def machine_with_wired_limit(m: Machine, wired_limit_mb: int, budget: bool = False) -> Machine:
     """The machine as if ``sudo sysctl iogpu.wired_limit_mb=N`` were set."""
     if budget:
         raise UsageError("memory_budget_gb and wired_limit_mb both set the usable memory: "

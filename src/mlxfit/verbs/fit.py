@@ -4,6 +4,7 @@ machine, calibration) and calls the pure core."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
@@ -21,6 +22,7 @@ from mlxfit.estimate.serving import (
 )
 from mlxfit.estimate.solve import DEFAULT_MAX_CONTEXT, FitResult, fit_core, run_at, totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
 from mlxfit.model.weights import summarize_weights
@@ -36,6 +38,9 @@ from mlxfit.verbs.edges import (
     machine_with_wired_limit,
     vision_note,
 )
+
+if TYPE_CHECKING:
+    from mlxfit.verbs.chart import ChartData
 
 
 def fit(
@@ -113,7 +118,7 @@ def fit(
 
 
 
-def fit_inputs(inputs: ModelInputs, run: Run, m, cal: Calibration,
+def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                extra_terms=None, extra_warnings: tuple[str, ...] = ()) -> FitResult:
     """One model on one machine: the notes and warnings of ``fit``, then the pure core.
     ``extra_terms`` (solve.ExtraTerms): serving terms added to the total (mlxfit.estimate.serving)."""
@@ -144,7 +149,8 @@ def fit_inputs(inputs: ModelInputs, run: Run, m, cal: Calibration,
 
 
 
-def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
+def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
+               serving: Serving | None = None,
                arrays: tuple = (), model_ref: str | None = None) -> FitResult:
     """``fit_inputs`` plus the serving terms (``serving.Serving``), the mlx-lm command line,
     a batched-decode estimate and the arrays checked against the GPU's maxBufferLength."""
@@ -162,7 +168,7 @@ def fit_served(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None,
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
                           "depends on how many draft tokens are accepted")
     buffers: tuple = ()
-    limit = getattr(m, "max_buffer_bytes", None)
+    limit = m.max_buffer_bytes
     safe = r.max_safe_context
     if run2.backend == "metal" and limit:
         buffers = all_buffers(inputs.cfg, run2, cal, serving, arrays)
@@ -186,7 +192,7 @@ class _Evaluator:
     """advise.Evaluator: re-runs the same fit for a changed run, serving set-up, a sibling
     quantization or a wired limit."""
 
-    def __init__(self, model_ref: str, inputs: ModelInputs, arrays: tuple, m, cal: Calibration,
+    def __init__(self, model_ref: str, inputs: ModelInputs, arrays: tuple, m: Machine, cal: Calibration,
                  *, with_vision: bool, budget: bool):
         self.model_ref = model_ref
         self.cfg = inputs.cfg
@@ -238,7 +244,8 @@ class _Evaluator:
                           model_ref=model or self.model_ref)
 
 
-def chart_data(inputs: ModelInputs, run: Run, m, cal: Calibration, serving=None):
+def chart_data(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
+               serving: Serving | None = None) -> ChartData:
     """Total memory and decode tok/s against the context (mlxfit.verbs.chart), from the same core."""
     from mlxfit.verbs.chart import build_chart, kinks_for  # on demand: only with chart=True
 

@@ -37,7 +37,7 @@ from typing import Any
 
 from mlxfit._version import __version__
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.estimate.memory import run_from
+from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.inputs import model_inputs
@@ -85,7 +85,7 @@ class Measurement:
     random_weights: bool
     dtype: str
     backend: str  # the backend MLX ran on, and the one the prediction used
-    run: Any  # mlxfit.estimate.memory.Run
+    run: Run
     terms: tuple[TermCheck, ...]
     measured_peak_phase: str
     predicted_peak_phase: str
@@ -211,7 +211,7 @@ def measure(
         m = machine_for(machine)
     except MlxfitError as e:
         notes.append(f"machine unknown ({e}): no decode speed predicted")
-    bw = getattr(m, "bandwidth_gbs", None)
+    bw = m.bandwidth_gbs if m is not None else None
     tot, tps = predict(inputs, run, cal, m)
     if backend == "cpu":
         notes.append("backend cpu: mlxfit predicts decode speed for Apple Silicon's unified "

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Measurement campaign on MLX's CPU backend: tiny random-weight models of each family.
 
-Every run goes through ``mlxfit.measure_run`` (mlx-lm's own model classes and its own
+Every run goes through ``mlxfit.verbs.measure.run`` (mlx-lm's own model classes and its own
 ``generate_step``) and is written as one JSON line to ``bench/results/cpu_measurements.jsonl``
 with the full config used. MLX's CPU backend counts bytes exactly, so these records are ground
 truth for the weights, the caches and the transients of MLX's CPU backend; see

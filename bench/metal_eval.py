@@ -2,8 +2,9 @@
 
 For every run whose model we can describe exactly (config + mlx_lm.convert quantization), the
 weights are the exact descriptor bytes (bench/metal_descriptors.py, or the built-in catalog), the
-peak is ``mlxfit.core.totals_at`` and the decode speed ``mlxfit.speed.decode_seconds`` with the
-machine's bandwidth (``mlxfit.machine.resolve_machine``).
+peak is ``mlxfit.estimate.solve.totals_at`` and the decode speed
+``mlxfit.estimate.speed.predicted_decode_seconds`` with the machine's bandwidth
+(``mlxfit.hardware.resolve.resolve_machine``).
 
 mlx_lm.benchmark semantics (mlx_lm/benchmark.py, generate.py): a warmup generation, then
 ``--num-trials`` identical generations; "peak_memory" is mx.get_peak_memory()/1e9, never reset,
@@ -394,7 +395,7 @@ SCALE = {"base_bytes": 1e8}
 #
 # Variants of the transient and speed formulas, evaluated here without touching src/: the peak
 # is recombined from mlxfit.estimate.memory's own candidate phases (decode, last two prefill chunks) and
-# their terms, the speed from mlxfit.speed's byte terms.
+# their terms, the speed from mlxfit.estimate.speed's byte terms.
 #   floor      transient activations >= floor * min(1, chunk / c0)   (Metal command-buffer floor)
 #   softcap    x score arrays for hand-written softcapped attention (cfg.scores_always: Gemma 2)
 #   act_linear float32 per-token copies of a gated-delta layer's value width (Qwen3.5/3.6/Next)

@@ -3,7 +3,7 @@
     python fuzz/fuzz_config.py [libFuzzer flags] CORPUS_DIR      (see fuzz/README.md)
 
 Pipeline per input: read_config (bytes -> dict) -> parse_config (dict -> ModelConfig) ->
-parse_quantization -> core.totals_at at a fixed run. Contract: each step returns, or raises an
+parse_quantization -> estimate.solve.totals_at at a fixed run. Contract: each step returns, or raises an
 MlxfitError whose message is one line; a returned ModelConfig has one layer plan per layer
 and the byte totals are non-negative integers. Anything else is a finding.
 

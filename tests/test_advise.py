@@ -1,4 +1,4 @@
-"""The advisor: every option it prints is re-run through ``api.fit`` from the printed command
+"""The advisor: every option it prints is re-run through ``mlxfit.fit`` from the printed command
 line (and sysctl) and must fit; the context asked for is never changed except by the one
 option that says so; refusals name mlx-lm's reason."""
 
@@ -52,7 +52,7 @@ _SAME = ("machine", "memory_budget_gb")
 
 
 def rerun_kwargs(option, base_kw: dict) -> tuple[str, dict]:
-    """The api.fit call that the option's printed command (and sysctl) stands for."""
+    """The mlxfit.fit call that the option's printed command (and sysctl) stands for."""
     words = shlex.split(option.command)
     kw = {k: base_kw[k] for k in _SAME if k in base_kw}
     flags = {"--prefill-step-size": "prefill_step_size", "--kv-bits": "kv_bits",

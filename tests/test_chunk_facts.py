@@ -48,8 +48,8 @@ from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.cache_sim import Schedule
 from mlxfit.estimate.memory import Run, prefill_phase
 from mlxfit.estimate.serving import Serving, run_buffers
-from mlxfit.model import inputs as api
 from mlxfit.model.config import Attn
+from mlxfit.model.inputs import model_inputs
 from mlxfit.sources.resolve import resolve_model
 
 Q8B = "mlx-community/Qwen3-8B-4bit"
@@ -110,7 +110,7 @@ def test_run_kv_quantized_is_the_end_of_run_rule():
 
 @pytest.fixture(scope="module")
 def q8b():
-    cfg = api.model_inputs(resolve_model(Q8B)).cfg
+    cfg = model_inputs(resolve_model(Q8B)).cfg
     return cfg, load_calibration().backend("metal")
 
 

@@ -421,7 +421,7 @@ def test_measure_hf_cache_repo_and_catalog(tiny_llama, tmp_path, monkeypatch):
     assert m.term("weights").measured == m.term("weights").predicted
     assert m.term("kv_cache").measured == m.term("kv_cache").predicted
     assert m.record["source"]["revision"] == "a" * 40
-    with pytest.raises(UsageError, match="--random-weights"):
+    with pytest.raises(UsageError, match="random_weights"):
         measure("mlx-community/Llama-3.2-1B-Instruct-4bit", 300)
 
 

@@ -212,3 +212,29 @@ def test_pick_base_model_and_advisor_siblings_agree(tmp_path, monkeypatch):
         "mlx-community/Qwen3-8B-bf16"}
     assert set(sibling_candidates("mlx-community/NVIDIA-Nemotron-Nano-9B-v2-4bits")) == {
         "mlx-community/NVIDIA-Nemotron-Nano-9B-v2-6bit"}
+
+
+def test_a_quoted_user_value_is_never_reworded_as_a_flag():
+    """The user's own text ('backend', 'ctx') stays as typed; only mlxfit's words become flags."""
+    e = UsageError("backend 'backend': unknown (known: cpu, metal)", param="backend")
+    assert error_text(e) == "--backend 'backend': unknown (known: cpu, metal)"
+    r = CliRunner().invoke(app, ["fit", "--backend", "ctx", "--machine", "M4 Pro 24GB"])
+    assert r.exit_code == 2
+    assert "--backend 'ctx': unknown" in r.output and "'--ctx'" not in r.output
+
+
+@pytest.mark.parametrize("call, param, cli, line", [
+    (lambda: mlxfit.fit("mlx-community/Qwen3-8B-4bit", machine="M9 Max"), "machine",
+     ["fit", "--machine", "M9 Max"], "--machine 'M9 Max' has no RAM size"),
+    (lambda: mlxfit.matrix("mlx-community/Qwen3-8B-4bit", chips="Z*"), "chips",
+     ["matrix", "mlx-community/Qwen3-8B-4bit", "--chips", "Z*"], "--chips 'z*' matches no chip"),
+    (lambda: mlxfit.cluster("mlx-community/Qwen3-8B-4bit", []), "hosts",
+     ["cluster", "mlx-community/Qwen3-8B-4bit"], "give at least one --host (or --hosts-file)"),
+])
+def test_machine_chips_and_hosts_errors_name_the_parameter(call, param, cli, line):
+    """The library says the parameter ("machine 'M9 Max' ..."), the CLI says the flag."""
+    with pytest.raises(mlxfit.errors.MlxfitError) as info:
+        call()
+    assert info.value.param == param and "--" not in str(info.value)
+    r = CliRunner().invoke(app, cli)
+    assert r.exit_code == 2 and line in r.output

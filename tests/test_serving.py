@@ -17,8 +17,7 @@ import mlxfit
 from mlxfit.cli.app import app
 from mlxfit.errors import UsageError
 from mlxfit.estimate.serving import SERVER_PROMPT_CACHE_SIZE, batched_decode
-from mlxfit.model import inputs as api
-from mlxfit.model.inputs import weight_buffers
+from mlxfit.model.inputs import model_inputs, weight_buffers
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.render.fit import fit_to_json
 
@@ -164,7 +163,7 @@ def test_batched_decode_estimate():
     from mlxfit.sources.resolve import resolve_model
 
     src = resolve_model(Q8B)
-    inp = api.model_inputs(src)
+    inp = model_inputs(src)
     cal = load_calibration()
     one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1)
     assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
@@ -186,7 +185,7 @@ def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
     from mlxfit.calibration.load import load_calibration
     from mlxfit.sources.resolve import resolve_model
 
-    inp = api.model_inputs(resolve_model(model))
+    inp = model_inputs(resolve_model(model))
     cal = load_calibration()
     one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, machine, 1)
     assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
@@ -200,7 +199,7 @@ def test_moe_batched_decode_reads_more_experts():
     from mlxfit.calibration.load import load_calibration
     from mlxfit.sources.resolve import resolve_model
 
-    inp = api.model_inputs(resolve_model("mlx-community/Qwen3-30B-A3B-4bit"))
+    inp = model_inputs(resolve_model("mlx-community/Qwen3-30B-A3B-4bit"))
     cal = load_calibration()
     one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1)
     eight = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 8)

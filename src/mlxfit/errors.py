@@ -16,7 +16,22 @@ from __future__ import annotations
 
 
 class MlxfitError(Exception):
-    """Bad input we can name: the message is one line a user can act on."""
+    """Bad input we can name: the message is one line a user can act on.
+
+    ``param`` names the parameter at fault as the Python twins call it ("ctx", "machine"),
+    ``also`` the other parameters the message names; the message words them by those names. The
+    CLI words each as its flag (--ctx, --machine): mlxfit.cli.common.error_text."""
+
+    def __init__(self, message: str = "", *, param: str | None = None,
+                 also: tuple[str, ...] = ()):
+        super().__init__(message)
+        self.param = param
+        self.also = tuple(also)
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        """Every parameter the message names, the one at fault first."""
+        return ((self.param,) if self.param else ()) + self.also
 
 
 class ConfigError(MlxfitError):
@@ -36,21 +51,7 @@ class MachineError(MlxfitError):
 
 
 class UsageError(MlxfitError):
-    """A parameter value out of range (ctx 0, negative sizes).
-
-    ``param`` names the parameter at fault as the Python twins call it ("ctx"), ``also`` the
-    other parameters the message names; the message words them by those names ("gen must be
-    between 0 and ctx - 1"). The CLI words each as its flag (--gen, --ctx): mlxfit.cli.common."""
-
-    def __init__(self, message: str, *, param: str | None = None, also: tuple[str, ...] = ()):
-        super().__init__(message)
-        self.param = param
-        self.also = tuple(also)
-
-    @property
-    def params(self) -> tuple[str, ...]:
-        """Every parameter the message names, the one at fault first."""
-        return ((self.param,) if self.param else ()) + self.also
+    """A parameter value out of range (ctx 0, negative sizes); ``param`` names it."""
 
 
 class HubUnreachable(SourceError):

@@ -4,7 +4,7 @@
 transient and peak, all counted from the process's memory before the load (so that they add up
 the way mlxfit predicts them; ``mlxfit calibrate`` reads records through it too);
 ``compare_terms`` pairs them (and the measured tok/s) with the predicted values as ``TermCheck``
-rows, and ``_measured_phase`` names the segment where the measured peak happened. Pure: no mlx.
+rows, and ``measured_phase`` names the segment where the measured peak happened. Pure: no mlx.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class TermCheck:
         return None if self.diff is None else self.diff == 0
 
 
-def _measured_phase(rec: dict) -> str:
+def measured_phase(rec: dict) -> str:
     if rec["peak_phase"] == "decode":
         return "decode"
     i = max(range(len(rec["chunks"])), key=lambda j: rec["chunks"][j]["peak_bytes"])
@@ -206,7 +206,7 @@ def merge_repeats(samples: list[Sample]) -> list[Sample]:
     return out
 
 
-def _decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, float, str]]:
+def decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, float, str]]:
     """(name, cfg, run, weights read, bandwidth GB/s, measured seconds/token, machine name) of
     the Metal records that measured a decode speed on a known bandwidth. The machine name is
     the record's (``machine_info.name``): an Ultra record is predicted with the Ultra factor,

@@ -8,7 +8,7 @@ from typing import NoReturn
 
 import typer
 
-from mlxfit.errors import UsageError
+from mlxfit.errors import MlxfitError
 
 # A twin's parameter -> the flag that sets it, where it is not "--" + the name with "-" for "_".
 FLAGS = {
@@ -34,10 +34,14 @@ def error_text(e: Exception) -> str:
     """The error as the CLI says it: a UsageError's parameters worded as their flags
     ("ctx must be at least 1 token" -> "--ctx must be at least 1 token")."""
     msg = str(e) or type(e).__name__
-    if isinstance(e, UsageError):
+    if not isinstance(e, MlxfitError) or not e.params:
+        return msg
+    # Quoted text is the user's own value ('backend'): only the words around it are renamed.
+    parts = re.split(r"('[^']*')", msg)
+    for i in range(0, len(parts), 2):
         for p in e.params:
-            msg = re.sub(rf"(?<![\w.-]){re.escape(p)}(?![\w-])", flag(p), msg)
-    return msg
+            parts[i] = re.sub(rf"(?<![\w.-]){re.escape(p)}(?![\w-])", flag(p), parts[i])
+    return "".join(parts)
 
 
 def print_error(msg: str) -> None:

@@ -122,11 +122,6 @@ def _as_run_sees(a: Attn, cfg: ModelConfig, run: Run) -> Attn:
     return a
 
 
-def effective_attn(cfg: ModelConfig, run: Run) -> list[Attn]:
-    """Attention layers, one per layer, with the caches mlx-lm builds for this run."""
-    return [_as_run_sees(a, cfg, run) for a in cfg.attention_layers]
-
-
 def attn_groups(cfg: ModelConfig, run: Run, *, prefill_compute: bool = False
                 ) -> list[tuple[Attn, int]]:
     """Distinct attention layouts for this run with their layer counts (with prefill_compute,

@@ -278,25 +278,28 @@ _RAM_RE = r"(?i)\b(\d+)\s*(?:gb|gib|g)\b"  # compiled on first use (re caches it
 def _parse_spec(spec: str) -> tuple[str, int | None, int]:
     text = spec.strip()
     if not text:
-        raise MachineError("--machine is empty; write it like 'M4 Pro 24GB'")
+        raise MachineError("machine is empty; write it like 'M4 Pro 24GB'", param="machine")
     rams = re.findall(_RAM_RE, text)
     rest = re.sub(_RAM_RE, " ", text)
     if not rams:
         # Accept a bare trailing number as the RAM size ("M4 Pro 24").
         m = re.search(r"\s(\d+)\s*$", rest)
         if not m:
-            raise MachineError(f"--machine {spec!r} has no RAM size; write it like 'M4 Pro 24GB'")
+            raise MachineError(f"machine {spec!r} has no RAM size; write it like 'M4 Pro 24GB'",
+                               param="machine")
         rams = [m.group(1)]
         rest = rest[: m.start()]
     if len(rams) > 1:
-        raise MachineError(f"--machine {spec!r} names more than one RAM size")
+        raise MachineError(f"machine {spec!r} names more than one RAM size", param="machine")
     cores_found = re.findall(_CORES_RE, rest)
     if len(cores_found) > 1:
-        raise MachineError(f"--machine {spec!r} names more than one GPU core count")
+        raise MachineError(f"machine {spec!r} names more than one GPU core count",
+                           param="machine")
     rest = re.sub(_CORES_RE, " ", rest)
     chip_text = re.sub(r"\s+", " ", rest).strip(" ,-")
     if not chip_text:
-        raise MachineError(f"--machine {spec!r} names no chip; write it like 'M4 Pro 24GB'")
+        raise MachineError(f"machine {spec!r} names no chip; write it like 'M4 Pro 24GB'",
+                           param="machine")
     cores = int(cores_found[0]) if cores_found else None
     return chip_text, cores, int(rams[0])
 
@@ -362,7 +365,8 @@ def resolve_machine(spec: str, macos_major: int = DEFAULT_MACOS, table: SkuTable
 def machine_with_budget(m: Machine, budget_bytes: int) -> Machine:
     """`--memory-budget` replaces the usable figure outright, whatever the machine said."""
     if budget_bytes <= 0:
-        raise MachineError(f"--memory-budget must be positive, got {budget_bytes} bytes")
+        raise MachineError(f"memory_budget_gb must be positive, got {budget_bytes} bytes",
+                           param="memory_budget_gb")
     notes = m.notes
     if budget_bytes > m.ram_bytes:
         notes = notes + (

@@ -1,4 +1,19 @@
 """Presentation only: each verb's result as Rich text and as JSON."""
 
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+from mlxfit.estimate.memory import Run
+
 # The version of every verb's --json object (fit, matrix, pick, cluster, measure, calibrate).
 SCHEMA_VERSION = 1
+
+
+def run_to_json(run: Run) -> dict[str, Any]:
+    """The run object of schema 1. Its prefill key keeps the name schema 1 was published with
+    ("prefill_step"), although the code calls it prefill_step_size end to end, as mlx-lm
+    does: renaming a key is a new schema version, not a refactor."""
+    d = asdict(run)
+    return {("prefill_step" if k == "prefill_step_size" else k): v for k, v in d.items()}

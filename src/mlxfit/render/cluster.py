@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
 from mlxfit.estimate.memory import Term
-from mlxfit.render import SCHEMA_VERSION
+from mlxfit.render import SCHEMA_VERSION, run_to_json
 from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
 
 
@@ -50,7 +49,7 @@ def cluster_to_json(r: ClusterResult) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "model": r.model, "source": r.source_kind, "mlx_lm_module": r.mlx_lm_module,
-        "run": asdict(r.run), "context_tokens": r.context_tokens,
+        "run": run_to_json(r.run), "context_tokens": r.context_tokens,
         "context_limit": r.context_limit,
         "link": {"name": r.link.name, "backend": r.link.backend,
                  "latency_us": r.link.latency_s * 1e6, "bandwidth_gbs": r.link.bandwidth_gbs,

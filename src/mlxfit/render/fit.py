@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
-from mlxfit.render import SCHEMA_VERSION
+from mlxfit.render import SCHEMA_VERSION, run_to_json
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -35,7 +34,7 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
             "usable_bytes": r.usable_bytes,
             "usable_source": r.usable_source,
         },
-        "run": asdict(r.run),
+        "run": run_to_json(r.run),
         "context_tokens": r.context_tokens,
         "weights_bytes": r.weights_bytes,
         "kv_bytes": r.kv_bytes,

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION
+from mlxfit.render import SCHEMA_VERSION, run_to_json
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -37,7 +36,7 @@ def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
         "model": m.model,
         "source": m.source_kind,
         "context_tokens": m.context_tokens,
-        "run": asdict(m.run),
+        "run": run_to_json(m.run),
         "weights_bytes": m.weights_bytes,
         "context_limit": m.context_limit,
         "macos_major": m.macos_major,

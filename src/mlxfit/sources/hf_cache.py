@@ -84,7 +84,7 @@ def _refs(repo_dir: Path) -> dict[str, list[str]]:
     return out
 
 
-def _snapshot_order(repo_dir: Path) -> list[Path]:
+def snapshot_order(repo_dir: Path) -> list[Path]:
     """The snapshot refs/main points at first, then other refs', then newest first."""
     snaps = repo_dir / "snapshots"
     entries = [p for p in snaps.iterdir() if not p.name.startswith(".")]  # raises OSError
@@ -101,7 +101,7 @@ def _snapshot_order(repo_dir: Path) -> list[Path]:
     return sorted(entries, key=key)
 
 
-def _hf_cache_ids() -> list[str]:
+def hf_cache_ids() -> list[str]:
 
     root = hf_hub_cache_dir()
     if not root.is_dir():

@@ -27,7 +27,7 @@ from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
 from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.catalog import catalog_ids
-from mlxfit.sources.hf_cache import _hf_cache_ids
+from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.edges import (
     calibration_for_user,
@@ -291,7 +291,7 @@ def sibling_candidates(name: str) -> list[str]:
     fam = quant_family(name)
     seen: set[str] = set()
     out = []
-    for rid in catalog_ids() + _hf_cache_ids():
+    for rid in catalog_ids() + hf_cache_ids():
         if rid.lower() == name.lower() or rid.lower() in seen:
             continue
         if quant_family(rid) == fam:

@@ -102,7 +102,7 @@ def filter_skus(skus: list[Machine], chips: str | None) -> list[Machine]:
             by_lower = {n.lower(): n for n in names}
             hint = (f"nearest: {', '.join(by_lower[n] for n in near)}" if near
                     else f"known: {', '.join(names)}")
-            raise MachineError(f"--chips {pat!r} matches no chip; {hint}")
+            raise MachineError(f"chips {pat!r} matches no chip; {hint}", param="chips")
         keep.extend(m for m in hit if m not in keep)
     return keep
 

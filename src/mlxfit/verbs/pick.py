@@ -36,11 +36,11 @@ from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import missing_numbered_shards, read_config
 from mlxfit.sources.hf_cache import (
-    _snapshot_order,
     adapter_reason,
     drafter_reason,
     hf_hub_cache_dir,
     repo_id_of,
+    snapshot_order,
 )
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
@@ -202,7 +202,7 @@ def scan_cache(cache: Path) -> tuple[list[_Loaded], list[Skipped], list[str]]:
         return loaded, skipped, warnings
     for repo_dir, repo_id in repos:
         try:
-            snaps = _snapshot_order(repo_dir)
+            snaps = snapshot_order(repo_dir)
         except OSError as e:
             skipped.append(Skipped(repo_id, None, str(repo_dir), "broken",
                                    f"cannot list its snapshots ({_os_reason(e)})"))

@@ -1,7 +1,7 @@
 """From a Hub snapshot to a ModelSource: the snapshot (fresh or from mlxfit's cache) is staged
 as a throw-away folder that looks like the repo (the fetched JSON, header-only shard stubs with
 a sparse hole up to the real file size, empty placeholders for the other files whose names
-matter) and read by the very code that reads a local folder (``sources._load_folder``), so a
+matter) and read by the very code that reads a local folder (``sources.folder._load_folder``), so a
 Hub model is validated exactly as a downloaded one; errors are relabelled ``repo@commit/file``.
 Also ``HubTransfer``, the record of what reading the model cost, attached to the result.
 """

@@ -34,7 +34,7 @@ from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.records import (
     NoMeasurements,
     Sample,
-    _decode_rows,
+    decode_rows,
     load_records,
     merge_repeats,
     results_path,
@@ -124,7 +124,7 @@ def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
     """eta and fixed_s from Metal records with a measured decode speed (least squares on the
     relative error of the seconds per token; the other decode constants are kept); None
     without any such record."""
-    rows = _decode_rows(records)
+    rows = decode_rows(records)
     if not rows:
         return None
 

@@ -72,16 +72,18 @@ def resolve_link(name: str, latency_us: float | None = None, bandwidth_gbs: floa
     links = table if table is not None else load_links()
     key = name.strip().lower()
     if key not in links:
-        raise UsageError(f"--link {name!r}: unknown link (known: {', '.join(sorted(links))})")
+        raise UsageError(f"link {name!r}: unknown (known: {', '.join(sorted(links))})",
+                         param="link")
     link = links[key]
     if latency_us is not None:
         if not latency_us >= 0:
-            raise UsageError(f"--link-latency-us must be >= 0, got {latency_us}")
+            raise UsageError(f"link_latency_us must be >= 0, got {latency_us}",
+                             param="link_latency_us")
         link = replace(link, latency_s=latency_us * 1e-6, source="--link-latency-us",
                        unverified=False)
     if bandwidth_gbs is not None:
         if not bandwidth_gbs > 0:
-            raise UsageError(f"--link-gbs must be positive, got {bandwidth_gbs}")
+            raise UsageError(f"link_gbs must be positive, got {bandwidth_gbs}", param="link_gbs")
         link = replace(link, bandwidth_gbs=bandwidth_gbs, source="command line", unverified=False)
     return link
 
@@ -116,7 +118,7 @@ def parse_host_args(hosts: Sequence[str | HostSpec]) -> list[HostSpec]:
         if m:
             n = int(m.group(1))
             if not 1 <= n <= 64:
-                raise UsageError(f"--host {h!r}: repeat count must be 1..64")
+                raise UsageError(f"hosts {h!r}: repeat count must be 1..64", param="hosts")
             out.extend(HostSpec(machine=m.group(2).strip()) for _ in range(n))
         else:
             out.append(HostSpec(machine=h.strip()))

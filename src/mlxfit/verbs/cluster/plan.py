@@ -441,9 +441,11 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
                  model_path: str = "", single_safetensors: bool = False) -> ClusterResult:
     """The pure planner: every figure of the report from its inputs."""
     if strategy not in STRATEGIES:
-        raise UsageError(f"--strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}")
+        raise UsageError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
+                         param="strategy")
     if not hosts:
-        raise UsageError("give at least one --host (or --hosts-file)")
+        raise UsageError("give at least one hosts (or hosts_file)", param="hosts",
+                         also=("hosts_file",))
     validate_run(cfg, run)
     module = mlx_lm_module(cfg.model_type)
     m = _Model(cfg, split_weights(tensors, cfg.num_layers, with_vision), tuple(tensors), module,

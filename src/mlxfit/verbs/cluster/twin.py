@@ -92,7 +92,8 @@ def cluster(
         specs, extra = read_hosts_file(Path(hosts_file))
     specs += parse_host_args(list(hosts or []))
     if not specs:
-        raise UsageError("give at least one --host (or --hosts-file)")
+        raise UsageError("give at least one hosts (or hosts_file)", param="hosts",
+                         also=("hosts_file",))
     if link is None:
         link = extra.get("link", "tb5")
     lk = link if isinstance(link, Link) else resolve_link(str(link), link_latency_us, link_gbs)

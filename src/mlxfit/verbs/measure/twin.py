@@ -46,9 +46,9 @@ from mlxfit.model.tensors import MLX_FLOAT_DTYPES
 from mlxfit.records import (
     RECORD_SCHEMA,
     TermCheck,
-    _measured_phase,
     append_record,
     compare_terms,
+    measured_phase,
 )
 from mlxfit.sources.folder import read_config
 from mlxfit.sources.resolve import resolve_model
@@ -102,9 +102,9 @@ class Measurement:
 
 
 def predict(inputs, run, cal, machine=None) -> tuple[Any, float | None]:
-    """What ``measure`` compares a run with, computed without mlx: (core.Totals of ``run``,
-    predicted decode tok/s on ``machine``). ``inputs``: api.ModelInputs; ``machine``: an
-    ``api.machine_for`` result or None. No tok/s without a machine bandwidth or on the cpu
+    """What ``measure`` compares a run with, computed without mlx: (estimate.solve.Totals of
+    ``run``, predicted decode tok/s on ``machine``). ``inputs``: model.inputs.ModelInputs;
+    ``machine``: a ``verbs.edges.machine_for`` result or None. No tok/s without a machine bandwidth or on the cpu
     backend (the decode model is Apple Silicon's unified memory)."""
     tot = totals_at(inputs.cfg, inputs.weights.total_bytes, run, cal)
     bw = getattr(machine, "bandwidth_gbs", None)
@@ -165,7 +165,8 @@ def measure(
         src = resolve_model(model, revision=revision)
         if not random_weights and src.kind not in ("folder", "hf-cache"):
             raise UsageError(f"{model}: no weights on this machine ({src.kind}); pass "
-                             "--random-weights to build it from its config (nothing downloaded)")
+                             "random_weights to build it from its config (nothing downloaded)",
+                             also=("random_weights",))
         config = src.config
     else:
         config = read_config(cfg_file)
@@ -250,7 +251,7 @@ def measure(
         saved = append_record(rec, results_file)
     return Measurement(
         model=inputs.name, source_kind=src.kind, random_weights=random_weights, dtype=wdtype,
-        backend=backend, run=run, terms=terms, measured_peak_phase=_measured_phase(rec),
+        backend=backend, run=run, terms=terms, measured_peak_phase=measured_phase(rec),
         predicted_peak_phase=tot.phase.name, calibration=cal.source, record=rec,
         saved_to=None if saved is None else str(saved), notes=tuple(notes),
     )

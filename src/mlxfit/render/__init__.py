@@ -17,3 +17,9 @@ def run_to_json(run: Run) -> dict[str, Any]:
     does: renaming a key is a new schema version, not a refactor."""
     d = asdict(run)
     return {("prefill_step" if k == "prefill_step_size" else k): v for k, v in d.items()}
+
+
+def tps_to_json(tps: float | None) -> float | None:
+    """Tokens per second as every verb's JSON gives them: two decimals (so a matrix row and
+    `fit --json` on that SKU compare equal), or None where no speed is predicted."""
+    return round(tps, 2) if tps is not None else None

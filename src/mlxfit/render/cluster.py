@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.estimate.memory import Term
-from mlxfit.render import SCHEMA_VERSION, run_to_json
+from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
 from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
 
 
@@ -34,8 +34,7 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "strategy": p.strategy, "supported": p.supported, "refusal": p.refusal,
         "fits": p.fits, "failing_hosts": list(p.failing_hosts),
         "max_safe_context": p.max_safe_context,
-        "predicted_decode_tps": (round(p.predicted_decode_tps, 2)
-                                 if p.predicted_decode_tps is not None else None),
+        "predicted_decode_tps": tps_to_json(p.predicted_decode_tps),
         "decode_seconds": p.decode_seconds, "comm_seconds": p.comm_seconds,
         "split": list(p.split), "even_split": list(p.even_split),
         "even_split_fits": p.even_split_fits,

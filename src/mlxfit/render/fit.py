@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
-from mlxfit.render import SCHEMA_VERSION, run_to_json
+from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -46,8 +46,7 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "fits": r.fits,
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
-        "predicted_decode_tps": (round(r.predicted_decode_tps, 2)
-                                 if r.predicted_decode_tps is not None else None),
+        "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
         "peak_phase": r.peak_phase,
         "terms": {t.name: t.bytes for t in r.terms},
         "weights": r.weights_detail,
@@ -216,8 +215,7 @@ def advice_to_json(a: Advice) -> dict[str, Any]:
                 "usable_bytes": o.result.usable_bytes,
                 "max_safe_context": o.result.max_safe_context,
                 "context_tokens": o.result.context_tokens,
-                "predicted_decode_tps": (round(o.result.predicted_decode_tps, 2)
-                                         if o.result.predicted_decode_tps is not None else None),
+                "predicted_decode_tps": tps_to_json(o.result.predicted_decode_tps),
             }
             for o in a.options
         ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION, run_to_json
+from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -22,9 +22,7 @@ def row_to_json(r: MatrixRow) -> dict[str, Any]:
         "fits": r.fits,
         "runs": r.runs,
         "max_safe_context": r.max_safe_context,
-        # rounded as `fit --json` rounds it, so the two compare equal
-        "predicted_decode_tps": (round(r.predicted_decode_tps, 2)
-                                 if r.predicted_decode_tps is not None else None),
+        "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
         "unverified": r.unverified,
         "this_machine": r.this_machine,
     }

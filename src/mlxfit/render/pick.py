@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.model.names import base_name
-from mlxfit.render import SCHEMA_VERSION
+from mlxfit.render import SCHEMA_VERSION, tps_to_json
 from mlxfit.verbs.pick import Candidate, PickResult
 
 
@@ -24,8 +24,7 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "fits_coexist": c.fits_coexist,
         "max_safe_context": c.max_safe_context,
         "context_limit": c.context_limit,
-        "predicted_decode_tps": (round(c.predicted_decode_tps, 2)
-                                 if c.predicted_decode_tps is not None else None),
+        "predicted_decode_tps": tps_to_json(c.predicted_decode_tps),
         "is_default": c.is_default,
         "chosen": c.chosen,
         "budget": c.budget,

@@ -285,9 +285,8 @@ def batched_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         one = cfg.top_k / cfg.num_experts
         union = 1 - (1 - one) ** sequences
         read += int(w.expert_bytes * (union - one))
-    moe_layers = sum(1 for ly in cfg.layers if ly.moe)
     secs = (read_seconds(read + sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
-            + layer_seconds(cfg.num_layers, moe_layers, dec))
+            + layer_seconds(cfg.num_layers, cfg.moe_layers, dec))
     return {
         "sequences": sequences,
         "step_seconds": secs,

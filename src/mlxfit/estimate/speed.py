@@ -93,9 +93,8 @@ def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     go through ``predicted_decode_seconds`` (which supplies both factors)."""
     wr = weights_read_term(cfg, w)
     kr = kv_read_term(cfg, run, cal, fused_decode=fused_decode, ultra=ultra)
-    moe_layers = sum(1 for ly in cfg.layers if ly.moe)
     secs = read_seconds(wr.bytes + kr.bytes, bandwidth_gbs, cal, ultra=ultra)
-    return secs + layer_seconds(cfg.num_layers, moe_layers, cal), [wr, kr]
+    return secs + layer_seconds(cfg.num_layers, cfg.moe_layers, cal), [wr, kr]
 
 
 def read_seconds(nbytes: float, bandwidth_gbs: float, cal: Decode, *, ultra: bool = False) -> float:

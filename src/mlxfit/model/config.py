@@ -88,6 +88,11 @@ class ModelConfig:
         return self.num_experts > 0 and self.top_k > 0
 
     @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts (each pays the router's per-token cost in decode)."""
+        return sum(1 for ly in self.layers if ly.moe)
+
+    @property
     def attention_layers(self) -> list[Attn]:
         return [ly.attn for ly in self.layers if ly.attn is not None]
 

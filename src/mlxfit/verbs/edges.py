@@ -85,11 +85,9 @@ def load_draft(spec: str, revision: str | None = None, with_vision: bool = False
                       arrays=model_arrays(src, with_vision))
 
 
-def machine_with_wired_limit(m: Machine, wired_limit_mb: int, budget: bool = False) -> Machine:
-    """The machine as if ``sudo sysctl iogpu.wired_limit_mb=N`` were set."""
-    if budget:
-        raise UsageError("memory_budget_gb and wired_limit_mb both set the usable memory: "
-                         "give one", param="wired_limit_mb", also=("memory_budget_gb",))
+def machine_with_wired_limit(m: Machine, wired_limit_mb: int) -> Machine:
+    """The machine as if ``sudo sysctl iogpu.wired_limit_mb=N`` were set (a budget given with
+    it is refused at the twin's entry, by ``check_machine_params``)."""
     if not m.is_apple_silicon:
         raise UsageError("iogpu.wired_limit_mb exists only on Apple Silicon Macs",
                          param="wired_limit_mb")

@@ -96,7 +96,7 @@ def fit(
     inputs = model_inputs(src, with_vision=with_vision)
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
-        m = machine_with_wired_limit(m, wired_limit_mb, memory_budget_gb is not None)
+        m = machine_with_wired_limit(m, wired_limit_mb)
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)

@@ -235,10 +235,9 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     if speed_known:
         for h, sub, ob, oe in zip(hosts, subs, own, own_exp):
             ultra = decode_factors(cal, run.backend, h.machine_name)[1]
-            moe = sum(1 for ly in sub.layers if ly.moe)
             read = _stage_read(cfg, ob, oe) + _kv_read(sub, run, cal, h.machine_name)
             stage_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
-                           + layer_seconds(sub.num_layers, moe, d, fixed=False))
+                           + layer_seconds(sub.num_layers, sub.moe_layers, d, fixed=False))
             head_s = max(head_s, read_seconds(_replicated_read(cfg, w), h.bandwidth_gbs, d,
                                               ultra=ultra))
     else:
@@ -345,12 +344,11 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
             host_s.append(None)
             continue
         ultra = decode_factors(cal, run.backend, h.machine_name)[1]
-        moe = sum(1 for ly in sub.layers if ly.moe)
         read = weights_read_term(cfg, WeightsRead(own + repl, exp, w.embedding, w.tied,
                                                   w.lookup)).bytes
         read += _kv_read(sub, run, cal, h.machine_name)
         host_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
-                      + layer_seconds(cfg.num_layers, moe, d))
+                      + layer_seconds(cfg.num_layers, sub.moe_layers, d))
     host_plans = tuple(
         _host_plan(h, sub, run, cal, layers=all_layers, own=own, replicated=repl, comm=comm,
                    seconds=s)

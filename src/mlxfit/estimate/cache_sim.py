@@ -52,11 +52,13 @@ class Schedule:
 
     def chunk_at(self, n: int) -> Chunk:
         """Prefill chunk ``n`` (1 <= n <= number of chunks): its size and the cache offset
-        before it. Every chunk is ``prefill_step_size`` tokens but the last, which holds the rest."""
+        before it. Every chunk is ``prefill_step_size`` tokens but the last, which holds the
+        rest."""
         full, last, total = self.chunks()
         if not 1 <= n <= total:
             raise ValueError(f"chunk {n} of a prefill of {total} chunks")
-        return Chunk(n, self.prefill_step_size if n <= full else last, (n - 1) * self.prefill_step_size)
+        step = self.prefill_step_size
+        return Chunk(n, step if n <= full else last, (n - 1) * step)
 
     def chunk_size(self, n: int) -> int:
         return self.chunk_at(n).size

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json, render_cluster
 from mlxfit.render.cluster_launch import write_launch
 from mlxfit.verbs.cluster.twin import cluster
@@ -54,13 +53,13 @@ def cluster_cmd(
                     backend=backend)
         written = write_launch(r, write) if write else []
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
         return
     if as_json:
         doc = cluster_to_json(r)
         if written:
             doc["written"] = [str(p) for p in written]
-        print(json.dumps(doc, indent=2))
+        print(dumps(doc))
     else:
         c = console()
         render_cluster(r, c, explain=explain)

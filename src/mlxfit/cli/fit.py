@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.fit import fit_to_json, render_fit
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.verbs.fit import fit
@@ -61,7 +60,7 @@ def fit_cmd(
     try:
         model, chart_file = _chart_path(model, typer_ctx.args, chart)
     except typer.BadParameter as e:
-        fail(e)
+        fail(e, as_json)
         return
     try:
         r = fit(model, ctx, machine=machine, memory_budget_gb=memory_budget, macos=macos,
@@ -77,10 +76,10 @@ def fit_cmd(
 
             write_chart(r.chart, chart_file)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
         return
     if as_json:
-        print(json.dumps(fit_to_json(r), indent=2))
+        print(dumps(fit_to_json(r)))
     else:
         out = console()
         render_fit(r, out, explain=explain)

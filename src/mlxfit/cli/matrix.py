@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.matrix import matrix_to_json, render_matrix
 from mlxfit.verbs.matrix import matrix
 
@@ -39,9 +38,9 @@ def matrix_cmd(
                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
                    backend=backend, with_vision=with_vision)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
     if as_json:
-        print(json.dumps(matrix_to_json(m), indent=2))
+        print(dumps(matrix_to_json(m)))
     else:
         render_matrix(m, console())
     raise typer.Exit(0 if m.n_fit else 1)

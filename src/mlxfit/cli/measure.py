@@ -3,12 +3,11 @@ beyond formatting (the comparison is mlxfit.measure's)."""
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.measure import measurement_to_json, render_measurement
 from mlxfit.verbs.measure.twin import measure
 
@@ -41,13 +40,13 @@ def measure_cmd(
                     random_weights=random_weights, dtype=dtype, revision=revision,
                     seed=seed, machine=machine, save=save)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
         return
     except (RuntimeError, ValueError, AttributeError, NotImplementedError, OSError,
             KeyError, TypeError) as e:  # mlx / mlx-lm refusing this model or run
-        fail(MlxfitError(f"mlx-lm failed on this run: {type(e).__name__}: {e}"))
+        fail(MlxfitError(f"mlx-lm failed on this run: {type(e).__name__}: {e}"), as_json)
         return
     if as_json:
-        print(json.dumps(measurement_to_json(m), indent=2, default=str))
+        print(dumps(measurement_to_json(m)))
     else:
         render_measurement(m, console())

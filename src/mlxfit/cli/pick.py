@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.pick import pick_to_json, render_pick
 from mlxfit.verbs.pick import pick
 
@@ -30,9 +29,9 @@ def pick_cmd(
                  macos=macos, default_model=default_model,
                  coexist_fraction=coexist_fraction)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
     if as_json:
-        print(json.dumps(pick_to_json(p), indent=2))
+        print(dumps(pick_to_json(p)))
     else:
         render_pick(p, console())
     raise typer.Exit(0 if p.chosen else 1)

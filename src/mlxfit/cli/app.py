@@ -12,6 +12,7 @@ import typer
 from typer.core import TyperGroup
 from typer.main import get_command
 
+from mlxfit._version import __version__
 from mlxfit.cli.common import error_doc, error_text, print_error
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
@@ -39,15 +40,24 @@ class _Verbs(TyperGroup):
 
 app = typer.Typer(
     cls=_Verbs,
-    add_completion=False,
+    add_completion=True,  # Typer's own --install-completion / --show-completion
     no_args_is_help=True,
     help="Will this model run on this Mac with MLX, at what context, how fast?",
     pretty_exceptions_enable=False,
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(f"mlxfit {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print mlxfit's version and exit."),
+) -> None:
     """Will this model run on this Mac with MLX, at what context, how fast?"""
 
 

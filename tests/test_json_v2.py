@@ -76,6 +76,7 @@ def docs() -> dict[str, dict]:
             "matrix": get("matrix", Q8B, "--ctx", "32768", "--chips", "M4 Pro"),
             "pick": get("pick", "--catalog", "--ctx", "8192", *ON_M4PRO),
             "machine": get("machine", M4PRO),
+            "models": get("models", "qwen3-8b", "4-bit"),
             "cluster": get("cluster", NEXT80, "--host", "M4 Max 48GB", "--host", M4PRO,
                            "--link", "tb4"),
         }

@@ -2,7 +2,7 @@
 
 Every CLI verb has a Python twin returning a frozen result, importable from here:
 ``mlxfit.fit``, ``mlxfit.matrix``, ``mlxfit.pick``, ``mlxfit.cluster``, ``mlxfit.measure``,
-``mlxfit.calibrate`` and ``mlxfit.machine``. They are imported on first use (start-up time
+``mlxfit.calibrate``, ``mlxfit.machine`` and ``mlxfit.models``. They are imported on first use (start-up time
 matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
 No subpackage carries a twin's name, so none can shadow it.
 """
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from mlxfit.verbs.machine import machine
     from mlxfit.verbs.matrix import matrix
     from mlxfit.verbs.measure.twin import measure
+    from mlxfit.verbs.models import models
     from mlxfit.verbs.pick import pick
 
 # public name -> module that defines it
@@ -34,13 +35,15 @@ _PUBLIC = {
     "measure": "mlxfit.verbs.measure.twin",
     "calibrate": "mlxfit.verbs.calibrate.twin",
     "machine": "mlxfit.verbs.machine",
+    "models": "mlxfit.verbs.models",
     "weights_summary": "mlxfit.verbs.fit",
     "resolve_machine": "mlxfit.hardware.resolve",
     "probe_machine": "mlxfit.hardware.probe",
 }
 
 __all__ = [
-    "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "pick",
+    "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "models",
+    "pick",
     "probe_machine", "resolve_machine", "weights_summary",
 ]
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from mlxfit.cli.common import console, fail
+from mlxfit.cli.common import check_format, console, fail
 from mlxfit.cli.sizes import tokens
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
-from mlxfit.render.matrix import matrix_to_json, render_matrix
+from mlxfit.render.matrix import matrix_text, matrix_to_json, render_matrix
 from mlxfit.verbs.matrix import matrix
 
 app = typer.Typer()
@@ -29,10 +29,13 @@ def matrix_cmd(
     max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size."),
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    fmt: str = typer.Option("table", "--format", help="table, markdown (for a model card), csv or json."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
 ) -> None:
     """MODEL on every Apple Silicon SKU: fits, max safe context, decode tok/s, headroom."""
+    as_json = as_json or fmt == "json"
     try:
+        check_format(fmt)
         m = matrix(model, ctx, chips=chips, only_fits=only_fits, macos=macos,
                    revision=revision, gen=gen, prefill_step_size=prefill_step_size,
                    kv_bits=kv_bits, kv_group_size=kv_group_size,
@@ -42,6 +45,8 @@ def matrix_cmd(
         fail(e, as_json)
     if as_json:
         print(dumps(matrix_to_json(m)))
+    elif fmt in ("markdown", "csv"):
+        print(matrix_text(m, fmt), end="")
     else:
         render_matrix(m, console())
     raise typer.Exit(0 if m.n_fit else 1)

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.estimate.memory import run_from
+from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
@@ -104,22 +104,6 @@ class Skipped:
     location: str
     kind: str  # "adapter" | "drafter" | "not-a-model" | "broken"
     reason: str
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 @dataclass(frozen=True)
@@ -288,15 +272,24 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
     def no_fit(o: Option) -> str:
         return o.blocked or needs(o, us)
 
+    def own(o: Option) -> str:
+        """What this candidate would do here, whatever was chosen."""
+        if o.fits_coexist:
+            return f"it fits the coexist budget ({_gb(o.total_bytes)} of {_gb(coexist)})"
+        if o.fits:
+            return (f"it fits {us} ({_gb(o.total_bytes)}) but not the coexist budget "
+                    f"({_gb(coexist)})")
+        return f"it does not fit: {no_fit(o)}"
+
     verdicts: list[Verdict | None] = [None] * n
     if default_i is not None and options[default_i].fits:
+        default = options[default_i].model
         for i, o in enumerate(options):
             if i == default_i:
                 verdicts[i] = Verdict(True, "usable", f"the default model, downloaded, fits {us}")
             else:
-                extra = "" if o.fits else f"; would not fit anyway ({no_fit(o)})"
-                verdicts[i] = Verdict(False, "usable",
-                                      f"the default model is downloaded and fits{extra}")
+                verdicts[i] = Verdict(False, "usable", f"{own(o)}; the default model ({default})"
+                                      " comes first when it is downloaded and fits")
         return Choice(default_i, "default",
                       f"the default model {options[default_i].model} is downloaded and fits "
                       f"{us}", tuple(v for v in verdicts if v))
@@ -331,8 +324,8 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
                 why = f"does not fit: {no_fit(o)}"
             verdicts[i] = Verdict(False, budget, why)
         else:
-            verdicts[i] = Verdict(False, budget,
-                                  f"smaller than {options[chosen].model}, which was chosen")
+            verdicts[i] = Verdict(False, budget, f"smaller than {options[chosen].model}, "
+                                  f"which was chosen; {own(o)}")
     if rule == "none":
         if n == 0:
             reason = "no candidate: no loadable MLX model in the Hugging Face cache"
@@ -404,10 +397,18 @@ class PickResult:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     machine: Machine | None = None  # the machine sized for (the JSON's machine object)
+    run: Run | None = None  # the run every candidate was sized for
+    only_fits: bool = False  # the catalog rows are only those that run here
 
     @property
     def chosen_candidate(self) -> Candidate | None:
         return next((c for c in self.candidates if c.chosen), None)
+
+    @property
+    def answered(self) -> bool:
+        """A downloaded model was chosen, or (asked with the catalog) a catalog model runs
+        here: the question has an answer (exit 0)."""
+        return self.chosen is not None or any(c.runs for c in self.catalog or ())
 
 
 def quant_label(weights_detail: dict[str, Any]) -> str:
@@ -430,13 +431,23 @@ def pick(
     cache_dir: str | os.PathLike[str] | None = None,
     config_path: str | os.PathLike[str] | None = None,
     calibration=None,
+    prefill_step_size: int = 2048,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    quantized_kv_start: int = 5000,
+    max_kv_size: int | None = None,
+    only_fits: bool = False,
 ) -> PickResult:
     """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
 
     ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
-    ``cache_dir`` replaces the Hugging Face cache found from the environment."""
+    ``cache_dir`` replaces the Hugging Face cache found from the environment. The run
+    parameters are ``fit``'s (mlx-lm's flags); ``only_fits`` keeps only the catalog rows that
+    run here (the downloaded candidates are all kept: the rule's reasons name them)."""
     # Every parameter is checked before the settings file is read or the machine probed.
-    run = run_from(ctx=ctx)
+    run = run_from(ctx=ctx, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                   kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
+                   max_kv_size=max_kv_size)
     check_machine_params(memory_budget_gb, macos)
     if default_model is not None and not default_model.strip():
         raise UsageError("default_model is empty", param="default_model")
@@ -494,7 +505,9 @@ def pick(
                   f"Hugging Face cache at {cache}")
 
     cat_rows = _catalog_rows(run, m, cal, usable, coexist, settings,
-                             {c.model.casefold() for c in cands}) if catalog else None
+                             {c.model.casefold() for c in cands}, notes) if catalog else None
+    if cat_rows is not None and only_fits:
+        cat_rows = [c for c in cat_rows if c.runs]
     return PickResult(
         chosen=options[choice.index].model if choice.index is not None else None,
         rule=choice.rule, reason=reason, context_tokens=ctx, machine_name=m.name,
@@ -505,7 +518,7 @@ def pick(
         cache_dir=str(cache), candidates=tuple(cands),
         skipped=tuple(sorted(skipped, key=lambda s: s.model.casefold())),
         catalog=tuple(cat_rows) if cat_rows is not None else None,
-        warnings=tuple(warnings), notes=tuple(notes), machine=m,
+        warnings=tuple(warnings), notes=tuple(notes), machine=m, run=run, only_fits=only_fits,
     )
 
 
@@ -539,9 +552,11 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
 
 
 def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings,
-                  downloaded: set[str]) -> list[Candidate]:
+                  downloaded: set[str], notes: list[str]) -> list[Candidate]:
     """The built-in catalog minus what is downloaded: what could run here, one row per quant
-    variant; those that fit first, largest first, then the rest, closest to fitting first."""
+    variant; those that fit first, largest first, then the rest, closest to fitting first. An
+    entry the run cannot apply to (--kv-bits on a sliding-window model) is left out, with a
+    note saying why."""
     rows: list[Candidate] = []
     for rid in catalog_ids():
         if rid.casefold() in downloaded:
@@ -551,8 +566,12 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
             continue
         src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
-        r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src),
-                       model_ref=e.repo_id)
+        try:
+            r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src),
+                           model_ref=e.repo_id)
+        except MlxfitError as err:
+            notes.append(f"catalog {e.repo_id} left out: {err}")
+            continue
         fc = r.runs and r.total_bytes <= coexist
         if fc:
             why = f"fits the coexist budget ({_gb(coexist)})"
@@ -568,14 +587,3 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
     rows.sort(key=lambda c: (0, -c.weights_bytes, c.model) if c.runs
               else (1, c.total_bytes, c.model))
     return rows
-
-
-# ---------------------------------------------------------------------------------------------
-# JSON
-# ---------------------------------------------------------------------------------------------
-
-
-
-
-
-

@@ -102,3 +102,18 @@ def test_with_vision_says_when_there_is_no_tower(tmp_path):
     folder, _ = _vlm_folder(tmp_path, with_tower=True)
     d = _json("fit", str(folder), *ON_M4PRO, "--ctx", "1024", "--with-vision")
     assert not any("--with-vision" in n for n in d["notes"])
+
+
+def test_cluster_write_refuses_a_plan_that_does_not_fit(tmp_path):
+    out = tmp_path / "launch"
+    args = ("cluster", "mlx-community/Kimi-K2-Instruct-4bit", "--host", "M3 Ultra 512GB",
+            "--host", "M4 Max 128GB", "--write", str(out))
+    r = invoke(*args)
+    assert r.exit_code == 2 and not out.exists()
+    assert r.stderr.splitlines() == [
+        "mlxfit: error: --write: nothing written: the pipeline plan does not fit at 8,192 "
+        "tokens; a launch script for it would run out of memory (--force writes it anyway)"]
+    r = invoke(*args, "--force")
+    assert r.exit_code == 1  # written, and still does not fit
+    assert {p.name for p in out.iterdir()} >= {"run.sh", "hostfile.json", "plan.json"}
+    assert "DOES NOT FIT" in (out / "run.sh").read_text()

@@ -117,3 +117,42 @@ def test_cluster_write_refuses_a_plan_that_does_not_fit(tmp_path):
     assert r.exit_code == 1  # written, and still does not fit
     assert {p.name for p in out.iterdir()} >= {"run.sh", "hostfile.json", "plan.json"}
     assert "DOES NOT FIT" in (out / "run.sh").read_text()
+
+
+# --------------------------------------------------------------------------- charts
+
+
+def test_chart_equals_sign_and_unwritable_path(tmp_path):
+    out = tmp_path / "c.svg"
+    r = invoke("fit", Q8B, *ON_M4PRO, "--ctx", "32k", f"--chart={out}")
+    assert r.exit_code == 0, r.output
+    assert out.read_text().startswith("<svg ") and f"chart written to {out}" in r.stdout
+    (tmp_path / "d.svg").mkdir()
+    for bad in (tmp_path / "no" / "such" / "c.svg", tmp_path / "d.svg"):
+        r = invoke("fit", Q8B, *ON_M4PRO, "--chart", str(bad))
+        assert r.exit_code == 2 and r.stdout == ""
+        (line,) = r.stderr.splitlines()
+        assert line.startswith(f"mlxfit: error: --chart {bad}: cannot write it: ")
+
+
+def test_terminal_and_svg_share_their_axes(tmp_path):
+    """The same context labels (256, 1K, 4K, ...) and y ticks in both; the SVG draws the
+    largest safe context as a line, like the PNG; labels stay inside the frame."""
+    import re
+
+    out = tmp_path / "c.svg"
+    assert invoke("fit", Q8B, *ON_M4PRO, "--ctx", "32k", "--chart", str(out)).exit_code == 0
+    text = invoke("fit", Q8B, *ON_M4PRO, "--ctx", "32k", "--chart").stdout
+    svg = out.read_text()
+    labels = re.findall(r'text-anchor="middle">([0-9]+K?)</text>', svg)
+    tick_line = next(ln for ln in text.splitlines() if ln.rstrip().endswith("tokens (log)"))
+    assert tick_line.split()[:-2] == labels and labels[:3] == ["256", "512", "1K"]
+    ylabels = [ln.split("│")[0].strip() for ln in text.splitlines() if "│" in ln]
+    svg_y = re.findall(r'text-anchor="end">([0-9.]+)</text>', svg)
+    assert {v for v in ylabels if v} == set(svg_y) and "25" in svg_y  # 0, 5, ... 25 GB
+    assert "usable 19.60" in text
+    safe = _json("fit", Q8B, *ON_M4PRO, "--ctx", "32k")["max_safe_context"]
+    assert f"largest safe {safe:,}</text>" in svg and 'stroke="#2ca02c" stroke-dasharray' in svg
+    width = int(re.search(r'<svg [^>]*width="([0-9]+)"', svg).group(1))
+    xs = [float(v) for v in re.findall(r'<text x="([0-9.]+)"', svg)]
+    assert all(0 <= v <= width for v in xs)

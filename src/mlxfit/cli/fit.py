@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from typer.core import TyperCommand
 
 from mlxfit.cli.common import console, fail
 from mlxfit.cli.sizes import gigabytes, tokens
@@ -31,7 +32,21 @@ def _chart_path(model: str, extra: list[str], chart: bool) -> tuple[str, str | N
     return (rest[0] if rest else DEFAULT_MODEL), (paths[0] if paths else None)
 
 
-@app.command("fit", context_settings={"allow_extra_args": True})
+class _FitCommand(TyperCommand):
+    """`--chart=out.svg` is `--chart out.svg`: the flag takes no value of its own (Typer has no
+    optional option values), so the path is split off and read as the positional word."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        split: list[str] = []
+        for a in args:
+            if a.startswith("--chart="):
+                split += ["--chart", a.removeprefix("--chart=")]
+            else:
+                split.append(a)
+        return super().parse_args(ctx, split)
+
+
+@app.command("fit", cls=_FitCommand, context_settings={"allow_extra_args": True})
 def fit_cmd(
     typer_ctx: typer.Context,
     model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
@@ -54,7 +69,7 @@ def fit_cmd(
     parallel: int | None = typer.Option(None, "--parallel", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
     prompt_cache: int | None = typer.Option(None, "--prompt-cache", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
     draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
-    chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg writes a file."),
+    chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg (or --chart=out.svg) writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
 ) -> None:
     """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""

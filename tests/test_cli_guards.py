@@ -111,8 +111,8 @@ def test_cluster_write_refuses_a_plan_that_does_not_fit(tmp_path):
     r = invoke(*args)
     assert r.exit_code == 2 and not out.exists()
     assert r.stderr.splitlines() == [
-        "mlxfit: error: --write: nothing written: the pipeline plan does not fit at 8,192 "
-        "tokens; a launch script for it would run out of memory (--force writes it anyway)"]
+        ("mlxfit: error: --write: nothing written: the pipeline plan does not fit at 8,192 "
+        "tokens; a launch script for it would run out of memory (--force writes it anyway)")]
     r = invoke(*args, "--force")
     assert r.exit_code == 1  # written, and still does not fit
     assert {p.name for p in out.iterdir()} >= {"run.sh", "hostfile.json", "plan.json"}

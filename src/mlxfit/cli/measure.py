@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.progress import ProgressLine
 from mlxfit.cli.sizes import tokens
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
@@ -32,14 +33,18 @@ def measure_cmd(
     seed: int = typer.Option(0, "--seed", help="Random weights and prompt tokens."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (with the full record)."),
     save: bool = typer.Option(False, "--save", help="Append the record to ~/.cache/mlxfit/measurements.jsonl (what `mlxfit calibrate` fits)."),
+    force: bool = typer.Option(False, "--force", help="Run even when the predicted peak exceeds this machine's memory."),
 ) -> None:
     """Run mlx-lm for real and set its measured memory (and tok/s) beside the prediction."""
+    display = ProgressLine(console(stderr=True), prefill_step_size)
     try:
-        m = measure(model, ctx, gen=gen, prefill_step_size=prefill_step_size,
-                    kv_bits=kv_bits, kv_group_size=kv_group_size,
-                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
-                    random_weights=random_weights, dtype=dtype, revision=revision,
-                    seed=seed, machine=machine, save=save)
+        with display:
+            m = measure(model, ctx, gen=gen, prefill_step_size=prefill_step_size,
+                        kv_bits=kv_bits, kv_group_size=kv_group_size,
+                        quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
+                        random_weights=random_weights, dtype=dtype, revision=revision,
+                        seed=seed, machine=machine, save=save, force=force,
+                        on_progress=display.update, on_warning=display.warn)
     except MlxfitError as e:
         fail(e, as_json)
         return

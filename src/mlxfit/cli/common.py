@@ -18,6 +18,7 @@ FLAGS = {
     "backends": "--backend",  # calibrate
     "hosts": "--host",  # cluster
     "from_file": "--from",  # calibrate
+    "params": "--param",  # calibrate
 }
 
 

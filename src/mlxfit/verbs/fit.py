@@ -33,6 +33,7 @@ from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
     check_machine_params,
+    compute_for,
     load_draft,
     machine_for,
     machine_with_wired_limit,
@@ -132,7 +133,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
         usable_bytes=m.usable_bytes, usable_source=m.usable_source,
         warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
-        extra_terms=extra_terms,
+        extra_terms=extra_terms, compute=compute_for(m),
     )
 
 

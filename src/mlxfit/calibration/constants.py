@@ -76,8 +76,9 @@ class Prefill:
     attn_unfused_eff: float  # scores materialized (head dims without a fused kernel, masks)
     scan_eff: float  # gated-delta / SSM scans
     per_layer_chunk_s: float  # fixed cost per computed layer per chunk
+    per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
     ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute
-    watchdog_chunk_s: float  # single-chunk time past which macOS's GPU watchdog has killed runs
+    watchdog_layer_s: float  # one layer of one chunk: past it macOS's GPU watchdog has killed runs
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ _POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens",
                        "eff_bf16", "eff_affine2", "eff_affine3", "eff_affine4", "eff_affine5",
                        "eff_affine6", "eff_affine8", "eff_mxfp4", "eff_nvfp4", "eff_mxfp8",
                        "expert_eff", "neural_accel_eff", "attn_eff", "attn_unfused_eff",
-                       "scan_eff", "ultra_compute", "watchdog_chunk_s"})
+                       "scan_eff", "ultra_compute", "watchdog_layer_s"})
 
 
 def _number(v: Any, name: str, where: str) -> float:

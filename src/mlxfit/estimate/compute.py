@@ -170,16 +170,17 @@ def format_efficiency(cal: Prefill, fmt: str) -> float:
     return float(v) if v is not None else cal.eff_affine4
 
 
-def chunk_seconds(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
-                  read_s: float, layers: int) -> float:
-    """One chunk's seconds: its FLOPs over each kernel's share of the peak, plus the weights
-    read once and the per-layer fixed cost."""
+def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
+                read_s: float, layers: int, moe_layers: int = 0) -> tuple[float, float]:
+    """One chunk's (attention seconds, everything else): its FLOPs over each kernel's share of
+    the peak, plus the weights read once and the per-layer fixed costs."""
     eff = format_efficiency(cal, fmt)
     tensor = chip.tensor_peak(cal)
-    return ((f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor
-            + f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
+    attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
+    rest = ((f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor
             + f.scan / (cal.scan_eff * chip.alu_peak(cal))
-            + read_s + cal.per_layer_chunk_s * layers)
+            + read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
+    return attn, rest
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,10 @@ class PromptTime:
     prefill_tps: float
     prompt: int
     chunks: int
-    largest_chunk_s: float  # the slowest single chunk (the watchdog's figure)
+    largest_chunk_s: float  # the slowest single chunk
+    # The slowest layer of one chunk: its attention is one dispatch MLX cannot split over
+    # command buffers (the watchdog's figure)
+    largest_layer_s: float
     terms: tuple[TimeTerm, ...]
 
 
@@ -208,14 +212,17 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                   - w.lookup_bytes)
     read_s = chunk_read / (cal.decode.eta * bandwidth_gbs * 1e9)
     layers = max(cfg.num_layers - 1, 0)
+    moe_layers = sum(1 for ly in cfg.layers[:-1] if ly.moe)
+    attn_layers = max(sum(n for _, n in attn_groups(cfg, run, prefill_compute=True)), 1)
     total = ChunkFlops()
-    secs = largest = 0.0
+    secs = largest = layer = 0.0
     _, _, n_chunks = s.chunks()
     for n in range(1, n_chunks + 1):
         f = chunk_flops(cfg, w.params, run, n, fused_prefill=fused)
-        t = chunk_seconds(f, chip, pc, w.params.fmt, read_s, layers)
-        secs += t
-        largest = max(largest, t)
+        attn, rest = chunk_parts(f, chip, pc, w.params.fmt, read_s, layers, moe_layers)
+        secs += attn + rest
+        largest = max(largest, attn + rest)
+        layer = max(layer, attn / attn_layers + rest / max(layers, 1))
         total = total + f
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        bandwidth_gbs, cal, machine_name)
@@ -234,7 +241,7 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                  f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens"),
         TimeTerm("prefill_seconds", secs,
                  "sum over chunks of FLOPs / (efficiency x peak) + weights read / bandwidth + "
-                 "per_layer_chunk_s x layers",
+                 "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers",
                  {"chunks": n_chunks, "prefill_step_size": run.prefill_step_size,
                   "peak_matmul_tflops": chip.tensor_peak(pc) / 1e12,
                   "peak_alu_tflops": chip.alu_peak(pc) / 1e12, "chip": chip.source,
@@ -244,7 +251,7 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds",
                  {"prompt": s.prompt}),
     )
-    return PromptTime(ttft, s.prompt / ttft, s.prompt, n_chunks, largest, terms)
+    return PromptTime(ttft, s.prompt / ttft, s.prompt, n_chunks, largest, layer, terms)
 
 
 # Step sizes the watchdog advice tries, largest first (mlx-lm's default is 2048).
@@ -254,8 +261,8 @@ _STEPS = (2048, 1536, 1024, 768, 512, 384, 256, 128, 64)
 def watchdog_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                   chip: ChipCompute, cal: Calibration, machine_name: str
                   ) -> tuple[int, PromptTime] | None:
-    """The largest --prefill-step-size below the run's whose slowest chunk stays under
-    ``watchdog_chunk_s``, with its prompt time; None when none does (or no prediction)."""
+    """The largest --prefill-step-size below the run's whose slowest layer stays under
+    ``watchdog_layer_s``, with its prompt time; None when none does (or no prediction)."""
     if cal.prefill is None:
         return None
     for step in _STEPS:
@@ -265,7 +272,7 @@ def watchdog_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: flo
                            cal, machine_name)
         if p is None:
             return None
-        if p.largest_chunk_s <= cal.prefill.watchdog_chunk_s:
+        if p.largest_layer_s <= cal.prefill.watchdog_layer_s:
             return step, p
     return None
 
@@ -273,14 +280,13 @@ def watchdog_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: flo
 def watchdog_warning(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                      chip: ChipCompute, cal: Calibration, machine_name: str,
                      p: PromptTime) -> str | None:
-    """A warning when the slowest predicted chunk passes the watchdog's danger zone, with the
-    --prefill-step-size that keeps every chunk under it and what that costs in TTFT."""
-    if cal.prefill is None or p.largest_chunk_s <= cal.prefill.watchdog_chunk_s:
+    """A warning when the slowest predicted layer of a chunk passes the watchdog's danger zone,
+    with the --prefill-step-size that keeps every chunk under it and its TTFT cost."""
+    if cal.prefill is None or p.largest_layer_s <= cal.prefill.watchdog_layer_s:
         return None
-    head = (f"slowest prefill chunk predicted at {p.largest_chunk_s:.1f} s, past the "
-            f"~{cal.prefill.watchdog_chunk_s:g} s where macOS's GPU watchdog has killed long "
-            f"prefills ('Impacting Interactivity', kIOGPUCommandBufferCallbackError"
-            f"ImpactingInteractivity)")
+    head = (f"one layer of the slowest prefill chunk is predicted at {p.largest_layer_s:.2f} s, "
+            f"past the ~{cal.prefill.watchdog_layer_s:g} s where macOS's GPU watchdog has "
+            f"killed long prefills on a Mac with a display ('Impacting Interactivity')")
     best = watchdog_step(cfg, run, w, bandwidth_gbs, chip, cal, machine_name)
     if best is None:
         return head + "; no --prefill-step-size down to 64 keeps chunks under it"

@@ -178,7 +178,7 @@ def report(cases, rows_by_idx, cal, load_model, lm_fit, sources) -> tuple[list[s
           "|---|---|---|---|"]
     for fam in sorted(insample) + ["ALL"]:
         pick = (lambda g: [e for v in g.values() for e in v]) if fam == "ALL" \
-            else (lambda g: g.get(fam, []))
+            else (lambda g, fam=fam: g.get(fam, []))
         L.append(f"| {fam} | {stats(pick(insample))} | {stats(pick(current))} | "
                  f"{stats(pick(loso))} |")
     by_src = by(lambda c: c.source, lambda c, f: tps(f, full))

@@ -7,10 +7,12 @@ import json
 import re
 
 import pytest
+from rich.console import Console
 from st_helpers import runner
 
 import mlxfit
 from mlxfit.cli.app import app
+from mlxfit.render.chart import render_terminal, svg
 from mlxfit.verbs.advise import Option
 
 Q8B = "mlx-community/Qwen3-8B-4bit"
@@ -112,3 +114,11 @@ def test_chart_has_ttft_rising_with_context():
     assert all(t is not None for t in ttft) and ttft == sorted(ttft)
     at = next(p for p in r.chart.points if p.ctx == 32768)
     assert at.ttft_s == pytest.approx(r.predicted_ttft_s, rel=1e-9)
+
+
+def test_chart_renderers_draw_ttft():
+    r = mlxfit.fit(Q8B, 32768, machine=M4MAX, chart=True)
+    assert "time to first token, s" in svg(r.chart)
+    con = Console(record=True, width=100)
+    render_terminal(r.chart, con)
+    assert "TTFT s" in con.export_text()

@@ -36,7 +36,7 @@ def test_fit_reports_ttft_and_prompt_speed(q8b_fit):
     d = json.loads(out.stdout)
     assert d["predicted_ttft_s"] == round(r.predicted_ttft_s, 3)
     assert d["predicted_prefill_tps"] == round(r.predicted_prefill_tps, 2)
-    assert [t["name"] for t in d["explain_prefill"]] == names
+    assert [t["name"] for t in d["prefill_terms"]] == names
     text = runner.invoke(app, ["fit", Q8B, "--ctx", "16384", "--machine", M4MAX]).stdout
     assert re.search(r"time to\s+first token", text)
 
@@ -99,7 +99,7 @@ def test_watchdog_warns_and_its_step_keeps_layers_under():
 
 def test_advice_states_the_ttft_cost_of_a_smaller_step():
     r = mlxfit.fit(Q32B, 120000, machine="M4 Pro 48GB", advise=True)
-    opts = [o for o in r.advice.options if any(c.kind == "prefill_step" for c in o.changes)]
+    opts = [o for o in r.advice.options if any(c.kind == "prefill_step_size" for c in o.changes)]
     assert opts
     for o in opts:
         assert isinstance(o, Option) and o.ttft_cost_s is not None and o.ttft_cost_s > 0

@@ -203,21 +203,40 @@ def format_efficiency(cal: Prefill, fmt: str) -> float:
     return float(v) if v is not None else cal.eff_affine4
 
 
+@dataclass(frozen=True)
+class ChunkTime:
+    """Seconds of one prefill chunk (or a sum of chunks), by part."""
+
+    matmul: float = 0.0
+    attention: float = 0.0  # SDPA or materialized scores, with their memory traffic
+    scan: float = 0.0
+    fixed: float = 0.0  # weights read once per chunk + per-layer costs (and a cluster's sends)
+
+    @property
+    def total(self) -> float:
+        return self.matmul + self.attention + self.scan + self.fixed
+
+    def __add__(self, o: ChunkTime) -> ChunkTime:
+        return ChunkTime(self.matmul + o.matmul, self.attention + o.attention,
+                         self.scan + o.scan, self.fixed + o.fixed)
+
+
 def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
                 read_s: float, layers: int, moe_layers: int = 0, stream_bps: float = 0.0
-                ) -> tuple[float, float]:
-    """One chunk's (attention seconds, everything else): its FLOPs over each kernel's share of
-    the peak, the score arrays moved ``score_passes`` times at ``stream_bps`` (bytes/s), the
-    weights read once and the per-layer fixed costs."""
+                ) -> ChunkTime:
+    """One chunk's seconds: its FLOPs over each kernel's share of the peak, the score arrays
+    moved ``score_passes`` times at ``stream_bps`` (bytes/s), the weights read once and the
+    per-layer fixed costs."""
     eff = format_efficiency(cal, fmt)
     tensor = chip.tensor_peak(cal)
     attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
     if stream_bps:
         attn += f.score_bytes * cal.score_passes / stream_bps
-    rest = ((f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor
-            + f.scan / (cal.scan_eff * chip.alu_peak(cal))
-            + read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
-    return attn, rest
+    return ChunkTime(
+        matmul=(f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor,
+        attention=attn,
+        scan=f.scan / (cal.scan_eff * chip.alu_peak(cal)),
+        fixed=read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
 
 
 @dataclass(frozen=True)
@@ -244,6 +263,7 @@ class PrefillSum:
     largest_layer_s: float
     chunks: int
     flops: ChunkFlops
+    parts: ChunkTime
 
 
 def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompute,
@@ -261,19 +281,20 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     layers = prefill_layers(cfg) if computed is None else computed
     moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
     attn_layers = max(sum(n for _, n in prefill_attn_groups(cfg, run, layers)), 1)
-    total = ChunkFlops()
-    secs = largest = layer = 0.0
+    total, parts = ChunkFlops(), ChunkTime()
+    largest = layer = 0.0
     _, _, n_chunks = s.chunks()
     for n in range(1, n_chunks + 1):
         f = chunk_flops(cfg, p, run, n, fused_prefill=fused, computed=layers)
-        attn, rest = chunk_parts(f, chip, pc, p.fmt, read_bytes / stream, layers, moe_layers,
-                                 stream)
-        extra = per_chunk_s(s.chunk_at(n).size) if per_chunk_s else 0.0
-        secs += attn + rest + extra
-        largest = max(largest, attn + rest + extra)
-        layer = max(layer, attn / attn_layers + rest / max(layers, 1))
+        t = chunk_parts(f, chip, pc, p.fmt, read_bytes / stream, layers, moe_layers, stream)
+        if per_chunk_s:
+            t = t + ChunkTime(fixed=per_chunk_s(s.chunk_at(n).size))
+        parts = parts + t
+        largest = max(largest, t.total)
+        layer = max(layer, t.attention / attn_layers
+                    + (t.matmul + t.scan + t.fixed) / max(layers, 1))
         total = total + f
-    return PrefillSum(secs, largest, layer, n_chunks, total)
+    return PrefillSum(parts.total, largest, layer, n_chunks, total, parts)
 
 
 def chunk_read_bytes(w: WeightsRead) -> int:
@@ -293,34 +314,36 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     chunk_read = chunk_read_bytes(w)
     ps = prefill_seconds(cfg, w.params, run, chip, cal, bandwidth_gbs=bandwidth_gbs,
                          read_bytes=chunk_read)
-    total, secs = ps.flops, ps.seconds
+    total, secs, parts = ps.flops, ps.seconds, ps.parts
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        bandwidth_gbs, cal, machine_name)
     ttft = secs + step
-    eff = format_efficiency(pc, w.params.fmt)
     terms = (
-        TimeTerm("prefill_matmul_flops", total.dense + total.experts,
+        TimeTerm("prefill_matmul_seconds", parts.matmul,
                  "2 x parameters per token (dense + routed experts x top_k/experts) x prefill "
-                 "tokens x the share of layers computed", {"format": w.params.fmt, "eff": eff,
-                                                           "dense": total.dense,
-                                                           "experts": total.experts}),
-        TimeTerm("prefill_attention_flops", total.attn_fused + total.attn_unfused,
+                 "tokens x the share of layers computed, over eff_<format> (x expert_eff for "
+                 "routed experts) x "
+                 "the matmul peak",
+                 {"flops_dense": total.dense, "flops_experts": total.experts,
+                  "format": w.params.fmt, "eff": format_efficiency(pc, w.params.fmt),
+                  "peak_matmul_tflops": chip.tensor_peak(pc) / 1e12, "chip": chip.source}),
+        TimeTerm("prefill_attention_seconds", parts.attention,
                  "2 x q_heads x (k_dim + v_dim) x (query, key) pairs per chunk (causal when "
-                 "fused; MLA: + K/V rebuilt from the latent per chunk)",
-                 {"fused": total.attn_fused, "unfused": total.attn_unfused,
-                  "score_bytes_moved": total.score_bytes * pc.score_passes}),
-        TimeTerm("prefill_scan_flops", total.scan,
-                 f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens"),
-        TimeTerm("prefill_seconds", secs,
-                 "sum over chunks of FLOPs / (efficiency x peak) + score traffic and weights "
-                 "read / bandwidth + per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE "
-                 "layers",
+                 "fused; MLA: + K/V rebuilt from the latent per chunk) over attn_eff (fused) or "
+                 "attn_unfused_eff x the matmul peak, + score_passes x score bytes / bandwidth",
+                 {"flops_fused": total.attn_fused, "flops_unfused": total.attn_unfused,
+                  "score_bytes": total.score_bytes}),
+        TimeTerm("prefill_scan_seconds", parts.scan,
+                 f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens over scan_eff x "
+                 "the GPU's ALU peak", {"flops": total.scan,
+                                        "peak_alu_tflops": chip.alu_peak(pc) / 1e12}),
+        TimeTerm("prefill_fixed_seconds", parts.fixed,
+                 "per chunk: the weights read once / (eta x bandwidth) + per_layer_chunk_s x "
+                 "layers + per_moe_layer_chunk_s x MoE layers",
+                 {"weights_read_bytes": chunk_read, "layers_computed": prefill_layers(cfg)}),
+        TimeTerm("prefill_seconds", secs, "the four parts above, summed over the chunks",
                  {"chunks": ps.chunks, "prefill_step_size": run.prefill_step_size,
-                  "layers_computed": prefill_layers(cfg),
-                  "peak_matmul_tflops": chip.tensor_peak(pc) / 1e12,
-                  "peak_alu_tflops": chip.alu_peak(pc) / 1e12, "chip": chip.source,
-                  "weights_read_bytes": chunk_read,
-                  "slowest_layer_s": round(ps.largest_layer_s, 4)}),
+                  "slowest_chunk_s": ps.largest_chunk_s, "slowest_layer_s": ps.largest_layer_s}),
         TimeTerm("first_decode_step_seconds", step,
                  "the last prompt token through the decode step (predicted_decode_seconds)"),
         TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds",

@@ -4,9 +4,18 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
-from mlxfit.render import SCHEMA_VERSION, run_to_json, seconds_to_json, tps_to_json
+from mlxfit.hardware.resolve import Machine
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    bare_machine,
+    machine_to_json,
+    run_to_json,
+    seconds_to_json,
+    term_to_json,
+    time_term_to_json,
+    tps_to_json,
+)
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -18,8 +27,13 @@ def gb(n: float) -> str:
     return f"{n / 1e9:,.2f} GB"
 
 
-def _term(t: Term) -> dict[str, Any]:
-    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": t.inputs}
+def fit_machine(r: FitResult) -> Machine:
+    """The machine a result was sized for; a result made by the pure core alone (no Machine)
+    gets one from its figures, with what it does not know as None."""
+    if r.machine is not None:
+        return r.machine
+    return bare_machine(r.machine_name, r.ram_bytes, r.usable_bytes, r.usable_source,
+                        r.bandwidth_gbs)
 
 
 def fit_to_json(r: FitResult) -> dict[str, Any]:
@@ -27,13 +41,7 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "model": r.model,
         "source": r.source_kind,
-        "machine": {
-            "name": r.machine_name,
-            "ram_bytes": r.ram_bytes,
-            "bandwidth_gbs": r.bandwidth_gbs,
-            "usable_bytes": r.usable_bytes,
-            "usable_source": r.usable_source,
-        },
+        "machine": machine_to_json(fit_machine(r)),
         "run": run_to_json(r.run),
         "context_tokens": r.context_tokens,
         "weights_bytes": r.weights_bytes,
@@ -50,17 +58,16 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
         "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "peak_phase": r.peak_phase,
-        "terms": {t.name: t.bytes for t in r.terms},
+        "terms": [term_to_json(t) for t in r.terms],
+        "speed_terms": [term_to_json(t) for t in r.speed_terms],
+        "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
         "weights": r.weights_detail,
-        "explain": [_term(t) for t in r.terms + r.speed_terms],
-        "explain_prefill": [{"name": t.name, "value": t.seconds, "formula": t.formula,
-                             "inputs": t.inputs} for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
-        # Additive (issue 6): serving terms are also in "terms" and in total_bytes.
         "command": r.serving.get("command"),
         "serving": {k: v for k, v in r.serving.items() if k != "command"} or None,
-        "serving_terms": {t.name: t.bytes for t in r.extra_terms},
+        # The serving terms (--parallel, --prompt-cache, --draft-model), also in "terms".
+        "serving_terms": [term_to_json(t) for t in r.extra_terms],
         "max_buffer_bytes": r.max_buffer_bytes,
         "buffers": [{"name": b.name, "bytes": b.bytes, "what": b.what,
                      "over_limit": r.max_buffer_bytes is not None and b.bytes > r.max_buffer_bytes}
@@ -141,6 +148,15 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
             console.print(f"    {term.formula}", soft_wrap=True)
             if term.inputs:
                 inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
+                console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
+        if r.prefill_terms:
+            console.print("\n[bold]time to first token[/] (seconds; formula; inputs)")
+        for tt in r.prefill_terms:
+            console.print(f"  [bold]{tt.name}[/] = {tt.seconds:,.3f} s")
+            console.print(f"    {tt.formula}", soft_wrap=True)
+            if tt.inputs:
+                inputs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                   for k, v in tt.inputs.items())
                 console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
@@ -247,5 +263,5 @@ def chart_to_json(d: ChartData) -> dict[str, Any]:
         "kinks": [{"ctx": k.ctx, "label": k.label} for k in d.kinks],
         "points": [{"ctx": p.ctx, "total_bytes": p.total_bytes,
                     "decode_tps": round(p.decode_tps, 2) if p.decode_tps is not None else None,
-                    "fits": p.fits} for p in d.points],
+                    "ttft_s": seconds_to_json(p.ttft_s), "fits": p.fits} for p in d.points],
     }

@@ -67,7 +67,8 @@ def term_to_json(t: Term) -> dict[str, Any]:
 def time_term_to_json(t: Any) -> dict[str, Any]:
     """A time term (estimate.compute.TimeTerm) as every "prefill_terms" list gives it: name,
     seconds, formula, inputs."""
-    return {"name": t.name, "seconds": t.seconds, "formula": t.formula, "inputs": dict(t.inputs)}
+    return rounded({"name": t.name, "seconds": t.seconds, "formula": t.formula,
+                    "inputs": dict(t.inputs)})
 
 
 def seconds_to_json(s: float | None) -> float | None:

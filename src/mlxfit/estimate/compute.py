@@ -3,9 +3,9 @@ token and prompt tok/s (what ``mlx_lm.generate`` prints as "Prompt: N tokens, X 
 
 mlx-lm's generate_step runs the first P-1 prompt tokens in chunks of ``prefill_step_size``
 (cache_sim.Schedule), evaluating only the caches after each chunk: MLX never computes the last
-layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last prompt token goes through the first
-decode step, and stream_generate's prompt time ends when that step's token exists, so
-prompt tok/s = P / (sum of the chunks + the first decode step) = P / TTFT.
+layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last
+prompt token goes through the first decode step, and stream_generate's prompt time ends when
+that step's token exists, so prompt tok/s = P / (the chunks + the first decode step) = P / TTFT.
 
 Per chunk of L tokens (constants: calibration.toml [prefill]):
   matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)
@@ -17,7 +17,8 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
              unfused scores are also memory traffic: score_passes x q_heads x pairs x dtype
              bytes over the bandwidth
   scans      SCAN_FLOPS x recurrent-state elements x L per gated-delta / SSM layer
-  + the weights read once per chunk over the bandwidth, + per_layer_chunk_s per layer
+  + the weights read once per chunk over the bandwidth, + per_layer_chunk_s per layer and
+  per_moe_layer_chunk_s per MoE layer
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
 """
@@ -30,7 +31,7 @@ from typing import Any
 
 from mlxfit.calibration.constants import Calibration, Prefill
 from mlxfit.estimate.memory import Run, _as_run_sees
-from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.estimate.speed import is_ultra, predicted_decode_seconds
 from mlxfit.model.config import Attn, ModelConfig
 from mlxfit.model.inputs import MatmulParams, WeightsRead
 
@@ -79,7 +80,7 @@ def chip_compute(gpu_cores: int | None, figures: dict[str, float], macos_major: 
     src = (f"{gpu_cores} cores x {clock:g} MHz x {per_cycle:g} FLOPs/core/cycle"
            + (f"; matmuls on the Neural Accelerators, {na:g} FLOPs/core/cycle (MLX uses them "
               f"from macOS 26.2)" if use_na else ""))
-    return ChipCompute(gpu, matmul, use_na, " ultra" in f" {chip_name.lower()}", src)
+    return ChipCompute(gpu, matmul, use_na, is_ultra(chip_name), src)
 
 
 @dataclass(frozen=True)

@@ -278,7 +278,7 @@ def test_cli_serving_report():
     assert r.exit_code == 0, r.output
     for s in ("parallel kv", "batched transient", "prompt cache", "mlx_lm.server",
               "10 cached prompts (mlx_lm.server's default --prompt-cache-size)",
-              "batched decode (memory-bound estimate"):
+              "batched decode (memory-bound at 4 sequences)"):
         assert s in r.output, s
 
 

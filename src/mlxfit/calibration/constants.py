@@ -56,10 +56,29 @@ class Decode:
 
 
 @dataclass(frozen=True)
+class Batched:
+    """Batched decode's compute term (estimate/batched.py): FP32/FP16 GFLOPS of one GPU core
+    per chip generation and the share of it mlx-lm's matmuls reach."""
+
+    compute_eff: float
+    m1_core_gflops: float
+    m2_core_gflops: float
+    m3_core_gflops: float
+    m4_core_gflops: float
+    m5_core_gflops: float
+
+    def core_gflops(self, chip: str | None) -> float | None:
+        """GFLOPS of one GPU core of ``chip`` ("M4 Pro" -> the M4 figure); None if unknown."""
+        gen = (chip or "").split(" ")[0].lower()
+        return getattr(self, f"{gen}_core_gflops", None) if gen else None
+
+
+@dataclass(frozen=True)
 class Calibration:
     backends: dict[str, Backend]
     decode: Decode
     source: str
+    batched: Batched | None = None  # absent from an older user file: no compute term
 
     def backend(self, name: str) -> Backend:
         try:
@@ -72,7 +91,7 @@ class Calibration:
 
 
 # Constants that divide or scale a whole prediction: zero would be nonsense, not a bound.
-_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens"})
+_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens", "compute_eff"})
 
 
 def _number(v: Any, name: str, where: str) -> float:
@@ -109,7 +128,9 @@ def parse_calibration(doc: dict[str, Any], where: str) -> Calibration:
         name: _build(Backend, tbl, f"{where} [backend.{name}]") for name, tbl in tables.items()
     }
     decode = _build(Decode, doc.get("decode", {}), f"{where} [decode]")
-    return Calibration(backends=backends, decode=decode, source=where)
+    batched = (_build(Batched, doc["batched"], f"{where} [batched]") if "batched" in doc
+               else None)
+    return Calibration(backends=backends, decode=decode, source=where, batched=batched)
 
 
 

@@ -55,7 +55,7 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     lookup = sum(t.nbytes for t in src.tensors if is_lookup_table(t.name))
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
-                     lookup_bytes=lookup)
+                     lookup_bytes=lookup, param_count=w.param_count)
     return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
                        weights_detail=weights_detail(w), vision_bytes=w.vision_bytes,
                        with_vision=with_vision, source_notes=tuple(src.notes))
@@ -96,6 +96,7 @@ class WeightsRead:
     embedding_bytes: int
     tied_embeddings: bool
     lookup_bytes: int = 0  # other row-gathered tables (Gemma 3n/4 embed_tokens_per_layer)
+    param_count: int = 0  # logical parameters (packed weights unpacked): the matmul FLOPs
 
 
 @dataclass(frozen=True)

@@ -166,9 +166,9 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{sv['num_draft_tokens']} draft tokens per step")
     bd = sv.get("batched_decode")
     if bd:
-        console.print(f"batched decode (memory-bound estimate, an upper bound): "
+        console.print(f"batched decode ({bd['bound']}-bound at {bd['sequences']} sequences): "
                       f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
-                      f"{bd['aggregate_tps']:,.1f} tok/s in all ({bd['sequences']} sequences)")
+                      f"{bd['aggregate_tps']:,.1f} tok/s in all")
     if sv.get("command"):
         console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
 

@@ -1,0 +1,211 @@
+"""Batched generation (mlx-lm's BatchGenerator, as mlx_lm.server and mlx_lm.benchmark -b run
+it): the memory of N sequences in flight and the speed of one batched decode step.
+
+Facts from mlx-lm 0.32.2 (docs/serving.md has the references):
+- Prefill: up to ``prefill_batch`` prompts advance together, each by up to
+  ``prefill_step_size`` tokens per call (PromptProcessingBatch.prompt), right-padded to the
+  longest chunk. The chunk's activations are one (B, L, width) tensor: B x L tokens in flight,
+  so the device-level activation floor is paid once, not once per prompt; the attention
+  scores, the gathered keys and the cache growth copy are per sequence.
+- Caches: BatchKVCache / BatchRotatingKVCache hold (B, heads, T, dim) buffers, T the longest
+  sequence (shorter ones left-padded); they grow by concatenation in 256-token steps for all
+  sequences at once, so the growth copy is B sequences' old layer.
+- Decode: one model call for every sequence in the generation batch (GenerationBatch._step):
+  the weights are read once per step, each sequence's cache once, and the matmul FLOPs grow
+  with the batch; logits are (B, vocab) float32.
+
+Every byte term is built from memory.py's per-sequence functions (``prefill_phase``,
+``decode_phase``, ``activations_term``), so a change to the single-sequence transient model
+changes the batched one the same way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from mlxfit.calibration.constants import Backend, Calibration
+from mlxfit.estimate.memory import (
+    Phase,
+    Run,
+    Term,
+    activations_term,
+    attn_groups,
+    decode_phase,
+    kv_bytes_final,
+    prefill_phase,
+)
+from mlxfit.estimate.speed import (
+    decode_factors,
+    kv_read_term,
+    layer_seconds,
+    read_seconds,
+    weights_read_term,
+)
+from mlxfit.model.config import ModelConfig
+from mlxfit.model.inputs import WeightsRead
+
+# Terms of a phase that exist once however many sequences run.
+SHARED_TERMS = frozenset({"base"})
+
+
+def seq_cache_bytes(cfg: ModelConfig, run: Run) -> int:
+    """One sequence's caches at the context: KV (in mlx-lm's steps) + recurrent state."""
+    return kv_bytes_final(cfg, run) + cfg.state_bytes
+
+
+def _times(t: Term, k: int, what: str) -> Term:
+    if k == 1:
+        return t
+    return Term(t.name, k * t.bytes, f"{k} x ({t.formula}) [{what}]", {**t.inputs, what: k})
+
+
+def batched_prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
+                          batch: int) -> Phase:
+    """``batch`` prompts running their n-th prefill chunk together: the chunk's activations
+    for batch x chunk tokens (one tensor, so the floor counts once), every other per-sequence
+    term (scores, keys copy, growth copy, a quantize copy) and the caches x batch, base once."""
+    one = prefill_phase(cfg, run, be, n_chunk)
+    if batch == 1:
+        return one
+    c = run.schedule().chunk_size(n_chunk)
+    terms = []
+    for t in one.terms:
+        if t.name == "activations":
+            a = activations_term(cfg, batch * c, be)
+            terms.append(Term(a.name, a.bytes, f"{a.formula} [chunk = {batch} prompts x {c}]",
+                              {**a.inputs, "prompts": batch}))
+        elif t.name in SHARED_TERMS:
+            terms.append(t)
+        else:
+            terms.append(_times(t, batch, "prompts"))
+    return Phase(f"prefill chunk {n_chunk} ({batch} prompts x {c} tokens)",
+                 batch * one.kv_bytes, tuple(terms))
+
+
+def batched_decode_phase(cfg: ModelConfig, run: Run, be: Backend, sequences: int) -> Phase:
+    """The last decode step of ``sequences`` sequences: their caches, the batch's growth copy
+    (BatchKVCache grows every row at once) and logits, base once."""
+    one = decode_phase(cfg, run, be)
+    if sequences == 1:
+        return one
+    terms = tuple(t if t.name in SHARED_TERMS else _times(t, sequences, "sequences")
+                  for t in one.terms)
+    return Phase(f"decode at full context ({sequences} sequences)", sequences * one.kv_bytes,
+                 terms)
+
+
+def batched_peak_phase(cfg: ModelConfig, run: Run, be: Backend, sequences: int,
+                       prefill_batch: int) -> Phase:
+    """The larger of: every sequence decoding at the context; or ``prefill_batch`` prompts in
+    their last two chunks while the other sequences hold full caches in the generation batch
+    (BatchGenerator decodes them between the prompt chunks)."""
+    b = max(1, min(prefill_batch, sequences))
+    cands = [batched_decode_phase(cfg, run, be, sequences)]
+    waiting = (sequences - b) * seq_cache_bytes(cfg, run)
+    _, _, total = run.schedule().chunks()
+    for n in {total, total - 1}:
+        if n >= 1:
+            ph = batched_prefill_phase(cfg, run, be, n, b)
+            if waiting:
+                ph = replace(ph, name=f"{ph.name}, {sequences - b} others decoding",
+                             kv_bytes=ph.kv_bytes + waiting)
+            cands.append(ph)
+    return max(cands, key=lambda p: p.total_over_weights)
+
+
+# --------------------------------------------------------------------------- speed
+
+
+def flops_per_token(cfg: ModelConfig, run: Run, w: WeightsRead) -> float:
+    """One decode token's FLOPs: 2 x the parameters a token multiplies (the weights read per
+    token, in parameters: param_count x read bytes / total bytes) + attention's QK and PV
+    products over the attended context (4 x q_heads x head_dim x keys per layer)."""
+    read = weights_read_term(cfg, w).bytes
+    matmul = 2.0 * w.param_count * read / w.total_bytes if w.total_bytes else 0.0
+    attn = 0.0
+    for a, n in attn_groups(cfg, run):
+        keys = min(run.ctx, a.window) if a.window and a.cache != "full" else run.ctx
+        heads, dim = (a.mla.heads, a.mla.qk_nope + a.mla.qk_rope) if a.mla else \
+            (a.q_heads, a.head_dim)
+        attn += n * 4.0 * heads * dim * keys
+    return matmul + attn
+
+
+def chip_flops(cal: Calibration, chip: str | None, gpu_cores: int | None) -> float | None:
+    """Usable FLOP/s of the GPU: cores x one core's GFLOPS x compute_eff (None if unknown)."""
+    b = cal.batched
+    per_core = b.core_gflops(chip) if b is not None else None
+    if not per_core or not gpu_cores:
+        return None
+    return gpu_cores * per_core * 1e9 * b.compute_eff
+
+
+@dataclass(frozen=True)
+class BatchedStep:
+    """One batched decode step of ``sequences`` sequences."""
+
+    sequences: int
+    step_seconds: float
+    memory_seconds: float  # weights once + every sequence's KV, over the bandwidth, + fixed
+    compute_seconds: float | None  # sequences x FLOPs per token / usable FLOP/s
+    weights_read_bytes: int
+    kv_read_bytes: int
+
+    @property
+    def per_sequence_tps(self) -> float:
+        return 1.0 / self.step_seconds
+
+    @property
+    def aggregate_tps(self) -> float:
+        return self.sequences / self.step_seconds
+
+    @property
+    def bound(self) -> str:
+        if self.compute_seconds is not None and self.compute_seconds > self.memory_seconds:
+            return "compute"
+        return "memory"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"sequences": self.sequences, "step_seconds": self.step_seconds,
+                "per_sequence_tps": self.per_sequence_tps, "aggregate_tps": self.aggregate_tps,
+                "memory_seconds": self.memory_seconds, "compute_seconds": self.compute_seconds,
+                "bound": self.bound, "weights_read_bytes": self.weights_read_bytes,
+                "kv_read_bytes": self.kv_read_bytes}
+
+
+def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                 cal: Calibration, machine_name: str, sequences: int, *,
+                 chip: str | None = None, gpu_cores: int | None = None) -> BatchedStep:
+    """One decode step of ``sequences`` sequences at the run's context: the longer of memory
+    time (weights once - a MoE layer reads the union of the experts the batch routes to,
+    uniform routing assumed - plus every sequence's attended KV, at fit's decode constants)
+    and compute time; plus the per-layer fixed costs. One sequence is fit's decode estimate
+    whenever it is memory-bound (``speed.predicted_decode_seconds``)."""
+    dec = cal.decode
+    fused, ultra = decode_factors(cal, run.backend, machine_name)
+    read = weights_read_term(cfg, w).bytes
+    kr = kv_read_term(cfg, run, dec, fused_decode=fused, ultra=ultra)
+    if cfg.is_moe and w.expert_bytes and cfg.num_experts:
+        one = cfg.top_k / cfg.num_experts
+        union = 1 - (1 - one) ** sequences
+        read += int(w.expert_bytes * (union - one))
+    mem = read_seconds(read + sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
+    flops = chip_flops(cal, chip, gpu_cores)
+    comp = sequences * flops_per_token(cfg, run, w) / flops if flops else None
+    fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec)
+    return BatchedStep(sequences=sequences, step_seconds=max(mem, comp or 0.0) + fixed,
+                       memory_seconds=mem, compute_seconds=comp, weights_read_bytes=read,
+                       kv_read_bytes=sequences * kr.bytes)
+
+
+def prefill_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, cal: Calibration,
+                    chip: str | None, gpu_cores: int | None, prompts: int = 1) -> float | None:
+    """Compute-bound time to prefill ``prompts`` prompts of the run's context together: the
+    matmul FLOPs of every prompt token plus causal attention (half the keys on average), at
+    the chip's usable FLOP/s. A lower bound on the time to first token (None if unknown)."""
+    flops = chip_flops(cal, chip, gpu_cores)
+    if not flops:
+        return None
+    half = replace(run, ctx=max(1, run.ctx // 2))
+    return prompts * run.ctx * flops_per_token(cfg, half, w) / flops

@@ -75,6 +75,9 @@ class Serving:
     parallel: int | None = None
     prompt_cache: int | None = None
     draft: DraftModel | None = None
+    # --prompt-cache-bytes for the command line only: the server enforces it on one path alone
+    # (docs/serving.md), so the memory is sized by the count (prompt_cache).
+    prompt_cache_bytes: int | None = None
 
     @property
     def server(self) -> bool:
@@ -378,6 +381,8 @@ def command_line(model: str, run: Run, serving: Serving) -> str:
                  "--decode-concurrency", str(n),
                  "--prompt-concurrency", str(min(n, SERVER_PROMPT_CONCURRENCY)),
                  "--prompt-cache-size", str(serving.cached_prompts)]
+        if serving.prompt_cache_bytes is not None:
+            parts += ["--prompt-cache-bytes", str(serving.prompt_cache_bytes)]
         return " ".join(parts + kv + draft)
     parts = ["mlx_lm.generate", "--model", q(model), "--max-tokens", str(max(run.gen, 1))]
     if run.max_kv_size is not None:

@@ -203,7 +203,8 @@ def prefill_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, cal: Calibration
                     chip: str | None, gpu_cores: int | None, prompts: int = 1) -> float | None:
     """Compute-bound time to prefill ``prompts`` prompts of the run's context together: the
     matmul FLOPs of every prompt token plus causal attention (half the keys on average), at
-    the chip's usable FLOP/s. A lower bound on the time to first token (None if unknown)."""
+    the chip's usable FLOP/s (compute_eff was fitted to published prefill rates with this
+    same formula). None if the chip's FLOPS are unknown."""
     flops = chip_flops(cal, chip, gpu_cores)
     if not flops:
         return None

@@ -23,10 +23,10 @@ from mlxfit.estimate.serving import (
     command_line,
 )
 from mlxfit.estimate.solve import FitResult, largest_true
+from mlxfit.model.inputs import model_arrays, model_inputs
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
 from mlxfit.verbs.fit import fit_served
-from mlxfit.model.inputs import model_arrays, model_inputs
 
 # The largest concurrency searched without --users: far beyond where a Mac's aggregate
 # throughput saturates, and mlx_lm.server's --decode-concurrency default is 32.
@@ -74,7 +74,7 @@ class ServePlan:
     bytes_per_cached_prompt: int
     aggregate_tps: float | None
     per_user_tps: float | None
-    ttft_seconds: float | None  # one request's prefill alone, compute-bound (a lower bound)
+    ttft_seconds: float | None  # one request's prefill alone, compute-bound
     ttft_batch_seconds: float | None  # a full prompt batch prefilled together
     command: str | None
     rows: tuple[PlanRow, ...]

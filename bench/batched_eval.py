@@ -12,12 +12,7 @@ stream's G / (G - 1) steps, as metal_eval.py does). "scaling" compares the predi
 aggregate(N) / aggregate(1) with the measured one of the same source, which cancels an
 mlx-lm version's single-stream speed.
 
-``--compute``: the [batched] compute_eff that the published single-stream prefill rates
-imply (bench/results/metal_published.jsonl, prompts of 1024+ tokens, through metal_eval.py's
-row mapping): achieved FLOP/s = prompt_tps x ``batched.flops_per_token`` at half the prompt,
-over GPU cores x core GFLOPS. Prefill matmuls are the large-batch end of the same kernels.
-
-Usage: PYTHONPATH=src python bench/batched_eval.py [--rows] [--compute]
+Usage: PYTHONPATH=src python bench/batched_eval.py [--rows]
 """
 
 from __future__ import annotations
@@ -34,6 +29,7 @@ from mlxfit.estimate.solve import run_at
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.model.inputs import model_inputs
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.edges import compute_for
 
 DATA = Path(__file__).resolve().parent / "results" / "batched_published.jsonl"
 
@@ -48,7 +44,7 @@ def predict(row: dict, cal) -> dict:
     inp = model_inputs(resolve_model(model))
     m = resolve_machine(machine)
     step = batched_step(inp.cfg, run_at(r.run, p + g // 2), inp.weights, m.bandwidth_gbs, cal,
-                        m.name, n, chip=m.chip, gpu_cores=m.gpu_cores)
+                        m.name, n, compute=compute_for(m))
     tps = step.aggregate_tps * (g / (g - 1) if n == 1 else 1.0)
     return {"peak_gb": r.total_bytes / 1e9, "tps": tps, "bound": step.bound}
 
@@ -57,55 +53,11 @@ def pct(pred: float, meas: float) -> float:
     return 100.0 * (pred - meas) / meas
 
 
-def implied_compute_eff(cal) -> None:
-    import sys  # bench-only: reuse metal_eval's published-row mapping
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    import metal_eval
-    from metal_descriptors import load_descriptor
-
-    from mlxfit.estimate.batched import flops_per_token
-    from mlxfit.estimate.memory import Run
-    from mlxfit.model.inputs import WeightsRead
-    from mlxfit.model.tensors import TensorInfo
-    from mlxfit.model.weights import summarize_weights
-
-    by_chip: dict[str, list[float]] = {}
-    for i, line in enumerate(metal_eval.DATA.read_text().splitlines()):
-        r = json.loads(line)
-        if not r.get("prompt_tps") or not r.get("prompt_tokens") or r["prompt_tokens"] < 1024:
-            continue
-        c = metal_eval.map_row(i, r)
-        if not isinstance(c, metal_eval.Case):
-            continue
-        doc = load_descriptor(c.desc)
-        tensors = [TensorInfo.of(n, d, sh) for n, d, sh in doc["tensors"]]
-        ws = summarize_weights(tensors, doc["config"])
-        w = WeightsRead(ws.total_bytes, ws.expert_bytes, ws.embedding_bytes,
-                        ws.tied_embeddings, param_count=ws.param_count)
-        cfg = metal_eval.load_model(c.desc).cfg
-        m = resolve_machine(c.machine)
-        peak = (m.gpu_cores or 0) * (cal.batched.core_gflops(m.chip) or 0) * 1e9
-        if not peak:
-            continue
-        f = flops_per_token(cfg, Run(ctx=max(1, c.P // 2)), w)
-        by_chip.setdefault(m.chip, []).append(r["prompt_tps"] * f / peak)
-    allv = [v for chip, vs in by_chip.items() if not chip.startswith("M5") for v in vs]
-    for chip, vs in sorted(by_chip.items()):
-        print(f"{chip}: implied compute_eff median {statistics.median(vs):.2f} "
-              f"(min {min(vs):.2f}, max {max(vs):.2f}, {len(vs)} prefill rows)")
-    print(f"M1-M4: median {statistics.median(allv):.2f} over {len(allv)} rows")
-
-
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", action="store_true", help="print every row")
-    ap.add_argument("--compute", action="store_true", help="compute_eff implied by prefill")
     args = ap.parse_args()
     cal = load_calibration()
-    if args.compute:
-        implied_compute_eff(cal)
-        return
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
     done = []
     for row in rows:

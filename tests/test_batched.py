@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -23,13 +24,15 @@ from mlxfit.estimate.batched import (
     batched_peak_phase,
     batched_prefill_phase,
     batched_step,
-    chip_flops,
-    flops_per_token,
+    compute_seconds,
+    decode_flops,
 )
+from mlxfit.estimate.compute import format_efficiency
 from mlxfit.estimate.memory import Run, activations_term, prefill_phase, scores_term
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.model.inputs import model_inputs
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.edges import compute_for
 
 CAL = load_calibration()
 METAL = CAL.backend("metal")
@@ -129,19 +132,16 @@ def q8b():
 
 def test_throughput_is_monotone_and_saturates(q8b):
     m = resolve_machine("M4 Max 128GB")
+    chip = compute_for(m)
     run = Run(ctx=4096)
     steps = [batched_step(q8b.cfg, run, q8b.weights, m.bandwidth_gbs, CAL, m.name, n,
-                          chip=m.chip, gpu_cores=m.gpu_cores) for n in (1, 2, 4, 8, 16, 32,
-                                                                        64, 128, 256, 512)]
+                          compute=chip) for n in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)]
     agg = [s.aggregate_tps for s in steps]
     per = [s.per_sequence_tps for s in steps]
-    assert all(b >= a for a, b in zip(agg, agg[1:]))
-    assert all(b <= a for a, b in zip(per, per[1:]))
-    # The ceiling: usable FLOP/s over one token's FLOPs (40 cores x the M4 core x compute_eff).
-    ceiling = (40 * CAL.batched.m4_core_gflops * 1e9 * CAL.batched.compute_eff
-               / flops_per_token(q8b.cfg, run, q8b.weights))
-    assert chip_flops(CAL, m.chip, m.gpu_cores) == pytest.approx(ceiling * flops_per_token(
-        q8b.cfg, run, q8b.weights))
+    assert all(b >= a for a, b in pairwise(agg))
+    assert all(b <= a for a, b in pairwise(per))
+    # The ceiling: one token's FLOPs over the matmul peak at the fitted efficiencies.
+    ceiling = 1.0 / compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 1)
     assert all(a < ceiling for a in agg)
     assert agg[-1] > 0.9 * ceiling and steps[-1].bound == "compute"
     assert steps[0].bound == "memory"
@@ -150,13 +150,22 @@ def test_throughput_is_monotone_and_saturates(q8b):
     assert steps[0].aggregate_tps == pytest.approx(r.predicted_decode_tps, rel=1e-12)
 
 
-def test_flops_per_token_by_hand(q8b):
-    """2 x the parameters read per token + 36 layers x 4 x 32 heads x 128 x keys."""
+def test_decode_flops_by_hand(q8b):
+    """Qwen3-8B (untied): 2 x (parameters - embedding - lookup), the head included, and
+    36 layers x 2 x 32 q heads x (128 + 128) x 1000 keys; over the peak at eff_affine4 and
+    attn_eff, x sequences."""
     run = Run(ctx=1000)
-    w = q8b.weights
-    read = w.total_bytes - w.embedding_bytes  # untied: the input embedding is a lookup
-    expected = 2 * w.param_count * read / w.total_bytes + 36 * 4 * 32 * 128 * 1000
-    assert flops_per_token(q8b.cfg, run, w) == pytest.approx(expected)
+    p = q8b.weights.params
+    dense, routed, attn = decode_flops(q8b.cfg, run, q8b.weights)
+    assert routed == 0
+    assert dense == 2.0 * (p.total - p.embedding - p.lookup - p.experts)
+    assert attn == 36 * 2.0 * 32 * 256 * 1000
+    chip = compute_for(resolve_machine("M4 Max 128GB"))
+    pc = CAL.prefill
+    eff = format_efficiency(pc, p.fmt)
+    assert p.fmt == "affine4"
+    expected = 3 * (dense / eff + attn / pc.attn_eff) / chip.tensor_peak(pc)
+    assert compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 3) == pytest.approx(expected)
 
 
 # --------------------------------------------------------------------------- the plan

@@ -56,21 +56,29 @@ class Decode:
 
 
 @dataclass(frozen=True)
-class Batched:
-    """Batched decode's compute term (estimate/batched.py): FP32/FP16 GFLOPS of one GPU core
-    per chip generation and the share of it mlx-lm's matmuls reach."""
+class Prefill:
+    """Prompt-processing constants (calibration.toml [prefill]; estimate/compute.py)."""
 
-    compute_eff: float
-    m1_core_gflops: float
-    m2_core_gflops: float
-    m3_core_gflops: float
-    m4_core_gflops: float
-    m5_core_gflops: float
-
-    def core_gflops(self, chip: str | None) -> float | None:
-        """GFLOPS of one GPU core of ``chip`` ("M4 Pro" -> the M4 figure); None if unknown."""
-        gen = (chip or "").split(" ")[0].lower()
-        return getattr(self, f"{gen}_core_gflops", None) if gen else None
+    # Fraction of the chip's peak matmul FLOP/s that MLX's (quantized) matmul reaches, by format
+    eff_bf16: float
+    eff_affine2: float
+    eff_affine3: float
+    eff_affine4: float
+    eff_affine5: float
+    eff_affine6: float
+    eff_affine8: float
+    eff_mxfp4: float
+    eff_nvfp4: float
+    eff_mxfp8: float
+    expert_eff: float  # gather_qmm over routed experts relative to a dense matmul
+    neural_accel_eff: float  # M5 Neural Accelerators: fraction of their peak, on top of eff_*
+    attn_eff: float  # fused causal SDPA: fraction of the shader-ALU peak
+    attn_unfused_eff: float  # scores materialized (head dims without a fused kernel, masks)
+    scan_eff: float  # gated-delta / SSM scans
+    per_layer_chunk_s: float  # fixed cost per computed layer per chunk
+    per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
+    ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute
+    watchdog_layer_s: float  # one layer of one chunk: past it macOS's GPU watchdog has killed runs
 
 
 @dataclass(frozen=True)
@@ -78,7 +86,7 @@ class Calibration:
     backends: dict[str, Backend]
     decode: Decode
     source: str
-    batched: Batched | None = None  # absent from an older user file: no compute term
+    prefill: Prefill | None = None
 
     def backend(self, name: str) -> Backend:
         try:
@@ -91,7 +99,11 @@ class Calibration:
 
 
 # Constants that divide or scale a whole prediction: zero would be nonsense, not a bound.
-_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens", "compute_eff"})
+_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens",
+                       "eff_bf16", "eff_affine2", "eff_affine3", "eff_affine4", "eff_affine5",
+                       "eff_affine6", "eff_affine8", "eff_mxfp4", "eff_nvfp4", "eff_mxfp8",
+                       "expert_eff", "neural_accel_eff", "attn_eff", "attn_unfused_eff",
+                       "scan_eff", "ultra_compute", "watchdog_layer_s"})
 
 
 def _number(v: Any, name: str, where: str) -> float:
@@ -128,9 +140,9 @@ def parse_calibration(doc: dict[str, Any], where: str) -> Calibration:
         name: _build(Backend, tbl, f"{where} [backend.{name}]") for name, tbl in tables.items()
     }
     decode = _build(Decode, doc.get("decode", {}), f"{where} [decode]")
-    batched = (_build(Batched, doc["batched"], f"{where} [batched]") if "batched" in doc
-               else None)
-    return Calibration(backends=backends, decode=decode, source=where, batched=batched)
+    prefill = (_build(Prefill, doc["prefill"], f"{where} [prefill]")
+               if "prefill" in doc else None)
+    return Calibration(backends=backends, decode=decode, source=where, prefill=prefill)
 
 
 

@@ -12,7 +12,8 @@ Facts from mlx-lm 0.32.2 (docs/serving.md has the references):
   sequences at once, so the growth copy is B sequences' old layer.
 - Decode: one model call for every sequence in the generation batch (GenerationBatch._step):
   the weights are read once per step, each sequence's cache once, and the matmul FLOPs grow
-  with the batch; logits are (B, vocab) float32.
+  with the batch (the chip's compute and the kernel efficiencies are estimate/compute.py's,
+  fitted to published prefill rates); logits are (B, vocab) float32.
 
 Every byte term is built from memory.py's per-sequence functions (``prefill_phase``,
 ``decode_phase``, ``activations_term``), so a change to the single-sequence transient model
@@ -25,6 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxfit.calibration.constants import Backend, Calibration
+from mlxfit.estimate.compute import ChipCompute, format_efficiency, matmul_params_per_token
 from mlxfit.estimate.memory import (
     Phase,
     Run,
@@ -117,28 +119,37 @@ def batched_peak_phase(cfg: ModelConfig, run: Run, be: Backend, sequences: int,
 # --------------------------------------------------------------------------- speed
 
 
-def flops_per_token(cfg: ModelConfig, run: Run, w: WeightsRead) -> float:
-    """One decode token's FLOPs: 2 x the parameters a token multiplies (the weights read per
-    token, in parameters: param_count x read bytes / total bytes) + attention's QK and PV
-    products over the attended context (4 x q_heads x head_dim x keys per layer)."""
-    read = weights_read_term(cfg, w).bytes
-    matmul = 2.0 * w.param_count * read / w.total_bytes if w.total_bytes else 0.0
+def decode_flops(cfg: ModelConfig, run: Run, w: WeightsRead) -> tuple[float, float, float]:
+    """(dense, routed-expert, attention) FLOPs of one decode token at the run's context: 2 x
+    the parameters a token multiplies (``compute.matmul_params_per_token``: the output head
+    included, routed experts x top_k / experts), and attention's QK and PV products over the
+    attended keys, 2 x q_heads x (k_dim + v_dim) x keys per layer (MLA: heads x (qk_nope +
+    qk_rope + v_head)). Zeros when the tensors' parameters were not counted."""
+    if w.params is None:
+        return 0.0, 0.0, 0.0
+    dense, routed = matmul_params_per_token(cfg, w.params, prefill=False)
     attn = 0.0
     for a, n in attn_groups(cfg, run):
         keys = min(run.ctx, a.window) if a.window and a.cache != "full" else run.ctx
-        heads, dim = (a.mla.heads, a.mla.qk_nope + a.mla.qk_rope) if a.mla else \
-            (a.q_heads, a.head_dim)
-        attn += n * 4.0 * heads * dim * keys
-    return matmul + attn
+        if a.mla is not None:
+            attn += n * 2.0 * a.mla.heads * keys * (a.mla.qk_nope + a.mla.qk_rope + a.mla.v_head)
+        else:
+            attn += n * 2.0 * a.q_heads * keys * (a.k_dim + a.v_dim)
+    return 2.0 * dense, 2.0 * routed, attn
 
 
-def chip_flops(cal: Calibration, chip: str | None, gpu_cores: int | None) -> float | None:
-    """Usable FLOP/s of the GPU: cores x one core's GFLOPS x compute_eff (None if unknown)."""
-    b = cal.batched
-    per_core = b.core_gflops(chip) if b is not None else None
-    if not per_core or not gpu_cores:
+def compute_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, chip: ChipCompute | None,
+                    cal: Calibration, sequences: int) -> float | None:
+    """The FLOPs of ``sequences`` decode tokens over the chip's matmul peak at the fitted
+    [prefill] efficiencies (eff_<format>, expert_eff, attn_eff: the same kernels at a larger
+    M); None without a compute figure, a [prefill] table or counted parameters."""
+    if chip is None or cal.prefill is None or w.params is None:
         return None
-    return gpu_cores * per_core * 1e9 * b.compute_eff
+    pc = cal.prefill
+    dense, routed, attn = decode_flops(cfg, run, w)
+    eff = format_efficiency(pc, w.params.fmt)
+    per_token = dense / eff + routed / (eff * pc.expert_eff) + attn / pc.attn_eff
+    return sequences * per_token / chip.tensor_peak(pc)
 
 
 @dataclass(frozen=True)
@@ -176,12 +187,13 @@ class BatchedStep:
 
 def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                  cal: Calibration, machine_name: str, sequences: int, *,
-                 chip: str | None = None, gpu_cores: int | None = None) -> BatchedStep:
+                 compute: ChipCompute | None = None) -> BatchedStep:
     """One decode step of ``sequences`` sequences at the run's context: the longer of memory
     time (weights once - a MoE layer reads the union of the experts the batch routes to,
     uniform routing assumed - plus every sequence's attended KV, at fit's decode constants)
-    and compute time; plus the per-layer fixed costs. One sequence is fit's decode estimate
-    whenever it is memory-bound (``speed.predicted_decode_seconds``)."""
+    and compute time (``compute_seconds``, with the chip's ``compute``; without it memory
+    alone); plus the per-layer fixed costs. One sequence is fit's decode estimate whenever
+    it is memory-bound (``speed.predicted_decode_seconds``)."""
     dec = cal.decode
     fused, ultra = decode_factors(cal, run.backend, machine_name)
     read = weights_read_term(cfg, w).bytes
@@ -191,22 +203,8 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
         union = 1 - (1 - one) ** sequences
         read += int(w.expert_bytes * (union - one))
     mem = read_seconds(read + sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
-    flops = chip_flops(cal, chip, gpu_cores)
-    comp = sequences * flops_per_token(cfg, run, w) / flops if flops else None
+    comp = compute_seconds(cfg, run, w, compute, cal, sequences)
     fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec)
     return BatchedStep(sequences=sequences, step_seconds=max(mem, comp or 0.0) + fixed,
                        memory_seconds=mem, compute_seconds=comp, weights_read_bytes=read,
                        kv_read_bytes=sequences * kr.bytes)
-
-
-def prefill_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, cal: Calibration,
-                    chip: str | None, gpu_cores: int | None, prompts: int = 1) -> float | None:
-    """Compute-bound time to prefill ``prompts`` prompts of the run's context together: the
-    matmul FLOPs of every prompt token plus causal attention (half the keys on average), at
-    the chip's usable FLOP/s (compute_eff was fitted to published prefill rates with this
-    same formula). None if the chip's FLOPS are unknown."""
-    flops = chip_flops(cal, chip, gpu_cores)
-    if not flops:
-        return None
-    half = replace(run, ctx=max(1, run.ctx // 2))
-    return prompts * run.ctx * flops_per_token(cfg, half, w) / flops

@@ -31,6 +31,7 @@ from typing import Any
 from mlxfit.calibration.constants import Backend, Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.batched import batched_peak_phase, batched_step, seq_cache_bytes
+from mlxfit.estimate.compute import ChipCompute
 from mlxfit.estimate.memory import (
     Phase,
     Run,
@@ -243,12 +244,12 @@ def extra_terms_fn(cfg: ModelConfig, cal: Calibration, serving: Serving) -> Extr
 
 def batched_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                    cal: Calibration, machine_name: str, sequences: int, *,
-                   chip: str | None = None, gpu_cores: int | None = None) -> dict[str, Any]:
+                   compute: ChipCompute | None = None) -> dict[str, Any]:
     """One batched decode step of ``sequences`` sequences (``batched.batched_step``: weights
     once, every sequence's KV, the compute that grows with the batch) as the report shows it.
     One sequence is exactly fit's decode estimate while memory-bound."""
     return batched_step(cfg, run, w, bandwidth_gbs, cal, machine_name, sequences,
-                        chip=chip, gpu_cores=gpu_cores).to_dict()
+                        compute=compute).to_dict()
 
 
 # --------------------------------------------------------------------------- buffers

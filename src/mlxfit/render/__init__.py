@@ -19,6 +19,11 @@ def run_to_json(run: Run) -> dict[str, Any]:
     return {("prefill_step" if k == "prefill_step_size" else k): v for k, v in d.items()}
 
 
+def seconds_to_json(s: float | None) -> float | None:
+    """Seconds (time to first token) as every verb's JSON gives them: three decimals."""
+    return round(s, 3) if s is not None else None
+
+
 def tps_to_json(tps: float | None) -> float | None:
     """Tokens per second as every verb's JSON gives them: two decimals (so a matrix row and
     `fit --json` on that SKU compare equal), or None where no speed is predicted."""

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
-from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
+from mlxfit.render import SCHEMA_VERSION, run_to_json, seconds_to_json, tps_to_json
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -47,10 +47,14 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "peak_phase": r.peak_phase,
         "terms": {t.name: t.bytes for t in r.terms},
         "weights": r.weights_detail,
         "explain": [_term(t) for t in r.terms + r.speed_terms],
+        "explain_prefill": [{"name": t.name, "value": t.seconds, "formula": t.formula,
+                             "inputs": t.inputs} for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
         # Additive (issue 6): serving terms are also in "terms" and in total_bytes.
@@ -124,6 +128,11 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if r.predicted_decode_tps is not None:
         console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
                       f"at {r.bandwidth_gbs:g} GB/s")
+    if r.predicted_ttft_s is not None and r.predicted_prefill_tps is not None:
+        console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/], time to "
+                      f"first token [bold]{r.predicted_ttft_s:,.1f} s[/] for "
+                      f"{r.run.schedule().prompt:,} prompt tokens (prefill step "
+                      f"{r.run.prefill_step_size})")
     _render_serving(r, console)
     if explain:
         console.print("\n[bold]terms[/] (bytes; formula; inputs)")
@@ -189,6 +198,9 @@ def render_advice(a: Any, console: Any) -> None:
                       f"{speed}", soft_wrap=True)
         for c in o.changes:
             console.print(f"    [dim]cost: {c.cost}[/]", soft_wrap=True)
+        if o.ttft_cost_s is not None:
+            console.print(f"    [dim]cost: time to first token {o.ttft_cost_s:+,.1f} s "
+                          f"(predicted {r.predicted_ttft_s or 0:,.1f} s)[/]", soft_wrap=True)
         for cmd in o.setup:
             console.print(f"    $ {cmd}", soft_wrap=True, markup=False)
         console.print(f"    $ {o.command}", soft_wrap=True, markup=False)
@@ -216,6 +228,8 @@ def advice_to_json(a: Advice) -> dict[str, Any]:
                 "max_safe_context": o.result.max_safe_context,
                 "context_tokens": o.result.context_tokens,
                 "predicted_decode_tps": tps_to_json(o.result.predicted_decode_tps),
+                "predicted_ttft_s": seconds_to_json(o.result.predicted_ttft_s),
+                "ttft_cost_s": seconds_to_json(o.ttft_cost_s),
             }
             for o in a.options
         ],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.model.names import base_name
-from mlxfit.render import SCHEMA_VERSION, tps_to_json
+from mlxfit.render import SCHEMA_VERSION, seconds_to_json, tps_to_json
 from mlxfit.verbs.pick import Candidate, PickResult
 
 
@@ -25,6 +25,8 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "max_safe_context": c.max_safe_context,
         "context_limit": c.context_limit,
         "predicted_decode_tps": tps_to_json(c.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(c.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(c.predicted_ttft_s),
         "is_default": c.is_default,
         "chosen": c.chosen,
         "budget": c.budget,

@@ -66,7 +66,7 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
                       f"[bold]{_tps(p.aggregate_tps)} tok/s[/] in all, "
                       f"{_tps(p.per_user_tps)} tok/s per user")
         if p.ttft_seconds is not None:
-            console.print(f"time to first token (prefill FLOPs at the chip's fitted rate): "
+            console.print(f"time to first token: "
                           f"{p.ttft_seconds:,.1f} s for a lone {p.ctx:,}-token prompt, "
                           f"{p.ttft_batch_seconds:,.1f} s when "
                           f"{min(p.concurrency, 8)} arrive together")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
-from mlxfit.estimate.batched import prefill_seconds, seq_cache_bytes
+from mlxfit.estimate.batched import seq_cache_bytes
 from mlxfit.estimate.memory import run_from
 from mlxfit.estimate.serving import (
     SERVER_PROMPT_CACHE_SIZE,
@@ -74,8 +74,10 @@ class ServePlan:
     bytes_per_cached_prompt: int
     aggregate_tps: float | None
     per_user_tps: float | None
-    ttft_seconds: float | None  # one request's prefill alone, compute-bound
-    ttft_batch_seconds: float | None  # a full prompt batch prefilled together
+    ttft_seconds: float | None  # one request's prompt alone (estimate/compute.predicted_ttft)
+    # A full prompt batch prefilled together: prefill is compute-bound, so B prompts take B
+    # times one (their chunks are one B x L tensor; only the weights are read once).
+    ttft_batch_seconds: float | None
     command: str | None
     rows: tuple[PlanRow, ...]
     warnings: tuple[str, ...] = ()
@@ -169,14 +171,11 @@ def serve_plan(
         if not batched:
             break
     plan_row = next((x for x in rows if x.concurrency == n), None)
-    ttft = ttft_b = None
-    if n:
-        ttft = prefill_seconds(cfg, run, inputs.weights, cal, m.chip, m.gpu_cores)
-        ttft_b = prefill_seconds(cfg, run, inputs.weights, cal, m.chip, m.gpu_cores,
-                                 prompts=min(n, SERVER_PROMPT_CONCURRENCY))
+    ttft = r.predicted_ttft_s if r is not None else None
+    ttft_b = ttft * min(n, SERVER_PROMPT_CONCURRENCY) if ttft is not None else None
     notes = list(r.notes if r is not None else ())
     if n and ttft is None:
-        notes.append("time to first token unknown: no GPU core count or FLOPS for this machine")
+        notes.append("time to first token unknown: no compute figures for this machine")
     command = None
     if n and batched:
         command = command_line(model, run, Serving(parallel=n, prompt_cache=k,

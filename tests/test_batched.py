@@ -253,3 +253,10 @@ def test_cli_serve_plan_bad_users_is_one_line():
     r = invoke("serve-plan", Q8B, "--machine", PRO48, "--users", "0")
     assert r.exit_code == 2
     assert "--users must be between 1 and 4096" in r.output
+
+
+def test_fit_warns_that_a_served_draft_model_has_no_byte_cap():
+    r = mlxfit.fit(Q8B, 8192, machine="M4 Max 128GB", prompt_cache=2,
+                   draft_model="mlx-community/Qwen3-4B-Instruct-2507-4bit")
+    assert any("never applies --prompt-cache-bytes" in w for w in r.warnings)
+    assert r.serving["batched"] is False

@@ -12,10 +12,12 @@ Facts from mlx-lm 0.32 (mlx_lm/server.py, generate.py, models/cache.py):
   ``QuantizedKVCache``): then it serves one request at a time (``_serve_single``).
 - Up to ``--decode-concurrency`` (default 32) sequences decode together; up to
   ``--prompt-concurrency`` (default 8) prompts prefill together, each chunk ``B x step`` tokens.
-  A ``BatchKVCache`` pads every sequence to the longest: each holds the whole context.
+  A ``BatchKVCache`` pads every sequence to the longest: each holds the whole context. The
+  batch's memory and speed are estimate/batched.py's.
 - ``LRUPromptCache(--prompt-cache-size)`` (default 10) keeps up to that many distinct prompts'
   caches (main model and draft); a fetch deep-copies the entry, so a running sequence's cache is
-  separate from the stored one. ``--prompt-cache-bytes`` caps their bytes instead.
+  separate from the stored one. ``--prompt-cache-bytes`` is enforced only when a request joins
+  a running batch (docs/serving.md), so the cache is sized by the count.
 - Speculative decoding prefills the whole prompt through the draft first, then the main model;
   both CLIs pass their own ``--prefill-step-size`` (2048), not ``speculative_generate_step``'s
   function default of 512. ``stream_generate`` drops ``max_kv_size`` when a draft is used. The
@@ -145,6 +147,11 @@ def validate_serving(cfg: ModelConfig, run: Run, serving: Serving) -> tuple[Run,
                              f"at a time when {' and '.join(blockers)}", param="parallel",
                              also=("kv_bits",) if run.kv_bits is not None else ())
     d = serving.draft
+    if d is not None and serving.server:
+        warnings.append("mlx_lm.server with --draft-model serves requests one at a time and "
+                        "never applies --prompt-cache-bytes there: only --prompt-cache-size "
+                        "bounds the cached prompts (each holds the model's and the draft's "
+                        "caches)")
     if d is not None:
         if any(ly.state_kind for ly in cfg.layers):
             raise UsageError("draft_model: speculative decoding needs a trimmable cache and this "

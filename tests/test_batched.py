@@ -140,8 +140,10 @@ def test_throughput_is_monotone_and_saturates(q8b):
     per = [s.per_sequence_tps for s in steps]
     assert all(b >= a for a, b in pairwise(agg))
     assert all(b <= a for a, b in pairwise(per))
-    # The ceiling: one token's FLOPs over the matmul peak at the fitted efficiencies.
-    ceiling = 1.0 / compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 1)
+    # The ceiling: one token's matmul FLOPs over the peak at the fitted efficiency, plus its
+    # attention (memory-bound at this context: its KV read).
+    mm, _ = compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 1)
+    ceiling = 1.0 / (mm + steps[0].kv_seconds)
     assert all(a < ceiling for a in agg)
     assert agg[-1] > 0.9 * ceiling and steps[-1].bound == "compute"
     assert steps[0].bound == "memory"
@@ -164,8 +166,9 @@ def test_decode_flops_by_hand(q8b):
     pc = CAL.prefill
     eff = format_efficiency(pc, p.fmt)
     assert p.fmt == "affine4"
-    expected = 3 * (dense / eff + attn / pc.attn_eff) / chip.tensor_peak(pc)
-    assert compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 3) == pytest.approx(expected)
+    mm, at = compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 3)
+    assert mm == pytest.approx(3 * dense / eff / chip.tensor_peak(pc))
+    assert at == pytest.approx(3 * attn / pc.attn_eff / chip.tensor_peak(pc))
 
 
 # --------------------------------------------------------------------------- the plan

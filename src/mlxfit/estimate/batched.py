@@ -139,27 +139,34 @@ def decode_flops(cfg: ModelConfig, run: Run, w: WeightsRead) -> tuple[float, flo
 
 
 def compute_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, chip: ChipCompute | None,
-                    cal: Calibration, sequences: int) -> float | None:
-    """The FLOPs of ``sequences`` decode tokens over the chip's matmul peak at the fitted
-    [prefill] efficiencies (eff_<format>, expert_eff, attn_eff: the same kernels at a larger
-    M); None without a compute figure, a [prefill] table or counted parameters."""
+                    cal: Calibration, sequences: int) -> tuple[float, float] | None:
+    """(matmul, attention) seconds of the FLOPs of ``sequences`` decode tokens over the chip's
+    matmul peak at the fitted [prefill] efficiencies (eff_<format>, expert_eff, attn_eff: the
+    same kernels at a larger M); None without a compute figure, a [prefill] table or counted
+    parameters."""
     if chip is None or cal.prefill is None or w.params is None:
         return None
     pc = cal.prefill
     dense, routed, attn = decode_flops(cfg, run, w)
     eff = format_efficiency(pc, w.params.fmt)
-    per_token = dense / eff + routed / (eff * pc.expert_eff) + attn / pc.attn_eff
-    return sequences * per_token / chip.tensor_peak(pc)
+    peak = chip.tensor_peak(pc)
+    matmul = sequences * (dense / eff + routed / (eff * pc.expert_eff)) / peak
+    return matmul, sequences * attn / (pc.attn_eff * peak)
 
 
 @dataclass(frozen=True)
 class BatchedStep:
-    """One batched decode step of ``sequences`` sequences."""
+    """One batched decode step of ``sequences`` sequences. The weight matmuls and the
+    attention are different kernels, run one after the other: each takes the longer of its
+    bytes over the bandwidth and its FLOPs over the compute (a roofline per kernel class)."""
 
     sequences: int
     step_seconds: float
-    memory_seconds: float  # weights once + every sequence's KV, over the bandwidth, + fixed
-    compute_seconds: float | None  # sequences x FLOPs per token / usable FLOP/s
+    weights_seconds: float  # the weights read once, over the calibrated bandwidth
+    kv_seconds: float  # every sequence's attended KV
+    matmul_seconds: float | None  # sequences x matmul FLOPs over the usable peak
+    attention_seconds: float | None  # sequences x attention FLOPs
+    fixed_seconds: float  # per-layer launch costs ([decode])
     weights_read_bytes: int
     kv_read_bytes: int
 
@@ -172,28 +179,36 @@ class BatchedStep:
         return self.sequences / self.step_seconds
 
     @property
+    def memory_seconds(self) -> float:
+        return self.weights_seconds + self.kv_seconds
+
+    @property
     def bound(self) -> str:
-        if self.compute_seconds is not None and self.compute_seconds > self.memory_seconds:
-            return "compute"
-        return "memory"
+        """"compute" once a kernel class's FLOPs take longer than its bytes."""
+        mm, at = self.matmul_seconds or 0.0, self.attention_seconds or 0.0
+        return "compute" if mm > self.weights_seconds or at > self.kv_seconds else "memory"
 
     def to_dict(self) -> dict[str, Any]:
         return {"sequences": self.sequences, "step_seconds": self.step_seconds,
                 "per_sequence_tps": self.per_sequence_tps, "aggregate_tps": self.aggregate_tps,
-                "memory_seconds": self.memory_seconds, "compute_seconds": self.compute_seconds,
-                "bound": self.bound, "weights_read_bytes": self.weights_read_bytes,
+                "weights_seconds": self.weights_seconds, "kv_seconds": self.kv_seconds,
+                "matmul_seconds": self.matmul_seconds,
+                "attention_seconds": self.attention_seconds,
+                "fixed_seconds": self.fixed_seconds, "bound": self.bound,
+                "weights_read_bytes": self.weights_read_bytes,
                 "kv_read_bytes": self.kv_read_bytes}
 
 
 def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                  cal: Calibration, machine_name: str, sequences: int, *,
                  compute: ChipCompute | None = None) -> BatchedStep:
-    """One decode step of ``sequences`` sequences at the run's context: the longer of memory
-    time (weights once - a MoE layer reads the union of the experts the batch routes to,
-    uniform routing assumed - plus every sequence's attended KV, at fit's decode constants)
-    and compute time (``compute_seconds``, with the chip's ``compute``; without it memory
-    alone); plus the per-layer fixed costs. One sequence is fit's decode estimate whenever
-    it is memory-bound (``speed.predicted_decode_seconds``)."""
+    """One decode step of ``sequences`` sequences at the run's context:
+    max(weights read once, matmul FLOPs) + max(every sequence's attended KV, attention FLOPs)
+    + the per-layer fixed costs. Bytes at fit's decode constants (a MoE layer reads the union
+    of the experts the batch routes to, uniform routing assumed); FLOPs by
+    ``compute_seconds`` with the chip's ``compute`` (without it, bytes alone). Aggregate tok/s
+    rises with the batch and saturates where the matmuls become compute-bound. One sequence
+    is fit's decode estimate whenever it is memory-bound (``speed.predicted_decode_seconds``)."""
     dec = cal.decode
     fused, ultra = decode_factors(cal, run.backend, machine_name)
     read = weights_read_term(cfg, w).bytes
@@ -202,9 +217,13 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
         one = cfg.top_k / cfg.num_experts
         union = 1 - (1 - one) ** sequences
         read += int(w.expert_bytes * (union - one))
-    mem = read_seconds(read + sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
+    w_s = read_seconds(read, bandwidth_gbs, dec, ultra=ultra)
+    kv_s = read_seconds(sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
     comp = compute_seconds(cfg, run, w, compute, cal, sequences)
+    mm, at = comp if comp is not None else (None, None)
     fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec)
-    return BatchedStep(sequences=sequences, step_seconds=max(mem, comp or 0.0) + fixed,
-                       memory_seconds=mem, compute_seconds=comp, weights_read_bytes=read,
+    step = max(w_s, mm or 0.0) + max(kv_s, at or 0.0) + fixed
+    return BatchedStep(sequences=sequences, step_seconds=step, weights_seconds=w_s,
+                       kv_seconds=kv_s, matmul_seconds=mm, attention_seconds=at,
+                       fixed_seconds=fixed, weights_read_bytes=read,
                        kv_read_bytes=sequences * kr.bytes)

@@ -263,3 +263,12 @@ def test_fit_warns_that_a_served_draft_model_has_no_byte_cap():
                    draft_model="mlx-community/Qwen3-4B-Instruct-2507-4bit")
     assert any("never applies --prompt-cache-bytes" in w for w in r.warnings)
     assert r.serving["batched"] is False
+
+
+def test_plan_for_a_model_the_server_cannot_batch():
+    """Llama 4's chunked attention (ChunkedKVCache) has no merge(): one request at a time."""
+    p = mlxfit.serve_plan("mlx-community/Llama-4-Scout-17B-16E-Instruct-4bit", 16384,
+                          machine="M4 Max 128GB", users=4)
+    assert not p.batched and p.concurrency == 1 and p.prompt_cache_bytes is None
+    assert "--prompt-cache-bytes" not in p.command
+    assert "one request at a time" in p.warnings[0]

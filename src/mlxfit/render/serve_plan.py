@@ -66,14 +66,16 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
                       f"[bold]{_tps(p.aggregate_tps)} tok/s[/] in all, "
                       f"{_tps(p.per_user_tps)} tok/s per user")
         if p.ttft_seconds is not None:
-            console.print(f"time to first token: "
-                          f"{p.ttft_seconds:,.1f} s for a lone {p.ctx:,}-token prompt, "
-                          f"{p.ttft_batch_seconds:,.1f} s when "
-                          f"{min(p.concurrency, 8)} arrive together")
-        console.print(f"prompt cache: {p.prompt_cache_size} cached prompt(s) of up to "
-                      f"{gb(p.bytes_per_cached_prompt)} each (--prompt-cache-size); "
-                      f"--prompt-cache-bytes {p.prompt_cache_bytes:,} = (cached + concurrent) "
-                      "x one cache, as the server counts it")
+            together = (f", {p.ttft_batch_seconds:,.1f} s when {min(p.concurrency, 8)} arrive "
+                        "together" if p.concurrency > 1 else "")
+            console.print(f"time to first token: {p.ttft_seconds:,.1f} s for a lone "
+                          f"{p.ctx:,}-token prompt{together}")
+        cache = (f"prompt cache: {p.prompt_cache_size} cached prompt(s) of up to "
+                 f"{gb(p.bytes_per_cached_prompt)} each (--prompt-cache-size)")
+        if p.prompt_cache_bytes is not None:
+            cache += (f"; --prompt-cache-bytes {p.prompt_cache_bytes:,} = (cached + "
+                      "concurrent) x one cache, as the server counts it")
+        console.print(cache)
         console.print("\n[bold]launch:[/]")
         console.print(f"  $ {p.command}", soft_wrap=True, markup=False)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)

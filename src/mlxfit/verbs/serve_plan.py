@@ -70,7 +70,9 @@ class ServePlan:
     batched: bool  # whether mlx_lm.server would batch this model at all
     result: FitResult | None  # fit_served at the plan
     prompt_cache_size: int
-    prompt_cache_bytes: int  # the --prompt-cache-bytes given on the command line
+    # The --prompt-cache-bytes of the command line (None when the server serves one request at
+    # a time: it never applies the byte cap there)
+    prompt_cache_bytes: int | None
     bytes_per_cached_prompt: int
     aggregate_tps: float | None
     per_user_tps: float | None
@@ -152,7 +154,7 @@ def serve_plan(
         if k == 0:
             warnings.append(f"no room for cached prompts at {n} concurrent requests: each costs "
                             f"{per / 1e9:.2f} GB; plan fewer requests to keep some")
-        if users and n < users:
+        if users and n < users and batched:
             warnings.append(f"--users {users} does not fit at {ctx:,} tokens: {n} do")
     elif n_max == 0:
         warnings.append(f"not even one {ctx:,}-token request fits on {m.name}")
@@ -185,7 +187,8 @@ def serve_plan(
     return ServePlan(
         model=inputs.name, machine_name=m.name, usable_bytes=m.usable_bytes, ctx=ctx,
         users=users, concurrency=n, max_concurrency=n_table, batched=batched, result=r,
-        prompt_cache_size=k, prompt_cache_bytes=cap, bytes_per_cached_prompt=per,
+        prompt_cache_size=k, prompt_cache_bytes=cap if batched and n else None,
+        bytes_per_cached_prompt=per,
         aggregate_tps=plan_row.aggregate_tps if plan_row else None,
         per_user_tps=plan_row.per_user_tps if plan_row else None,
         ttft_seconds=ttft, ttft_batch_seconds=ttft_b, command=command, rows=tuple(rows),

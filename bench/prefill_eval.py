@@ -16,7 +16,7 @@ from functools import cache
 
 import numpy as np
 
-from mlxfit.estimate.compute import chunk_flops, format_efficiency, predicted_ttft
+from mlxfit.estimate.compute import chunk_flops, format_efficiency, predicted_ttft, prefill_layers
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.model.inputs import MatmulParams, WeightsRead
@@ -29,7 +29,7 @@ from mlxfit.verbs.edges import compute_for
 FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4": (0.05, 1.5),
        "eff_affine5": (0.05, 1.5), "eff_affine6": (0.05, 1.5), "eff_affine8": (0.05, 1.5),
        "expert_eff": (0.02, 2.0), "neural_accel_eff": (0.05, 2.0), "attn_eff": (0.05, 2.0),
-       "attn_unfused_eff": (0.01, 2.0), "scan_eff": (0.001, 2.0),
+       "attn_unfused_eff": (0.01, 2.0), "score_passes": (0.0, 12.0), "scan_eff": (0.001, 2.0),
        "per_layer_chunk_s": (0.0, 0.05), "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5)}
 # A constant the fit can learn only from one source (the M3 Ultra is guruswami's alone): held at
 # its full-data value when that source is left out, like decode's ultra_eta.
@@ -72,7 +72,8 @@ def features(c, model, row: dict, cal) -> dict | None:
     s = run.schedule()
     fused = cal.backend("metal").fused_prefill_head_dims
     _, _, n = s.chunks()
-    tot = {"dense": 0.0, "experts": 0.0, "attn_fused": 0.0, "attn_unfused": 0.0, "scan": 0.0}
+    tot = {"dense": 0.0, "experts": 0.0, "attn_fused": 0.0, "attn_unfused": 0.0, "scan": 0.0,
+           "score_bytes": 0.0}
     for i in range(1, n + 1):
         f = chunk_flops(model.cfg, w.params, run, i, fused_prefill=fused)
         for k in tot:
@@ -81,9 +82,11 @@ def features(c, model, row: dict, cal) -> dict | None:
                   - w.lookup_bytes)
     step, _ = predicted_decode_seconds(model.cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        m.bandwidth_gbs, cal, m.name)
-    return {**tot, "chunks": n, "layers": max(model.cfg.num_layers - 1, 0),
-            "moe_layers": sum(1 for ly in model.cfg.layers[:-1] if ly.moe),
+    k = prefill_layers(model.cfg)
+    return {**tot, "chunks": n, "layers": k,
+            "moe_layers": sum(1 for ly in model.cfg.layers[:k] if ly.moe),
             "read_s": chunk_read / (cal.decode.eta * m.bandwidth_gbs * 1e9), "step": step,
+            "stream": cal.decode.eta * m.bandwidth_gbs * 1e9,
             "fmt": w.params.fmt, "T": chip.matmul_flops, "A": chip.gpu_flops,
             "na": chip.neural_accel, "ultra": chip.ultra, "P": s.prompt}
 
@@ -97,6 +100,7 @@ def seconds(f: dict, x: dict) -> float:
     return ((f["dense"] / eff + f["experts"] / (eff * x["expert_eff"])) / tensor
             + f["attn_fused"] / (x["attn_eff"] * tensor)
             + f["attn_unfused"] / (x["attn_unfused_eff"] * tensor)
+            + f["score_bytes"] * x["score_passes"] / f["stream"]
             + f["scan"] / (x["scan_eff"] * alu)
             + f["chunks"] * (f["read_s"] + x["per_layer_chunk_s"] * f["layers"]
                              + x["per_moe_layer_chunk_s"] * f["moe_layers"]) + f["step"])
@@ -178,7 +182,7 @@ def report(cases, rows_by_idx, cal, load_model, lm_fit, sources) -> tuple[list[s
           "|---|---|---|---|"]
     for fam in sorted(insample) + ["ALL"]:
         pick = (lambda g: [e for v in g.values() for e in v]) if fam == "ALL" \
-            else (lambda g: g.get(fam, []))
+            else (lambda g, fam=fam: g.get(fam, []))
         L.append(f"| {fam} | {stats(pick(insample))} | {stats(pick(current))} | "
                  f"{stats(pick(loso))} |")
     by_src = by(lambda c: c.source, lambda c, f: tps(f, full))

@@ -74,6 +74,7 @@ class Prefill:
     neural_accel_eff: float  # M5 Neural Accelerators: fraction of their peak, on top of eff_*
     attn_eff: float  # fused causal SDPA: fraction of the shader-ALU peak
     attn_unfused_eff: float  # scores materialized (head dims without a fused kernel, masks)
+    score_passes: float  # times a materialized score array crosses memory (write, softmax, read)
     scan_eff: float  # gated-delta / SSM scans
     per_layer_chunk_s: float  # fixed cost per computed layer per chunk
     per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk

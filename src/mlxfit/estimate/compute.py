@@ -3,17 +3,19 @@ token and prompt tok/s (what ``mlx_lm.generate`` prints as "Prompt: N tokens, X 
 
 mlx-lm's generate_step runs the first P-1 prompt tokens in chunks of ``prefill_step_size``
 (cache_sim.Schedule), evaluating only the caches after each chunk: MLX never computes the last
-layer's attention or MLP there, nor the logits. The last prompt token goes through the first
+layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last prompt token goes through the first
 decode step, and stream_generate's prompt time ends when that step's token exists, so
 prompt tok/s = P / (sum of the chunks + the first decode step) = P / TTFT.
 
 Per chunk of L tokens (constants: calibration.toml [prefill]):
   matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)
-             x L x (layers-1)/layers, over eff_<format> x the matmul peak
+             x L x the share of layers computed (prefill_layers), over eff_<format> x peak
   attention  2 x q_heads x (k_dim + v_dim) x (query, key) pairs: causal (fused SDPA, "causal"
              mask: L x offset + L(L+1)/2), or the whole L x keys rectangle (an array mask, a
              window, or unfused scores). MLA adds the per-chunk rebuild of K and V from the
              latent for every key: 2 x keys x heads x kv_lora_rank x (qk_nope + v_head)
+             unfused scores are also memory traffic: score_passes x q_heads x pairs x dtype
+             bytes over the bandwidth
   scans      SCAN_FLOPS x recurrent-state elements x L per gated-delta / SSM layer
   + the weights read once per chunk over the bandwidth, + per_layer_chunk_s per layer
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxfit.calibration.constants import Calibration, Prefill
-from mlxfit.estimate.memory import Run, attn_groups
+from mlxfit.estimate.memory import Run, _as_run_sees
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.config import Attn, ModelConfig
 from mlxfit.model.inputs import MatmulParams, WeightsRead
@@ -88,6 +90,7 @@ class ChunkFlops:
     attn_fused: float = 0.0
     attn_unfused: float = 0.0  # materialized scores, MLA's pe_scores and K/V rebuild
     scan: float = 0.0
+    score_bytes: float = 0.0  # materialized score arrays (unfused attention): memory traffic
 
     @property
     def total(self) -> float:
@@ -96,38 +99,64 @@ class ChunkFlops:
     def __add__(self, o: ChunkFlops) -> ChunkFlops:
         return ChunkFlops(self.dense + o.dense, self.experts + o.experts,
                           self.attn_fused + o.attn_fused, self.attn_unfused + o.attn_unfused,
-                          self.scan + o.scan)
+                          self.scan + o.scan, self.score_bytes + o.score_bytes)
+
+
+def prefill_layers(cfg: ModelConfig) -> int:
+    """Layers a prefill chunk computes in full: those before the last layer that owns a cache.
+    mlx-lm evaluates only the caches, so the last owner computes just its K/V (or state) and
+    the layers after it - the output head, KV-shared layers (Gemma 3n/4 read earlier layers'
+    caches and own none) - are never computed."""
+    for i in range(len(cfg.layers) - 1, -1, -1):
+        ly = cfg.layers[i]
+        if ly.state_bytes or (ly.attn is not None and ly.attn.cache != "shared"):
+            return i
+    return 0
 
 
 def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool = True
                             ) -> tuple[float, float]:
     """(dense, routed-expert) parameters one token multiplies. The input embedding and
     per-layer lookup tables are row gathers; a prefill chunk computes neither the output head
-    nor the last layer (its K/V projections are all the cache needs)."""
+    nor the layers from the last cache owner on (``prefill_layers``)."""
     dense = p.total - p.experts - p.embedding - p.lm_head - p.lookup
     routed = p.experts * cfg.top_k / cfg.num_experts if cfg.is_moe and p.experts else 0.0
     if not prefill:
         head = p.lm_head or p.embedding  # tied: the embedding table is the head
         return dense + head, routed
-    layers = max(cfg.num_layers, 1)
-    dense *= (layers - 1) / layers
+    n = prefill_layers(cfg)
+    dense *= n / max(cfg.num_layers, 1)
     moe = cfg.moe_layers
-    if moe and cfg.layers and cfg.layers[-1].moe:
-        routed *= (moe - 1) / moe
+    if moe:
+        routed *= sum(1 for ly in cfg.layers[:n] if ly.moe) / moe
     return dense, routed
 
 
+def prefill_attn_groups(cfg: ModelConfig, run: Run) -> list[tuple[Attn, int]]:
+    """Attention layouts a prefill chunk computes (layers before ``prefill_layers``), with
+    their counts, as the run sees them (--max-kv-size)."""
+    counts: dict[Attn, int] = {}
+    for ly in cfg.layers[:prefill_layers(cfg)]:
+        if ly.attn is not None:
+            a = _as_run_sees(ly.attn, cfg, run)
+            counts[a] = counts.get(a, 0) + 1
+    return list(counts.items())
+
+
 def _attn_flops(a: Attn, count: int, size: int, offset: int, keys: int, *, fused: bool,
-                causal: bool) -> ChunkFlops:
+                causal: bool, act_bytes: int) -> ChunkFlops:
     if a.mla is not None:
         m = a.mla
         pairs = size * keys  # pe_scores is an array mask: the whole rectangle
         attn = 2.0 * m.heads * pairs * (m.qk_nope + m.qk_rope + m.v_head)
         rebuild = 2.0 * keys * m.heads * m.kv_lora_rank * (m.qk_nope + m.v_head)
-        return ChunkFlops(attn_unfused=count * (attn + rebuild))
+        return ChunkFlops(attn_unfused=count * (attn + rebuild),
+                          score_bytes=count * m.heads * pairs * act_bytes)
     pairs = size * offset + size * (size + 1) / 2 if causal else size * keys
     flops = count * 2.0 * a.q_heads * pairs * (a.k_dim + a.v_dim)
-    return ChunkFlops(attn_fused=flops) if fused else ChunkFlops(attn_unfused=flops)
+    if fused:
+        return ChunkFlops(attn_fused=flops)
+    return ChunkFlops(attn_unfused=flops, score_bytes=count * a.q_heads * pairs * act_bytes)
 
 
 def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
@@ -140,7 +169,7 @@ def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
     dense, routed = matmul_params_per_token(cfg, p)
     out = ChunkFlops(dense=2.0 * dense * c.size, experts=2.0 * routed * c.size)
     quant = s.kv_quantized_during(n, run.kv_bits, run.quantized_kv_start)
-    for a, count in attn_groups(cfg, run, prefill_compute=True):
+    for a, count in prefill_attn_groups(cfg, run):
         if a.cache == "shared":
             keys = c.offset_after  # reads another layer's cache: every token so far
         else:
@@ -148,8 +177,9 @@ def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
         fused = (a.head_dim in fused_prefill and not cfg.scores_always and not quant)
         causal = fused and a.cache in ("full", "shared") and a.mla is None
         out = out + _attn_flops(a, count, c.size, c.offset_before, keys, fused=fused,
-                                causal=causal)
-    state = sum(ly.state_bytes for ly in cfg.layers[:-1] if ly.state_kind in ("linear", "mamba"))
+                                causal=causal, act_bytes=cfg.act_bytes)
+    state = sum(ly.state_bytes for ly in cfg.layers[:prefill_layers(cfg)]
+                if ly.state_kind in ("linear", "mamba"))
     out = out + ChunkFlops(scan=SCAN_FLOPS * state / STATE_ELEMENT_BYTES * c.size)
     return out
 
@@ -171,12 +201,16 @@ def format_efficiency(cal: Prefill, fmt: str) -> float:
 
 
 def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
-                read_s: float, layers: int, moe_layers: int = 0) -> tuple[float, float]:
+                read_s: float, layers: int, moe_layers: int = 0, stream_bps: float = 0.0
+                ) -> tuple[float, float]:
     """One chunk's (attention seconds, everything else): its FLOPs over each kernel's share of
-    the peak, plus the weights read once and the per-layer fixed costs."""
+    the peak, the score arrays moved ``score_passes`` times at ``stream_bps`` (bytes/s), the
+    weights read once and the per-layer fixed costs."""
     eff = format_efficiency(cal, fmt)
     tensor = chip.tensor_peak(cal)
     attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
+    if stream_bps:
+        attn += f.score_bytes * cal.score_passes / stream_bps
     rest = ((f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor
             + f.scan / (cal.scan_eff * chip.alu_peak(cal))
             + read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
@@ -210,16 +244,17 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     # A chunk of hundreds of tokens routes to (nearly) every expert: all weights are read once.
     chunk_read = (w.total_bytes - (0 if w.tied_embeddings else w.embedding_bytes)
                   - w.lookup_bytes)
-    read_s = chunk_read / (cal.decode.eta * bandwidth_gbs * 1e9)
-    layers = max(cfg.num_layers - 1, 0)
-    moe_layers = sum(1 for ly in cfg.layers[:-1] if ly.moe)
-    attn_layers = max(sum(n for _, n in attn_groups(cfg, run, prefill_compute=True)), 1)
+    stream = cal.decode.eta * bandwidth_gbs * 1e9
+    read_s = chunk_read / stream
+    layers = prefill_layers(cfg)
+    moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
+    attn_layers = max(sum(n for _, n in prefill_attn_groups(cfg, run)), 1)
     total = ChunkFlops()
     secs = largest = layer = 0.0
     _, _, n_chunks = s.chunks()
     for n in range(1, n_chunks + 1):
         f = chunk_flops(cfg, w.params, run, n, fused_prefill=fused)
-        attn, rest = chunk_parts(f, chip, pc, w.params.fmt, read_s, layers, moe_layers)
+        attn, rest = chunk_parts(f, chip, pc, w.params.fmt, read_s, layers, moe_layers, stream)
         secs += attn + rest
         largest = max(largest, attn + rest)
         layer = max(layer, attn / attn_layers + rest / max(layers, 1))
@@ -236,7 +271,8 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         TimeTerm("prefill_attention_flops", total.attn_fused + total.attn_unfused,
                  "2 x q_heads x (k_dim + v_dim) x (query, key) pairs per chunk (causal when "
                  "fused; MLA: + K/V rebuilt from the latent per chunk)",
-                 {"fused": total.attn_fused, "unfused": total.attn_unfused}),
+                 {"fused": total.attn_fused, "unfused": total.attn_unfused,
+                  "score_bytes_moved": total.score_bytes * pc.score_passes}),
         TimeTerm("prefill_scan_flops", total.scan,
                  f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens"),
         TimeTerm("prefill_seconds", secs,

@@ -66,8 +66,8 @@ def term_to_json(t: Term) -> dict[str, Any]:
 
 def time_term_to_json(t: Any) -> dict[str, Any]:
     """A time term (estimate.compute.TimeTerm) as every "prefill_terms" list gives it: name,
-    seconds, formula, inputs."""
-    return rounded({"name": t.name, "seconds": t.seconds, "formula": t.formula,
+    value (seconds), formula, inputs."""
+    return rounded({"name": t.name, "value": t.seconds, "formula": t.formula,
                     "inputs": dict(t.inputs)})
 
 

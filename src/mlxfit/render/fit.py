@@ -60,8 +60,8 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "peak_phase": r.peak_phase,
         "terms": [term_to_json(t) for t in r.terms],
         "speed_terms": [term_to_json(t) for t in r.speed_terms],
-        "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
         "weights": r.weights_detail,
+        "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
         "command": r.serving.get("command"),
@@ -191,9 +191,9 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{sv['num_draft_tokens']} draft tokens per step")
     bd = sv.get("batched_decode")
     if bd:
-        console.print(f"batched decode (memory-bound estimate, an upper bound): "
+        console.print(f"batched decode ({bd['bound']}-bound at {bd['sequences']} sequences): "
                       f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
-                      f"{bd['aggregate_tps']:,.1f} tok/s in all ({bd['sequences']} sequences)")
+                      f"{bd['aggregate_tps']:,.1f} tok/s in all")
     if sv.get("command"):
         console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
 

@@ -166,7 +166,8 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     extra_warn: list[str] = []
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
         info["batched_decode"] = batched_decode(
-            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences)
+            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences,
+            compute=compute_for(m))
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
                           "depends on how many draft tokens are accepted")

@@ -5,15 +5,21 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 from rich.console import Console
 from st_helpers import runner
 
 import mlxfit
+from mlxfit.calibration.load import load_calibration
 from mlxfit.cli.app import app
+from mlxfit.hardware.resolve import resolve_machine
+from mlxfit.model.inputs import model_inputs
 from mlxfit.render.chart import render_terminal, svg
+from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.advise import Option
+from mlxfit.verbs.measure.twin import predict_prefill
 
 Q8B = "mlx-community/Qwen3-8B-4bit"
 Q32B = "mlx-community/Qwen3-32B-4bit"
@@ -122,3 +128,14 @@ def test_chart_renderers_draw_ttft():
     con = Console(record=True, width=100)
     render_terminal(r.chart, con)
     assert "TTFT s" in con.export_text()
+
+
+def test_measure_predicts_the_chunked_prefill_with_the_same_model(q8b_fit):
+    """measure times the P-1 chunked tokens alone: its prediction is fit's prefill_seconds."""
+    inputs = model_inputs(resolve_model(Q8B))
+    m = resolve_machine(M4MAX)
+    run = q8b_fit.run
+    secs = next(t.seconds for t in q8b_fit.prefill_terms if t.name == "prefill_seconds")
+    got = predict_prefill(inputs, run, load_calibration(), m)
+    assert got == pytest.approx(run.schedule().prefill_tokens / secs, rel=1e-12)
+    assert predict_prefill(inputs, replace(run, backend="cpu"), load_calibration(), m) is None

@@ -1,0 +1,133 @@
+"""Tiny real HF checkpoints for the converter checks (tests/test_quantize.py): a family's
+mlx-lm module builds the parameter list, ``to_hf`` undoes its sanitize (experts unstacked,
+kv_b_proj joined, towers and MTP layers added), and the real mlx_lm.convert runs on it."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+import struct
+from pathlib import Path
+from typing import Any
+
+FP8 = "F8_E4M3"
+
+
+def mlx_params(config: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """name -> shape of the family's mlx-lm model (nothing evaluated)."""
+    from mlx.utils import tree_flatten  # heavy, optional: only the converter tests
+    from mlx_lm.utils import _get_classes  # heavy, optional: only the converter tests
+
+    model_cls, args_cls = _get_classes(config)
+    model = model_cls(args_cls.from_dict(config))
+    return {k: tuple(v.shape) for k, v in tree_flatten(model.parameters())}
+
+
+def _unstack(params, pattern, name):
+    out = {}
+    for k, shape in params.items():
+        m = re.fullmatch(pattern, k)
+        if m is None:
+            out[k] = shape
+            continue
+        for e in range(shape[0]):
+            out[name(m, e)] = shape[1:]
+    return out
+
+
+MIXTRAL = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
+
+
+def to_hf(family: str, config: dict[str, Any], params: dict[str, tuple[int, ...]]) -> dict:
+    """The HF checkpoint layout: name -> (dtype, shape)."""
+    p = dict(params)
+    if family in ("qwen3_moe", "qwen3_next", "deepseek_v3"):
+        p = _unstack(p, r"(.+\.mlp)\.switch_mlp\.(\w+)\.weight",
+                     lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
+    if family == "mixtral":
+        p = _unstack(p, r"(.+\.block_sparse_moe)\.switch_mlp\.(\w+)\.weight",
+                     lambda m, e: f"{m[1]}.experts.{e}.{MIXTRAL[m[2]]}.weight")
+    if family == "nemotron_h":
+        p = _unstack(p, r"(.+\.mixer)\.switch_mlp\.(fc1|fc2)\.weight",
+                     lambda m, e: f"{m[1]}.experts.{e}.{'up_proj' if m[2] == 'fc1' else 'down_proj'}.weight")
+    dt = {k: "BF16" for k in p}
+    if family == "deepseek_v3":
+        h, nope, v = (config["num_attention_heads"], config["qk_nope_head_dim"],
+                      config["v_head_dim"])
+        for k in [k for k in p if k.endswith("embed_q.weight") and "unembed" not in k]:
+            pre = k[: -len("embed_q.weight")]
+            rank = p.pop(k)[1]
+            p.pop(pre + "unembed_out.weight")
+            dt.pop(k)
+            dt.pop(pre + "unembed_out.weight")
+            p[pre + "kv_b_proj.weight"] = (h * (nope + v), rank)
+            dt[pre + "kv_b_proj.weight"] = "BF16"
+        # FP8 with 128x128 block scales, as DeepSeek-V3 ships: every Linear of the experts
+        for k in [k for k in p if ".experts." in k or k.endswith("q_a_proj.weight")]:
+            rows, cols = p[k]
+            dt[k] = FP8
+            p[k + "_scale_inv"] = (-(-rows // 128), -(-cols // 128))
+            dt[k + "_scale_inv"] = "F32"
+        for k in [k for k in p if "e_score_correction_bias" in k]:
+            dt[k] = "F32"
+    if family in ("llama", "deepseek_v3"):
+        for k in [k for k in p if k.endswith("self_attn.o_proj.weight")]:
+            name = k.replace("o_proj.weight", "rotary_emb.inv_freq")
+            p[name], dt[name] = (8,), "F32"
+    if family in ("nemotron_h", "qwen3_next"):
+        for k in [k for k in p if "conv1d.weight" in k]:  # HF stores (C, 1, K)
+            c, kk, one = p[k]
+            p[k] = (c, one, kk)
+        mtp = "mtp.layers.0.fc.weight" if family == "nemotron_h" else "mtp.fc.weight"
+        p[mtp], dt[mtp] = (config["hidden_size"], 2 * config["hidden_size"]), "BF16"
+    if family == "mistral3":
+        p = {("model.language_model." + k.removeprefix("language_model.model.")
+              if k.startswith("language_model.model.") else
+              k.removeprefix("language_model.")): s for k, s in p.items()}
+        dt = {k: "BF16" for k in p}
+        for k, s in {"model.vision_tower.patch_conv.weight": (64, 3, 4, 4),
+                     "model.vision_tower.transformer.layers.0.attention.q_proj.weight": (64, 64),
+                     "model.multi_modal_projector.linear_1.weight": (64, 64)}.items():
+            p[k], dt[k] = s, "BF16"
+    return {k: (dt[k], p[k]) for k in p}
+
+
+def write_checkpoint(folder: Path, config: dict[str, Any], layout: dict) -> Path:
+    """config.json, a word-level tokenizer and one model.safetensors of zeros."""
+    from tokenizers import Tokenizer, models  # heavy, optional: only the converter tests
+    from transformers import PreTrainedTokenizerFast  # heavy, optional: as above
+
+    from mlxfit.model.tensors import DTYPE_BYTES
+
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    tok = Tokenizer(models.WordLevel({"<unk>": 0, "a": 1}, unk_token="<unk>"))
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>").save_pretrained(folder)
+    header: dict[str, Any] = {}
+    off = 0
+    for name, (dtype, shape) in layout.items():
+        n = DTYPE_BYTES[dtype]
+        for d in shape:
+            n *= d
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + n]}
+        off += n
+    raw = json.dumps(header).encode()
+    with open(folder / "model.safetensors", "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        f.write(bytes(off))
+    return folder
+
+
+def run_convert(src: Path, dst: Path, **kw: Any) -> str:
+    """The real mlx_lm.convert on the CPU; its printed output (bits per weight)."""
+    import mlx.core as mx  # heavy, optional: only the converter tests
+    from mlx_lm.convert import convert  # heavy, optional: as above
+
+    mx.set_default_device(mx.cpu)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        convert(str(src), str(dst), quantize=True, **kw)
+    return out.getvalue()

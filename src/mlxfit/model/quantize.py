@@ -39,9 +39,10 @@ class QuantRecipe:
     mode: str = "affine"
     predicate: str | None = None  # a mixed recipe
     dtype: str | None = None
+    quantize: bool = True  # False: `--dtype` alone, a cast without -q
 
     def command(self, model: str) -> str:
-        parts = ["mlx_lm.convert", "--hf-path", model, "-q"]
+        parts = ["mlx_lm.convert", "--hf-path", model] + (["-q"] if self.quantize else [])
         if self.bits is not None:
             parts += ["--q-bits", str(self.bits)]
         if self.group_size is not None:
@@ -57,12 +58,32 @@ class QuantRecipe:
     @property
     def label(self) -> str:
         """Short name for a column: "4bit", "mixed_3_6", "mxfp4", "4bit-g32"."""
+        if not self.quantize:
+            return self.dtype or "float"
         if self.predicate:
             return self.predicate
         group, bits = resolved(self)
         if self.mode != "affine":
             return self.mode
         return f"{bits}bit" + ("" if group == 64 else f"-g{group}")
+
+
+def recipe_from_label(label: str, *, group_size: int | None = None,
+                      dtype: str | None = None) -> QuantRecipe:
+    """One --quants entry: "4" or "4bit" (affine bits), "mixed_3_6", "mxfp4", "nvfp4", "mxfp8"."""
+    s = label.strip().lower()
+    if s in RECIPES:
+        r = QuantRecipe(group_size=group_size, predicate=s, dtype=dtype)
+    elif s in MODE_DEFAULTS and s != "affine":
+        r = QuantRecipe(mode=s, dtype=dtype)
+    elif s.removesuffix("bit").removesuffix("-").isdigit():
+        r = QuantRecipe(bits=int(s.removesuffix("bit").removesuffix("-")), group_size=group_size,
+                        dtype=dtype)
+    else:
+        raise UsageError(f"quants: {label!r} is not a quantization (give bits such as 4, "
+                         f"a recipe {', '.join(RECIPES)}, or mxfp4, nvfp4, mxfp8)", param="quants")
+    check_recipe(r)
+    return r
 
 
 def resolved(r: QuantRecipe) -> tuple[int, int]:
@@ -244,7 +265,8 @@ def plan_conversion(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: 
                     family: str, recipe: QuantRecipe) -> QuantizationPlan:
     """The tensors, config entries and bytes ``mlx_lm.convert -q`` writes for this checkpoint."""
     check_recipe(recipe)
-    refuse_quantized(config, tensors)
+    if recipe.quantize:
+        refuse_quantized(config, tensors)
     group, bits = resolved(recipe)
     mode = recipe.mode
     ts, rules = sanitized(tensors, config, family)
@@ -254,7 +276,8 @@ def plan_conversion(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: 
                   and not any(s in k for s in rules.keep_dtype) else v) for k, v in ts.items()}
 
     weights = {_module(k): v for k, v in ts.items() if k.endswith(".weight")}
-    candidates = [p for p, w in weights.items() if _quantizable(p, w, rules)]
+    candidates = ([p for p, w in weights.items() if _quantizable(p, w, rules)]
+                  if recipe.quantize else [])
     family_pred = dict(rules.predicate)
     recipe_pred = (_recipe_predicate(recipe.predicate, recipe.group_size, candidates,
                                      _n_layers(list(ts)))
@@ -299,7 +322,7 @@ def plan_conversion(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: 
     return QuantizationPlan(
         recipe=recipe, family=family, verified=rules.verified, mode=mode, bits=bits,
         group_size=group, dtype=dtype, tensors=tuple(out),
-        config={"quantization": qblock, "quantization_config": qblock},
+        config={"quantization": qblock, "quantization_config": qblock} if recipe.quantize else {},
         quantized_modules=len(done), float_modules=len(candidates) - len(done),
         weight_bytes=weight_bytes, total_parameters=n_params,
         bits_per_weight=weight_bytes * 8 / n_params if n_params else 0.0,

@@ -1,0 +1,181 @@
+"""mlx_lm.convert predicted from headers (mlxfit.model.quantize) against the real converter.
+
+Each family's tiny checkpoint is built in the test: mlx-lm's own module gives the parameter
+list, tests/convert_helpers.to_hf undoes its sanitize (experts unstacked, MLA's kv_b_proj
+joined and stored FP8 with weight_scale_inv, rotary buffers, MTP layers and a vision tower
+added). The real mlx_lm.convert (CPU) then writes the model, and every tensor's name, dtype and
+shape, the config's quantization block, the index's total_parameters, the bits per weight
+convert prints and the file size are compared with the prediction.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+from convert_helpers import mlx_params, run_convert, to_hf, write_checkpoint
+from st_helpers import (
+    DEEPSEEK_V3,
+    LLAMA64,
+    NEMOTRON_H,
+    QWEN3,
+    QWEN3_MOE,
+    QWEN3_NEXT,
+    invoke,
+)
+
+from mlxfit.errors import UsageError
+from mlxfit.model.families import mlx_lm_module
+from mlxfit.model.quantize import QuantRecipe, check_recipe, plan_conversion, recipe_from_label
+from mlxfit.sources.catalog import load_entry
+from mlxfit.sources.folder import _load_folder
+from mlxfit.sources.safetensors_header import read_headers
+
+BF16 = {"torch_dtype": "bfloat16"}
+FAMILIES = {
+    "llama": dict(LLAMA64, tie_word_embeddings=False, **BF16),
+    # 96-wide MLP: down_proj is left in float at group 64 but quantized at 32
+    "qwen3": dict(QWEN3, hidden_size=192, intermediate_size=96 * 4, **BF16),
+    "qwen3_moe": dict(QWEN3_MOE, **BF16),  # the 8-bit router predicate
+    "mixtral": {"model_type": "mixtral", "hidden_size": 256, "num_hidden_layers": 2,
+                "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "vocab_size": 2000,
+                "rms_norm_eps": 1e-5, "rope_theta": 1e6, **BF16},
+    "deepseek_v3": dict(DEEPSEEK_V3, **BF16),  # MLA, FP8 experts dequantized on convert
+    "qwen3_next": dict(QWEN3_NEXT, **BF16),  # hybrid: gated delta net, MTP dropped
+    "nemotron_h": dict(NEMOTRON_H, hybrid_override_pattern="M*ME", n_routed_experts=4,
+                       num_experts_per_tok=2, moe_intermediate_size=128,
+                       moe_shared_expert_intermediate_size=128, n_group=1, topk_group=1,
+                       n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=1.0, **BF16),
+    "mistral3": {"model_type": "mistral3", "vision_config": {"hidden_size": 64},
+                 "text_config": dict(LLAMA64, model_type="mistral", tie_word_embeddings=False),
+                 **BF16},  # a VLM wrapper: tower dropped, names under language_model.
+}
+RECIPES = {
+    "4bit": {}, "8bit": {"q_bits": 8}, "mixed_3_6": {"quant_predicate": "mixed_3_6"},
+    "mxfp4": {"q_mode": "mxfp4"}, "nvfp4": {"q_mode": "nvfp4"}, "mxfp8": {"q_mode": "mxfp8"},
+    "3bit-g32-f16": {"q_bits": 3, "q_group_size": 32, "dtype": "float16"},
+}
+
+
+def _recipe(kw: dict) -> QuantRecipe:
+    return QuantRecipe(bits=kw.get("q_bits"), group_size=kw.get("q_group_size"),
+                       mode=kw.get("q_mode", "affine"), predicate=kw.get("quant_predicate"),
+                       dtype=kw.get("dtype"))
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory):
+    pytest.importorskip("mlx_lm")
+    base = tmp_path_factory.mktemp("hf")
+    return {f: write_checkpoint(base / f, cfg, to_hf(f, cfg, mlx_params(cfg)))
+            for f, cfg in FAMILIES.items()}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_prediction_is_what_convert_writes(family, checkpoints, tmp_path):
+    """Every recipe on one family: 0 tensors differ, 0 bytes differ; the file size within the
+    stated uncertainty of the header's offset digits."""
+    src = _load_folder(checkpoints[family], family, "folder", None)
+    for label, kw in RECIPES.items():
+        dst = tmp_path / label
+        printed = run_convert(checkpoints[family], dst, **kw)
+        real = {t.name: t for t in read_headers([dst / "model.safetensors"])}
+        plan = plan_conversion(src.tensors, src.config, mlx_lm_module(src.config["model_type"]),
+                               _recipe(kw))
+        pred = {t.name: t for t in plan.tensors}
+        assert pred == real, (label, sorted(set(pred) ^ set(real))[:5])
+        assert plan.weight_bytes == sum(t.nbytes for t in real.values())
+        config = json.loads((dst / "config.json").read_text())
+        assert config["quantization"] == plan.config["quantization"], label
+        index = json.loads((dst / "model.safetensors.index.json").read_text())["metadata"]
+        assert index["total_parameters"] == plan.total_parameters, label
+        assert f"{plan.bits_per_weight:.3f} bits per weight" in printed, (label, printed)
+        size = (dst / "model.safetensors").stat().st_size
+        assert abs(size - plan.disk_bytes) <= plan.header_uncertainty_bytes, label
+
+
+def test_families_exercise_what_they_claim(checkpoints):
+    """The checkpoints hold what the comparison is about: FP8 with scales, per-expert tensors,
+    rotary buffers, MTP layers, a vision tower; and each converts to something else."""
+    def names(f):
+        return [t.name for t in _load_folder(checkpoints[f], f, "folder", None).tensors]
+    ds = _load_folder(checkpoints["deepseek_v3"], "d", "folder", None)
+    assert any(t.dtype == "F8_E4M3" for t in ds.tensors)
+    assert any(n.endswith("weight_scale_inv") for n in names("deepseek_v3"))
+    assert any(".experts.3." in n for n in names("qwen3_moe"))
+    assert any("rotary_emb.inv_freq" in n for n in names("llama"))
+    assert any(n.startswith("mtp.") for n in names("nemotron_h"))
+    assert any("vision_tower" in n for n in names("mistral3"))
+    plan = plan_conversion(ds.tensors, ds.config, "deepseek_v3", QuantRecipe())
+    assert not any(t.dtype.startswith("F8") for t in plan.tensors)
+    assert any(n.endswith("embed_q.scales") for n in (t.name for t in plan.tensors))
+
+
+PAIRS = [  # (bf16 catalog entry, its published mlx-community quantization, recipe)
+    ("mlx-community/Qwen3-8B-bf16", "mlx-community/Qwen3-8B-4bit", QuantRecipe(bits=4)),
+    ("mlx-community/Qwen3-8B-bf16", "mlx-community/Qwen3-8B-6bit", QuantRecipe(bits=6)),
+    ("mlx-community/Qwen3-0.6B-bf16", "mlx-community/Qwen3-0.6B-8bit", QuantRecipe(bits=8)),
+    ("mlx-community/Meta-Llama-3.1-8B-Instruct-bf16", "mlx-community/Llama-3.1-8B-Instruct-4bit",
+     QuantRecipe(bits=4)),
+]
+
+
+@pytest.mark.parametrize(("bf16", "quant", "recipe"), PAIRS)
+def test_real_dimensions_match_published_quantizations(bf16, quant, recipe):
+    """At real sizes: the bf16 catalog manifest converted on paper equals the manifest of the
+    published quantization, tensor for tensor."""
+    a, b = load_entry(bf16), load_entry(quant)
+    plan = plan_conversion(a.tensors, a.config, mlx_lm_module(a.config["model_type"]), recipe)
+    assert {t.name: t for t in plan.tensors} == {t.name: t for t in b.tensors}
+    assert plan.weight_bytes == b.total_bytes
+    assert plan.config["quantization"] == b.config["quantization"]
+
+
+@pytest.mark.parametrize(("kw", "words"), [
+    ({"mode": "mxfp4", "bits": 8}, "mxfp4 quantization requires 4 bits"),
+    ({"mode": "nvfp4", "group_size": 32}, "requires group size 16"),
+    ({"bits": 7}, "supports affine bits 1, 2, 3, 4, 5, 6, 8"),
+    ({"bits": 3, "group_size": 16}, "affine group sizes 32, 64, 128"),
+    ({"predicate": "mixed_3_6", "mode": "mxfp4"}, "only support affine"),
+    ({"predicate": "mixed_9_9"}, "must be one of mixed_2_6"),
+    ({"dtype": "float8"}, "must be one of float16"),
+])
+def test_invalid_combinations_refused(kw, words):
+    with pytest.raises(UsageError, match=re.escape(words)):
+        check_recipe(QuantRecipe(**kw))
+
+
+def test_quantized_source_and_recipe_without_down_proj_refused():
+    q = load_entry("mlx-community/Qwen3-8B-4bit")
+    with pytest.raises(UsageError, match="already MLX-quantized"):
+        plan_conversion(q.tensors, q.config, "qwen3", QuantRecipe())
+    a = load_entry("mlx-community/Qwen3-0.6B-bf16")
+    renamed = [t.__class__.of(t.name.replace("down_proj", "w2"), t.dtype, t.shape)
+               for t in a.tensors]
+    with pytest.raises(UsageError, match="no down_proj"):
+        plan_conversion(renamed, a.config, "qwen3", QuantRecipe(predicate="mixed_3_6"))
+
+
+def test_labels():
+    assert [recipe_from_label(s).label for s in ("4", "8bit", "mixed_3_6", "mxfp4")] == [
+        "4bit", "8bit", "mixed_3_6", "mxfp4"]
+    with pytest.raises(UsageError, match="not a quantization"):
+        recipe_from_label("q4_k_m")
+
+
+def test_cli_fit_sizes_the_conversion():
+    """The report names the command and sizes the converted weights; JSON carries the plan,
+    whose bytes are the fit's weights."""
+    res = invoke("fit", "mlx-community/Qwen3-8B-bf16", "--machine", "M4 Pro 24GB",
+                 "--q-bits", "4", "--json")
+    doc = json.loads(res.stdout)
+    plan = doc["quantization_plan"]
+    assert plan["command"] == "mlx_lm.convert --hf-path mlx-community/Qwen3-8B-bf16 -q --q-bits 4"
+    assert doc["weights_bytes"] == plan["weight_bytes"] == load_entry(
+        "mlx-community/Qwen3-8B-4bit").total_bytes
+    bad = invoke("fit", "mlx-community/Qwen3-8B-4bit", "--q-bits", "4", "--machine", "M4 Pro 24GB")
+    assert bad.exit_code == 2 and "already MLX-quantized" in bad.stderr
+    bad = invoke("fit", "mlx-community/Qwen3-8B-bf16", "--q-mode", "mxfp4", "--q-bits", "8")
+    assert bad.exit_code == 2 and "--q-bits 8: mxfp4" in bad.stderr

@@ -82,7 +82,10 @@ def recipe_from_label(label: str, *, group_size: int | None = None,
     else:
         raise UsageError(f"quants: {label!r} is not a quantization (give bits such as 4, "
                          f"a recipe {', '.join(RECIPES)}, or mxfp4, nvfp4, mxfp8)", param="quants")
-    check_recipe(r)
+    try:
+        check_recipe(r)
+    except UsageError as e:
+        raise UsageError(f"quants {label!r}: {e}", param="quants") from None
     return r
 
 

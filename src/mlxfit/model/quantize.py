@@ -319,9 +319,9 @@ def plan_conversion(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: 
     n_params = _leaf_parameters(ts)
     weight_bytes = sum(t.nbytes for t in out)
     header, spread, shards = _headers(out)
-    notes = () if rules.verified else (
-        f"{family}: mlx-lm's sanitize for this family is approximated by generic rules "
-        "(rotary buffers and towers dropped, experts stacked); not checked against mlx-lm",)
+    generic = (f"{family}: mlx-lm's sanitize for this family is approximated by generic rules "
+               "(rotary buffers and towers dropped, experts stacked); not checked against mlx-lm")
+    notes = () if rules.verified else (generic,)
     return QuantizationPlan(
         recipe=recipe, family=family, verified=rules.verified, mode=mode, bits=bits,
         group_size=group, dtype=dtype, tensors=tuple(out),
@@ -393,4 +393,4 @@ def float_dtype_bytes(plan: QuantizationPlan) -> int:
     return DTYPE_BYTES[plan.dtype] if plan.dtype else 2
 
 
-__all__ = ["QuantRecipe", "QuantizationPlan", "plan_conversion", "check_recipe", "Tensors"]
+__all__ = ["QuantRecipe", "QuantizationPlan", "Tensors", "check_recipe", "plan_conversion"]

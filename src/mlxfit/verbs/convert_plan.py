@@ -65,8 +65,9 @@ def converted_source(src: ModelSource, recipe: QuantRecipe,
     if plan.dtype is not None:
         config["torch_dtype"] = SAFETENSORS_TO_MLX[plan.dtype]
     cmd = recipe.command(model_ref or src.name)
-    notes = (f"sized as `{cmd}` would write it: {plan.weight_bytes / 1e9:,.2f} GB of weights, "
-             f"{plan.bits_per_weight:.3f} bits per weight",) + plan.notes + tuple(src.notes)
+    sized = (f"sized as `{cmd}` would write it: {plan.weight_bytes / 1e9:,.2f} GB of weights, "
+             f"{plan.bits_per_weight:.3f} bits per weight")
+    notes = (sized, *plan.notes, *src.notes)
     return replace(src, config=config, tensors=plan.tensors, files=(), notes=notes), plan
 
 

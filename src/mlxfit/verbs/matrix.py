@@ -22,13 +22,13 @@ from mlxfit.hardware.skus import SkuTable, load_sku_table
 from mlxfit.model.inputs import model_arrays
 from mlxfit.settings import DEFAULT_MACOS
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.convert_plan import quant_recipe, quant_recipes
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
     check_machine_params,
     vision_note,
 )
-from mlxfit.verbs.convert_plan import quant_recipe, quant_recipes
 from mlxfit.verbs.fit import fit_served, sized_source
 
 

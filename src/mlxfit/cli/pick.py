@@ -23,12 +23,13 @@ def pick_cmd(
     default_model: str | None = typer.Option(None, "--default-model", help="Replaces [pick] default_model of ~/.config/mlxfit/config.toml."),
     coexist_fraction: float | None = typer.Option(None, "--coexist-fraction", help="Share of RAM an auto-pick may take (default 0.6)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    quants: str | None = typer.Option(None, "--quants", help='With --catalog: each unquantized entry also as mlx_lm.convert would write it, e.g. "4,mixed_3_6,mxfp4".'),
 ) -> None:
     """The downloaded model to auto-load here, and why each candidate was chosen or not."""
     try:
         p = pick(ctx, catalog=catalog, machine=machine, memory_budget_gb=memory_budget,
                  macos=macos, default_model=default_model,
-                 coexist_fraction=coexist_fraction)
+                 coexist_fraction=coexist_fraction, quants=quants)
     except MlxfitError as e:
         fail(e)
     if as_json:

@@ -95,3 +95,20 @@ def plan_to_json(plan: QuantizationPlan, model_ref: str) -> dict[str, Any]:
         "bits_per_weight": round(plan.bits_per_weight, 4),
         "config_quantization": plan.config.get("quantization"),
     }
+
+
+def predicted_quants(src: ModelSource, recipes: tuple[QuantRecipe, ...],
+                     model_ref: str) -> list[tuple[str, ModelSource, dict[str, Any]]]:
+    """(name, converted source, plan JSON) per recipe for an unquantized ``src``; none for a
+    quantized one or one mlx-lm's converter would refuse. The name is "<model> as <label>"."""
+    if not recipes or src.config.get("quantization") is not None:
+        return []
+    out = []
+    for r in recipes:
+        try:
+            conv, plan = converted_source(src, r, model_ref)
+        except (ConfigError, UsageError):  # e.g. a recipe on a model without down_proj
+            continue
+        out.append((f"{model_ref} as {r.label}", replace(conv, name=f"{model_ref} as {r.label}"),
+                    plan_to_json(plan, model_ref)))
+    return out

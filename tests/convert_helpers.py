@@ -131,3 +131,28 @@ def run_convert(src: Path, dst: Path, **kw: Any) -> str:
     with contextlib.redirect_stdout(out):
         convert(str(src), str(dst), quantize=True, **kw)
     return out.getvalue()
+
+
+def dequantized_manifest(entry) -> tuple[list, dict[str, Any]]:
+    """A published MLX quantization's manifest back in float: each packed U32 weight at its
+    logical width in its scales' dtype, scales and biases gone, the quantization block gone.
+    What mlx_lm.convert --dequantize would write (an MLX-layout bf16 repo)."""
+    from mlxfit.model.tensors import TensorInfo
+    from mlxfit.model.weights import parse_quantization
+
+    q = parse_quantization(entry.config)
+    by = {t.name: t for t in entry.tensors}
+    out = []
+    for t in entry.tensors:
+        m = t.name.rsplit(".", 1)[0]
+        packed = by.get(m + ".weight")
+        if t.name.endswith((".scales", ".biases")) and packed is not None and packed.dtype == "U32":
+            continue
+        if t.dtype == "U32" and m + ".scales" in by:
+            bits = q.overrides.get(m, {}).get("bits", q.bits)
+            out.append(TensorInfo.of(t.name, by[m + ".scales"].dtype,
+                                     (*t.shape[:-1], t.shape[-1] * 32 // bits)))
+        else:
+            out.append(t)
+    cfg = {k: v for k, v in entry.config.items() if k not in ("quantization", "quantization_config")}
+    return out, cfg

@@ -91,6 +91,18 @@ def to_hf(family: str, config: dict[str, Any], params: dict[str, tuple[int, ...]
                      "model.vision_tower.transformer.layers.0.attention.q_proj.weight": (64, 64),
                      "model.multi_modal_projector.linear_1.weight": (64, 64)}.items():
             p[k], dt[k] = s, "BF16"
+    if family == "gemma3":  # ships tied, with its tower beside the language model
+        for k in [k for k in p if k.endswith("lm_head.weight")]:
+            p.pop(k)
+            dt.pop(k)
+        for k, s in {"vision_tower.vision_model.embeddings.patch_embedding.weight": (64, 3, 4, 4),
+                     "vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight": (128, 64),
+                     "multi_modal_projector.mm_input_projection_weight": (64, 256)}.items():
+            p[k], dt[k] = s, "BF16"
+    if family == "qwen2":
+        for k in [k for k in p if k.endswith("self_attn.o_proj.weight")]:
+            name = k.replace("o_proj.weight", "rotary_emb.inv_freq")
+            p[name], dt[name] = (8,), "F32"
     return {k: (dt[k], p[k]) for k in p}
 
 

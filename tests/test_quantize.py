@@ -17,6 +17,7 @@ import pytest
 from convert_helpers import dequantized_manifest, mlx_params, run_convert, to_hf, write_checkpoint
 from st_helpers import (
     DEEPSEEK_V3,
+    GEMMA3,
     LLAMA64,
     NEMOTRON_H,
     QWEN3,
@@ -25,7 +26,7 @@ from st_helpers import (
     invoke,
 )
 
-from mlxfit.errors import UsageError
+from mlxfit.errors import ConfigError, UsageError
 from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.quantize import QuantRecipe, check_recipe, plan_conversion, recipe_from_label
 from mlxfit.sources.catalog import load_entry
@@ -48,6 +49,12 @@ FAMILIES = {
                        num_experts_per_tok=2, moe_intermediate_size=128,
                        moe_shared_expert_intermediate_size=128, n_group=1, topk_group=1,
                        n_shared_experts=1, norm_topk_prob=True, routed_scaling_factor=1.0, **BF16),
+    "qwen2": {"model_type": "qwen2", "hidden_size": 256, "num_hidden_layers": 2,
+              "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "vocab_size": 2000, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+              "tie_word_embeddings": True, **BF16},  # q/k/v biases stay in float
+    "gemma3": {"model_type": "gemma3", "vocab_size": 4000, "text_config": GEMMA3,
+               "vision_config": {"hidden_size": 64}, **BF16},  # a VLM, tied, tower dropped
     "mistral3": {"model_type": "mistral3", "vision_config": {"hidden_size": 64},
                  "text_config": dict(LLAMA64, model_type="mistral", tie_word_embeddings=False),
                  **BF16},  # a VLM wrapper: tower dropped, names under language_model.
@@ -115,6 +122,8 @@ def test_families_exercise_what_they_claim(checkpoints):
     assert any("rotary_emb.inv_freq" in n for n in names("llama"))
     assert any(n.startswith("mtp.") for n in names("nemotron_h"))
     assert any("vision_tower" in n for n in names("mistral3"))
+    assert any(n.startswith("vision_tower.") for n in names("gemma3"))
+    assert any(n.endswith("q_proj.bias") for n in names("qwen2"))
     plan = plan_conversion(ds.tensors, ds.config, "deepseek_v3", QuantRecipe())
     assert not any(t.dtype.startswith("F8") for t in plan.tensors)
     assert any(n.endswith("embed_q.scales") for n in (t.name for t in plan.tensors))
@@ -187,6 +196,22 @@ def test_quantized_source_and_recipe_without_down_proj_refused():
                for t in a.tensors]
     with pytest.raises(UsageError, match="no down_proj"):
         plan_conversion(renamed, a.config, "qwen3", QuantRecipe(predicate="mixed_3_6"))
+
+
+def test_fp8_sources(checkpoints):
+    """DeepSeek-V3's 128x128 FP8 is dequantized on convert; ue8m0 32x32 blocks load as mxfp8
+    (quantized already); FP8 in a family whose sanitize keeps it is refused, not mis-sized."""
+    ds = _load_folder(checkpoints["deepseek_v3"], "d", "folder", None)
+    fp8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+    plan = plan_conversion(ds.tensors, dict(ds.config, quantization_config=fp8), "deepseek_v3",
+                           QuantRecipe())
+    assert plan.weight_bytes > 0
+    mx8 = dict(fp8, scale_fmt="ue8m0", weight_block_size=[32, 32])
+    with pytest.raises(UsageError, match="loads as mxfp8"):
+        plan_conversion(ds.tensors, dict(ds.config, quantization_config=mx8), "deepseek_v3",
+                        QuantRecipe())
+    with pytest.raises(ConfigError, match="qwen3 sanitize does not dequantize"):
+        plan_conversion(ds.tensors, ds.config, "qwen3", QuantRecipe())
 
 
 def test_labels():

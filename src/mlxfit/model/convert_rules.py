@@ -204,6 +204,15 @@ def _mistral3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return {"language_model." + k: _of(v, name="language_model." + k) for k, v in inner.items()}
 
 
+def _gemma3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """The Gemma 3 wrapper: the vision_tower and multi_modal_projector subtrees dropped, the
+    rest kept under language_model. (gemma3_text's sanitize only unties a missing lm_head)."""
+    if not any(k.startswith("language_model.") for k in ts):
+        raise ConfigError("mlx-lm's gemma3 sanitize reads weights under language_model.*; this "
+                          "checkpoint has none (mlx_lm.convert would fail on it)")
+    return _drop(ts, lambda k: k.split(".", 1)[0] not in ("vision_tower", "multi_modal_projector"))
+
+
 def _generic(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     ts = _drop(ts, lambda k: "rotary_emb.inv_freq" not in k and not is_vision(k))
     ts = _tie(ts, cfg, False)
@@ -226,6 +235,8 @@ RULES: dict[str, Rules] = {
     "nemotron_h": Rules(_nemotron_h, not_quantizable=("mixer.gate",),
                         keep_dtype=("e_score_correction_bias", "A_log")),
     "mistral3": Rules(_mistral3),
+    "gemma3": Rules(_gemma3),
+    "gemma3_text": Rules(lambda ts, cfg: ts),  # its sanitize renames nothing
 }
 GENERIC = Rules(_generic, verified=False)
 

@@ -171,6 +171,11 @@ def refuse_quantized(config: dict[str, Any], tensors: list[TensorInfo] | tuple[T
         raise UsageError("the model is already MLX-quantized (config.json has a quantization "
                          "block): mlx_lm.convert -q would only quantize the layers left in float; "
                          "size it as it is, without --q-bits", param="q_bits")
+    if method == "fp8" and qc.get("scale_fmt") == "ue8m0" and list(
+            qc.get("weight_block_size") or ()) == [32, 32]:
+        raise UsageError("the model is FP8 with ue8m0 scales over 32x32 blocks, which mlx-lm "
+                         "loads as mxfp8 (already quantized): size it as it is, without "
+                         "--q-bits", param="q_bits")
     if method is not None and method != "fp8":
         raise UsageError(f"the model is already quantized ({method}): mlx_lm.convert loads it "
                          "quantized; size it as it is, without --q-bits", param="q_bits")

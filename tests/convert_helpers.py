@@ -168,3 +168,32 @@ def dequantized_manifest(entry) -> tuple[list, dict[str, Any]]:
             out.append(t)
     cfg = {k: v for k, v in entry.config.items() if k not in ("quantization", "quantization_config")}
     return out, cfg
+
+
+def lazy_converted(config: dict[str, Any], kw: dict[str, Any]) -> tuple[dict, dict, int]:
+    """mlx-lm's own quantizer on a model built from ``config`` at its real size, nothing
+    evaluated: convert's dtype cast (bfloat16, the family's cast_predicate), its predicate and
+    quantize_model. (name -> (dtype, shape), the quantization block, make_shards' count)."""
+    import mlx.core as mx  # heavy, optional: only the converter tests
+    from mlx.utils import tree_flatten, tree_map_with_path  # heavy, optional: as above
+    from mlx_lm.convert import mixed_quant_predicate_builder  # heavy, optional: as above
+    from mlx_lm.utils import _get_classes, make_shards, quantize_model  # heavy, optional
+
+    from mlxfit.model.tensors import MLX_TO_SAFETENSORS
+
+    model_cls, args_cls = _get_classes(config)
+    model = model_cls(args_cls.from_dict(config))
+    cast = getattr(model, "cast_predicate", lambda _: True)
+    model.update(tree_map_with_path(lambda k, v: v.astype(mx.bfloat16) if cast(k) else v,
+                                    model.parameters()))
+    pred = kw.get("quant_predicate")
+    if pred is not None:
+        pred = mixed_quant_predicate_builder(pred, model, kw.get("q_group_size"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        model, qcfg = quantize_model(model, dict(config), kw.get("q_group_size"),
+                                     kw.get("q_bits"), mode=kw.get("q_mode", "affine"),
+                                     quant_predicate=pred)
+    params = dict(tree_flatten(model.parameters()))
+    out = {k: (MLX_TO_SAFETENSORS[str(v.dtype).rsplit(".", 1)[-1]], tuple(v.shape))
+           for k, v in params.items()}
+    return out, qcfg["quantization"], len(make_shards(params))

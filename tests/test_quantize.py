@@ -14,7 +14,14 @@ import json
 import re
 
 import pytest
-from convert_helpers import dequantized_manifest, mlx_params, run_convert, to_hf, write_checkpoint
+from convert_helpers import (
+    dequantized_manifest,
+    lazy_converted,
+    mlx_params,
+    run_convert,
+    to_hf,
+    write_checkpoint,
+)
 from st_helpers import (
     DEEPSEEK_V3,
     GEMMA3,
@@ -23,12 +30,14 @@ from st_helpers import (
     QWEN3,
     QWEN3_MOE,
     QWEN3_NEXT,
+    config_dict,
     invoke,
 )
 
 from mlxfit.errors import ConfigError, UsageError
 from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.quantize import QuantRecipe, check_recipe, plan_conversion, recipe_from_label
+from mlxfit.model.tensors import TensorInfo
 from mlxfit.sources.catalog import load_entry
 from mlxfit.sources.folder import _load_folder
 from mlxfit.sources.safetensors_header import read_headers
@@ -171,6 +180,24 @@ def test_large_models_round_trip_to_published_quantizations(source, target, reci
     assert {t.name: t for t in plan.tensors} == {t.name: t for t in b.tensors}
     assert plan.config["quantization"] == b.config["quantization"]
     assert plan.verified
+
+
+@pytest.mark.parametrize("name", ["deepseek-ai__DeepSeek-V3", "Qwen__Qwen3-Next-80B-A3B-Thinking"])
+def test_real_configs_against_mlx_lms_quantizer(name):
+    """Real configs at full size: mlx-lm's model built lazily (nothing evaluated) and
+    quantized by quantize_model, against the prediction from its HF layout (DeepSeek-V3's FP8
+    experts and kv_b_proj; Qwen3-Next's MTP and routers): tensors, config block, shard count."""
+    pytest.importorskip("mlx_lm")
+    cfg = config_dict(name)
+    family = mlx_lm_module(cfg["model_type"])
+    hf = to_hf(family, cfg, mlx_params(cfg))
+    tensors = [TensorInfo.of(k, d, s) for k, (d, s) in hf.items()]
+    for kw in ({}, {"quant_predicate": "mixed_3_6"}, {"q_mode": "mxfp4"}):
+        real, block, shards = lazy_converted(cfg, kw)
+        plan = plan_conversion(tensors, cfg, family, _recipe(kw))
+        assert {t.name: (t.dtype, t.shape) for t in plan.tensors} == real, kw
+        assert plan.config["quantization"] == block, kw
+        assert plan.shards == shards, kw
 
 
 @pytest.mark.parametrize(("kw", "words"), [

@@ -353,6 +353,14 @@ def _count(shape: tuple[int, ...]) -> int:
     return n
 
 
+def _module_order(t: TensorInfo) -> tuple:
+    """Close to mlx-lm's parameter order (tree_flatten of the module tree, which save_model
+    shards in): layers by number, not by text, and the output head after the model."""
+    seg = t.name.split(".")
+    head = 1 if seg[0] in ("lm_head", "output") else 0
+    return (head, *[(0, int(s), "") if s.isdigit() else (1, 0, s) for s in seg])
+
+
 def _digits(n: int) -> int:
     return len(str(n))
 
@@ -365,7 +373,7 @@ def _headers(tensors: list[TensorInfo]) -> tuple[int, int, int]:
     largest possible deviation either way."""
     shards: list[list[TensorInfo]] = []
     size = 0
-    for t in tensors:
+    for t in sorted(tensors, key=_module_order):
         if not shards or size + t.nbytes > SHARD_BYTES:
             shards.append([])
             size = 0

@@ -19,6 +19,8 @@ from mlxfit.model.quantize import (
 from mlxfit.model.tensors import SAFETENSORS_TO_MLX
 from mlxfit.sources.source import ModelSource
 
+CONVERTED_PATH = "mlx_model"  # mlx_lm.convert's default --mlx-path: where the result is run from
+
 
 def quant_recipe(q_bits: int | None = None, q_group_size: int | None = None,
                  q_mode: str | None = None, quant_predicate: str | None = None,
@@ -45,6 +47,15 @@ def quant_recipes(quants: str, q_group_size: int | None = None,
     if len({r.label for r in out}) != len(out):
         raise UsageError(f"quants {quants!r} names one quantization twice", param="quants")
     return out
+
+
+def pick_recipes(quants: str | None, q_bits: int | None = None, q_group_size: int | None = None,
+                 q_mode: str | None = None, quant_predicate: str | None = None,
+                 dtype: str | None = None) -> tuple[QuantRecipe, ...]:
+    """pick's conversions: the --quants list and/or the one the convert flags name."""
+    one = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
+    listed = quant_recipes(quants, q_group_size, dtype) if quants is not None else ()
+    return listed + tuple(r for r in (one,) if r is not None and r not in listed)
 
 
 def family_of(config: dict[str, Any], where: str) -> str:

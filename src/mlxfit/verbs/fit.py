@@ -30,7 +30,12 @@ from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
-from mlxfit.verbs.convert_plan import converted_source, plan_to_json, quant_recipe
+from mlxfit.verbs.convert_plan import (
+    CONVERTED_PATH,
+    converted_source,
+    plan_to_json,
+    quant_recipe,
+)
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -112,13 +117,15 @@ def fit(
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
-    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
+    # A conversion runs from the folder convert writes (its default --mlx-path).
+    ref = CONVERTED_PATH if recipe is not None else model
+    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=ref)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.
         from mlxfit.verbs.advise import advise as advice_for
 
-        ev = _Evaluator(model, inputs, arrays, m, cal, with_vision=with_vision,
+        ev = _Evaluator(ref, inputs, arrays, m, cal, with_vision=with_vision,
                         budget=memory_budget_gb is not None)
         r = replace(r, advice=advice_for(r, ev, serving))
     if chart:

@@ -44,7 +44,7 @@ from mlxfit.sources.hf_cache import (
 )
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
-from mlxfit.verbs.convert_plan import predicted_quants, quant_recipes
+from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
 from mlxfit.verbs.fit import fit_served
 
@@ -430,17 +430,19 @@ def pick(
     config_path: str | os.PathLike[str] | None = None,
     calibration=None,
     quants: str | None = None,
+    q_bits: int | None = None, q_group_size: int | None = None, q_mode: str | None = None,
+    quant_predicate: str | None = None, dtype: str | None = None,
 ) -> PickResult:
     """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
 
     ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
     ``cache_dir`` replaces the Hugging Face cache found from the environment; ``quants``
-    ("4,mixed_3_6,mxfp4") adds, with ``catalog``, each unquantized entry as mlx_lm.convert
-    would write it in those quantizations."""
+    ("4,mixed_3_6,mxfp4") and the convert flags ``q_bits``...``dtype`` add, with ``catalog``,
+    each unquantized entry as mlx_lm.convert would write it in those quantizations."""
     # Every parameter is checked before the settings file is read or the machine probed.
     run = run_from(ctx=ctx)
     check_machine_params(memory_budget_gb, macos)
-    recipes = quant_recipes(quants) if quants is not None else ()
+    recipes = pick_recipes(quants, q_bits, q_group_size, q_mode, quant_predicate, dtype)
     if default_model is not None and not default_model.strip():
         raise UsageError("default_model is empty", param="default_model")
     if coexist_fraction is not None and (

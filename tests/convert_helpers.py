@@ -140,8 +140,9 @@ def run_convert(src: Path, dst: Path, **kw: Any) -> str:
 
     mx.set_default_device(mx.cpu)
     out = io.StringIO()
+    kw = {"quantize": True, **kw}
     with contextlib.redirect_stdout(out):
-        convert(str(src), str(dst), quantize=True, **kw)
+        convert(str(src), str(dst), **kw)
     return out.getvalue()
 
 

@@ -32,6 +32,7 @@ from st_helpers import (
     QWEN3_NEXT,
     config_dict,
     invoke,
+    make_qwen3_8b_bf16,
 )
 
 from mlxfit.errors import ConfigError, UsageError
@@ -72,6 +73,8 @@ RECIPES = {
     "4bit": {}, "8bit": {"q_bits": 8}, "mixed_3_6": {"quant_predicate": "mixed_3_6"},
     "mxfp4": {"q_mode": "mxfp4"}, "nvfp4": {"q_mode": "nvfp4"}, "mxfp8": {"q_mode": "mxfp8"},
     "3bit-g32-f16": {"q_bits": 3, "q_group_size": 32, "dtype": "float16"},
+    "mixed_2_6-g32": {"quant_predicate": "mixed_2_6", "q_group_size": 32},
+    "float32": {"dtype": "float32", "quantize": False},  # --dtype alone: a cast, no -q
 }
 
 # Every recipe where a family predicate meets each mode (the 8-bit affine routers inside an
@@ -83,7 +86,7 @@ SOME = ("4bit", "mixed_3_6", "mxfp4", "3bit-g32-f16")
 def _recipe(kw: dict) -> QuantRecipe:
     return QuantRecipe(bits=kw.get("q_bits"), group_size=kw.get("q_group_size"),
                        mode=kw.get("q_mode", "affine"), predicate=kw.get("quant_predicate"),
-                       dtype=kw.get("dtype"))
+                       dtype=kw.get("dtype"), quantize=kw.get("quantize", True))
 
 
 @pytest.fixture(scope="module")
@@ -111,10 +114,11 @@ def test_prediction_is_what_convert_writes(family, checkpoints, tmp_path):
         assert pred == real, (label, sorted(set(pred) ^ set(real))[:5])
         assert plan.weight_bytes == sum(t.nbytes for t in real.values())
         config = json.loads((dst / "config.json").read_text())
-        assert config["quantization"] == plan.config["quantization"], label
+        assert config.get("quantization") == plan.config.get("quantization"), label
         index = json.loads((dst / "model.safetensors.index.json").read_text())["metadata"]
         assert index["total_parameters"] == plan.total_parameters, label
-        assert f"{plan.bits_per_weight:.3f} bits per weight" in printed, (label, printed)
+        if plan.recipe.quantize:
+            assert f"{plan.bits_per_weight:.3f} bits per weight" in printed, (label, printed)
         size = (dst / "model.safetensors").stat().st_size
         assert abs(size - plan.disk_bytes) <= plan.header_uncertainty_bytes, label
 
@@ -293,3 +297,31 @@ def test_cli_matrix_quants_and_pick_and_cluster():
                            "--host", "M4 Pro 24GB", "--q-bits", "4", "--json").stdout)
     assert any("mlx_lm.convert --hf-path mlx-community/Qwen3-8B-bf16 -q --q-bits 4" in n
                for n in cl["notes"])
+
+
+def test_hub_checkpoint_sized_as_converted(tmp_path, monkeypatch):
+    """The Hub source: Qwen3-8B's bf16 headers (sparse 16 GB shards on a local stand-in for the
+    Hub) sized as --q-bits 4 are the published 4-bit repo's bytes; no tensor data is read."""
+    import huggingface_hub.constants as hfc
+    from hub_server import FakeHub
+    from huggingface_hub.utils import close_session
+
+    import mlxfit
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "mlxfit-cache"))
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", False)  # frozen by huggingface_hub at import
+    folder = make_qwen3_8b_bf16(tmp_path / "q8b", config_dict("Qwen__Qwen3-8B"), 4)
+    with FakeHub() as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        hub.add_model("Qwen/Qwen3-8B", folder)
+        r = mlxfit.fit("Qwen/Qwen3-8B", 4096, machine="M4 Max 64GB", q_bits=4)
+        close_session()
+        assert hub.bytes_sent() < 200_000
+    plan = r.weights_detail["conversion"]
+    assert r.source_kind == "hub"
+    assert r.weights_bytes == plan["weight_bytes"] == load_entry(
+        "mlx-community/Qwen3-8B-4bit").total_bytes
+    assert plan["command"] == "mlx_lm.convert --hf-path Qwen/Qwen3-8B -q --q-bits 4"

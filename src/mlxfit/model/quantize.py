@@ -165,6 +165,9 @@ def refuse_quantized(config: dict[str, Any], tensors: list[TensorInfo] | tuple[T
     record the rest per layer (quantize_model's fine-grained path); size it from its own files."""
     block = config.get("quantization")
     qc = config.get("quantization_config")
+    text = config.get("text_config")
+    if qc is None and isinstance(text, dict):  # load_model lifts the text model's block
+        qc = text.get("quantization_config")
     method = qc.get("quant_method") if isinstance(qc, dict) else None
     packed = next((t.name for t in tensors if t.dtype == "U32" and t.name.endswith(".weight")), None)
     if block is not None or (isinstance(qc, dict) and "bits" in qc and method is None):

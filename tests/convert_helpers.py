@@ -171,10 +171,11 @@ def dequantized_manifest(entry) -> tuple[list, dict[str, Any]]:
     return out, cfg
 
 
-def lazy_converted(config: dict[str, Any], kw: dict[str, Any]) -> tuple[dict, dict, int]:
+def lazy_converted(config: dict[str, Any], kw: dict[str, Any]) -> tuple[dict, dict, int, dict]:
     """mlx-lm's own quantizer on a model built from ``config`` at its real size, nothing
     evaluated: convert's dtype cast (bfloat16, the family's cast_predicate), its predicate and
-    quantize_model. (name -> (dtype, shape), the quantization block, make_shards' count)."""
+    quantize_model. (name -> (dtype, shape), the quantization block, make_shards' count, and
+    the MLX-layout float model it started from, name -> (dtype, shape))."""
     import mlx.core as mx  # heavy, optional: only the converter tests
     from mlx.utils import tree_flatten, tree_map_with_path  # heavy, optional: as above
     from mlx_lm.convert import mixed_quant_predicate_builder  # heavy, optional: as above
@@ -185,8 +186,15 @@ def lazy_converted(config: dict[str, Any], kw: dict[str, Any]) -> tuple[dict, di
     model_cls, args_cls = _get_classes(config)
     model = model_cls(args_cls.from_dict(config))
     cast = getattr(model, "cast_predicate", lambda _: True)
-    model.update(tree_map_with_path(lambda k, v: v.astype(mx.bfloat16) if cast(k) else v,
-                                    model.parameters()))
+    model.update(tree_map_with_path(
+        lambda k, v: v.astype(mx.bfloat16) if cast(k) and mx.issubdtype(v.dtype, mx.floating)
+        else v, model.parameters()))
+
+    def layout(m) -> dict:
+        return {k: (MLX_TO_SAFETENSORS[str(v.dtype).rsplit(".", 1)[-1]], tuple(v.shape))
+                for k, v in tree_flatten(m.parameters())}
+
+    source = layout(model)
     pred = kw.get("quant_predicate")
     if pred is not None:
         pred = mixed_quant_predicate_builder(pred, model, kw.get("q_group_size"))
@@ -194,7 +202,5 @@ def lazy_converted(config: dict[str, Any], kw: dict[str, Any]) -> tuple[dict, di
         model, qcfg = quantize_model(model, dict(config), kw.get("q_group_size"),
                                      kw.get("q_bits"), mode=kw.get("q_mode", "affine"),
                                      quant_predicate=pred)
-    params = dict(tree_flatten(model.parameters()))
-    out = {k: (MLX_TO_SAFETENSORS[str(v.dtype).rsplit(".", 1)[-1]], tuple(v.shape))
-           for k, v in params.items()}
-    return out, qcfg["quantization"], len(make_shards(params))
+    return (layout(model), qcfg["quantization"],
+            len(make_shards(dict(tree_flatten(model.parameters())))), source)

@@ -36,6 +36,7 @@ from st_helpers import (
 )
 
 from mlxfit.errors import ConfigError, UsageError
+from mlxfit.model.convert_rules import GENERIC, RULES
 from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.quantize import QuantRecipe, check_recipe, plan_conversion, recipe_from_label
 from mlxfit.model.tensors import TensorInfo
@@ -197,11 +198,45 @@ def test_real_configs_against_mlx_lms_quantizer(name):
     hf = to_hf(family, cfg, mlx_params(cfg))
     tensors = [TensorInfo.of(k, d, s) for k, (d, s) in hf.items()]
     for kw in ({}, {"quant_predicate": "mixed_3_6"}, {"q_mode": "mxfp4"}):
-        real, block, shards = lazy_converted(cfg, kw)
+        real, block, shards, _ = lazy_converted(cfg, kw)
         plan = plan_conversion(tensors, cfg, family, _recipe(kw))
         assert {t.name: (t.dtype, t.shape) for t in plan.tensors} == real, kw
         assert plan.config["quantization"] == block, kw
         assert plan.shards == shards, kw
+
+
+def _family_configs() -> dict[str, dict]:
+    """One real config per mlx-lm family among the catalog and the fixture configs, without
+    its quantization block."""
+    from st_helpers import CONFIGS
+
+    from mlxfit.sources.catalog import catalog_ids
+
+    found: dict[str, dict] = {}
+    configs = [load_entry(rid).config for rid in catalog_ids()]
+    configs += [json.loads(p.read_text()) for p in sorted(CONFIGS.glob("*.json"))]
+    for c in configs:
+        c = {k: v for k, v in c.items() if k not in ("quantization", "quantization_config")}
+        found.setdefault(mlx_lm_module(c["model_type"]), c)
+    return found
+
+
+def test_every_familys_quantization_at_real_size():
+    """For each family of the catalog and the fixtures (about 20, at their real sizes):
+    mlx-lm's model built lazily in float and quantized by quantize_model (4-bit; and mxfp4)
+    against the prediction from the same float layout: which modules quantize, the routers'
+    8-bit predicates, MoEGate left alone, cast rules, the config block."""
+    pytest.importorskip("mlx_lm")
+    families = _family_configs()
+    assert len(families) >= 18
+    for family, cfg in families.items():
+        # mxfp4 where a router predicate puts 8-bit affine layers in an mxfp4 model
+        for kw in ({}, {"q_mode": "mxfp4"})[: 2 if RULES.get(family, GENERIC).predicate else 1]:
+            real, block, _, source = lazy_converted(cfg, kw)
+            tensors = [TensorInfo.of(k, d, s) for k, (d, s) in source.items()]
+            plan = plan_conversion(tensors, dict(cfg, torch_dtype=None), family, _recipe(kw))
+            assert {t.name: (t.dtype, t.shape) for t in plan.tensors} == real, (family, kw)
+            assert plan.config["quantization"] == block, (family, kw)
 
 
 @pytest.mark.parametrize(("kw", "words"), [

@@ -36,7 +36,16 @@ class Rules:
     keep_dtype: tuple[str, ...] = ()
     # The family's quant_predicate: module-path suffixes -> to_quantized kwargs.
     predicate: tuple[tuple[str, dict[str, int]], ...] = ()
-    verified: bool = True  # checked against the real mlx_lm.convert in the tests
+    # When the predicate applies (Qwen3.5's only with experts); None: always.
+    predicate_if: Callable[[dict[str, Any]], bool] | None = None
+    # The sanitize is checked against the real mlx_lm.convert in the tests; the quantization
+    # facts above are checked for every family listed (against quantize_model).
+    verified: bool = True
+
+    def family_predicate(self, cfg: dict[str, Any]) -> dict[str, dict[str, int]]:
+        if self.predicate_if is not None and not self.predicate_if(cfg):
+            return {}
+        return dict(self.predicate)
 
 
 def _of(t: TensorInfo, name: str | None = None, shape: tuple[int, ...] | None = None,
@@ -238,6 +247,27 @@ RULES: dict[str, Rules] = {
     "gemma3": Rules(_gemma3),
     "gemma3_text": Rules(lambda ts, cfg: ts),  # its sanitize renames nothing
 }
+# Families whose sanitize is not modelled (the generic one is used) but whose quantization
+# facts are, from their mlx-lm modules: MoEGate routers, 8-bit router predicates, cast rules.
+_ROUTER8 = (("router", _GATE8),)
+
+
+def _has_experts(cfg: dict[str, Any]) -> bool:
+    text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+    n = text.get("num_experts", cfg.get("num_experts", 0))
+    return isinstance(n, int) and n > 0
+
+
+RULES.update({
+    "deepseek_v2": Rules(_generic, not_quantizable=("mlp.gate",), verified=False),
+    "glm4_moe": Rules(_generic, not_quantizable=("mlp.gate",),
+                      keep_dtype=("e_score_correction_bias",), verified=False),
+    "gpt_oss": Rules(_generic, predicate=_ROUTER8, verified=False),
+    "gemma4": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
+    "gemma4_text": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
+    "qwen3_5": Rules(_generic, predicate=(("mlp.gate", _GATE8), ("shared_expert_gate", _GATE8)),
+                     predicate_if=_has_experts, keep_dtype=("A_log",), verified=False),
+})
 GENERIC = Rules(_generic, verified=False)
 
 

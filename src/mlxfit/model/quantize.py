@@ -198,8 +198,9 @@ def _quantizable(path: str, w: TensorInfo, rules: Rules) -> bool:
         return False
     if len(w.shape) == 2:
         return True
-    return len(w.shape) == 3 and (".switch_mlp." in path or path.endswith(
-        (".embed_q", ".unembed_out")))
+    # 3-D: stacked experts (SwitchLinear, under switch_mlp / switch_glu / experts) and MLA's
+    # MultiLinear; never a convolution.
+    return len(w.shape) == 3 and "conv" not in path.rsplit(".", 1)[-1]
 
 
 def _recipe_predicate(recipe: str, group: int | None, paths: list[str], n_layers: int):
@@ -289,7 +290,7 @@ def plan_conversion(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: 
     weights = {_module(k): v for k, v in ts.items() if k.endswith(".weight")}
     candidates = ([p for p, w in weights.items() if _quantizable(p, w, rules)]
                   if recipe.quantize else [])
-    family_pred = dict(rules.predicate)
+    family_pred = rules.family_predicate(config)
     recipe_pred = (_recipe_predicate(recipe.predicate, recipe.group_size, candidates,
                                      _n_layers(list(ts)))
                    if recipe.predicate else None)

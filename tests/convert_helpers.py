@@ -99,6 +99,25 @@ def to_hf(family: str, config: dict[str, Any], params: dict[str, tuple[int, ...]
                      "vision_tower.vision_model.encoder.layers.0.mlp.fc1.weight": (128, 64),
                      "multi_modal_projector.mm_input_projection_weight": (64, 256)}.items():
             p[k], dt[k] = s, "BF16"
+    if family in ("qwen3_5", "qwen3_5_moe"):  # HF: model.language_model.*, conv (C, 1, K)
+        q: dict = {}
+        for k, shape in p.items():
+            m = re.fullmatch(r"(.+\.mlp)\.switch_mlp\.(gate|up|down)_proj\.weight", k)
+            if m and m[2] == "gate":  # one fused (E, 2I, H) tensor, as transformers 5 writes
+                q[m[1] + ".experts.gate_up_proj"] = (shape[0], 2 * shape[1], shape[2])
+                continue
+            if m and m[2] == "up":
+                continue
+            if m:
+                k = m[1] + ".experts.down_proj"
+            if "conv1d.weight" in k:
+                shape = (shape[0], shape[2], shape[1])
+            q[k.replace("language_model.model.", "model.language_model.", 1)
+              .replace("language_model.lm_head", "lm_head", 1)] = shape
+        q["mtp.fc.weight"] = (config["text_config"]["hidden_size"],) * 2
+        q["model.visual.blocks.0.attn.qkv.weight"] = (192, 64)
+        p = q
+        dt = {k: "F32" if k.endswith("A_log") else "BF16" for k in p}
     if family == "qwen2":
         for k in [k for k in p if k.endswith("self_attn.o_proj.weight")]:
             name = k.replace("o_proj.weight", "rotary_emb.inv_freq")

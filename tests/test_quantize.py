@@ -45,6 +45,17 @@ from mlxfit.sources.folder import _load_folder
 from mlxfit.sources.safetensors_header import read_headers
 
 BF16 = {"torch_dtype": "bfloat16"}
+QWEN35_TEXT = {  # Qwen3.5-9B's text_config cut to four layers of width 256
+    "model_type": "qwen3_5_text", "hidden_size": 256, "num_hidden_layers": 4,
+    "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+    "head_dim": 64, "linear_key_head_dim": 64, "linear_value_head_dim": 64,
+    "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4, "vocab_size": 2000, "rms_norm_eps": 1e-6,
+    "tie_word_embeddings": False, "attn_output_gate": True, "max_position_embeddings": 8192,
+    "layer_types": ["linear_attention"] * 3 + ["full_attention"], "mlp_only_layers": [],
+    "rope_parameters": {"mrope_interleaved": True, "mrope_section": [11, 11, 10],
+                        "rope_theta": 10000000, "partial_rotary_factor": 0.25, "type": "default"},
+}
 FAMILIES = {
     "llama": dict(LLAMA64, tie_word_embeddings=False, **BF16),
     # 96-wide MLP: down_proj is left in float at group 64 but quantized at 32
@@ -66,6 +77,12 @@ FAMILIES = {
               "tie_word_embeddings": True, **BF16},  # q/k/v biases stay in float
     "gemma3": {"model_type": "gemma3", "vocab_size": 4000, "text_config": GEMMA3,
                "vision_config": {"hidden_size": 64}, **BF16},  # a VLM, tied, tower dropped
+    "qwen3_5": {"model_type": "qwen3_5", "text_config": QWEN35_TEXT, "tie_word_embeddings": False,
+                **BF16},  # Qwen3.5: gated delta net in a VLM wrapper, MTP and tower dropped
+    "qwen3_5_moe": {"model_type": "qwen3_5_moe", "tie_word_embeddings": False, **BF16,
+                    "text_config": dict(QWEN35_TEXT, model_type="qwen3_5_moe_text", num_experts=4,
+                                        num_experts_per_tok=2, moe_intermediate_size=128,
+                                        shared_expert_intermediate_size=128)},
     "mistral3": {"model_type": "mistral3", "vision_config": {"hidden_size": 64},
                  "text_config": dict(LLAMA64, model_type="mistral", tie_word_embeddings=False),
                  **BF16},  # a VLM wrapper: tower dropped, names under language_model.
@@ -80,7 +97,7 @@ RECIPES = {
 
 # Every recipe where a family predicate meets each mode (the 8-bit affine routers inside an
 # mxfp4/nvfp4/mxfp8 model); the rest of the families get one of each kind, to stay cheap.
-ALL_RECIPES = ("llama", "qwen3_moe", "qwen3_next")
+ALL_RECIPES = ("llama", "qwen3_moe", "qwen3_next", "qwen3_5_moe")
 SOME = ("4bit", "mixed_3_6", "mxfp4", "3bit-g32-f16")
 
 
@@ -138,6 +155,9 @@ def test_families_exercise_what_they_claim(checkpoints):
     assert any("vision_tower" in n for n in names("mistral3"))
     assert any(n.startswith("vision_tower.") for n in names("gemma3"))
     assert any(n.endswith("q_proj.bias") for n in names("qwen2"))
+    assert any(n.endswith("mlp.experts.gate_up_proj") for n in names("qwen3_5_moe"))
+    assert any(n.startswith("model.visual.") for n in names("qwen3_5"))
+    assert any(n.startswith("mtp.") for n in names("qwen3_5"))
     plan = plan_conversion(ds.tensors, ds.config, "deepseek_v3", QuantRecipe())
     assert not any(t.dtype.startswith("F8") for t in plan.tensors)
     assert any(n.endswith("embed_q.scales") for n in (t.name for t in plan.tensors))

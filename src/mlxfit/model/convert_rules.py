@@ -222,6 +222,52 @@ def _gemma3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return _drop(ts, lambda k: k.split(".", 1)[0] not in ("vision_tower", "multi_modal_projector"))
 
 
+def _qwen3_5_names(ts: Tensors) -> Tensors:
+    """The Qwen3.5 wrapper: towers dropped, everything under language_model."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        if k.startswith(("vision_tower", "model.visual")):
+            continue
+        if k.startswith("model.language_model"):
+            k = k.replace("model.language_model", "language_model.model")
+        elif not k.startswith("language_model."):
+            k = "language_model." + k
+        out[k] = _of(v, name=k)
+    return out
+
+
+def _qwen3_5_text(ts: Tensors) -> Tensors:
+    # TextModel.sanitize: MTP dropped, conv1d transposed (its tie pop looks for an unprefixed
+    # "lm_head.weight", which the wrapper's names never are).
+    return _conv_moveaxis(_drop(ts, lambda k: "mtp." not in k))
+
+
+def _qwen3_5(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    return _qwen3_5_text(_qwen3_5_names(ts))
+
+
+def _qwen3_5_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """Qwen3.5-MoE: the fused experts.gate_up_proj (E, 2I, H) split into switch_mlp's gate and
+    up (E, I, H); experts.down_proj renamed."""
+    ts = _qwen3_5_names(ts)
+    out: Tensors = {}
+    moved: Tensors = {}
+    for k, v in ts.items():
+        m = re.fullmatch(r"(language_model\.model\.layers\.\d+\.mlp)\.experts\.gate_up_proj", k)
+        if m and len(v.shape) == 3:
+            e, two_i, h = v.shape
+            for part in ("gate_proj", "up_proj"):
+                name = f"{m[1]}.switch_mlp.{part}.weight"
+                moved[name] = TensorInfo.of(name, v.dtype, (e, two_i // 2, h))
+            down = f"{m[1]}.experts.down_proj"
+            if down in ts:
+                name = f"{m[1]}.switch_mlp.down_proj.weight"
+                moved[name] = _of(ts[down], name=name)
+        elif not re.fullmatch(r"language_model\.model\.layers\.\d+\.mlp\.experts\.down_proj", k):
+            out[k] = v
+    return _qwen3_5_text({**out, **moved})
+
+
 def _generic(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     ts = _drop(ts, lambda k: "rotary_emb.inv_freq" not in k and not is_vision(k))
     ts = _tie(ts, cfg, False)
@@ -265,9 +311,11 @@ RULES.update({
     "gpt_oss": Rules(_generic, predicate=_ROUTER8, verified=False),
     "gemma4": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
     "gemma4_text": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
-    "qwen3_5": Rules(_generic, predicate=(("mlp.gate", _GATE8), ("shared_expert_gate", _GATE8)),
-                     predicate_if=_has_experts, keep_dtype=("A_log",), verified=False),
 })
+_QWEN35 = {"predicate": (("mlp.gate", _GATE8), ("shared_expert_gate", _GATE8)),
+           "predicate_if": _has_experts, "keep_dtype": ("A_log",)}
+RULES["qwen3_5"] = Rules(_qwen3_5, **_QWEN35)
+RULES["qwen3_5_moe"] = Rules(_qwen3_5_moe, **_QWEN35)
 GENERIC = Rules(_generic, verified=False)
 
 

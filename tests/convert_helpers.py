@@ -43,7 +43,7 @@ MIXTRAL = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
 def to_hf(family: str, config: dict[str, Any], params: dict[str, tuple[int, ...]]) -> dict:
     """The HF checkpoint layout: name -> (dtype, shape)."""
     p = dict(params)
-    if family in ("qwen3_moe", "qwen3_next", "deepseek_v3"):
+    if family in ("qwen3_moe", "qwen3_next", "deepseek_v3", "glm4_moe"):
         p = _unstack(p, r"(.+\.mlp)\.switch_mlp\.(\w+)\.weight",
                      lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
     if family == "mixtral":
@@ -76,6 +76,16 @@ def to_hf(family: str, config: dict[str, Any], params: dict[str, tuple[int, ...]
         for k in [k for k in p if k.endswith("self_attn.o_proj.weight")]:
             name = k.replace("o_proj.weight", "rotary_emb.inv_freq")
             p[name], dt[name] = (8,), "F32"
+    if family == "glm4_moe":  # GLM's MTP layer: one more decoder layer, experts unstacked
+        n, h = config["num_hidden_layers"], config["hidden_size"]
+        for k, shape in list(p.items()):
+            if k.startswith("model.layers.1."):
+                p[k.replace("model.layers.1.", f"model.layers.{n}.", 1)] = shape
+                dt[k.replace("model.layers.1.", f"model.layers.{n}.", 1)] = dt[k]
+        p[f"model.layers.{n}.eh_proj.weight"], dt[f"model.layers.{n}.eh_proj.weight"] = (
+            (h, 2 * h), "BF16")
+        for k in [k for k in p if "e_score_correction_bias" in k]:
+            dt[k] = "F32"
     if family in ("nemotron_h", "qwen3_next"):
         for k in [k for k in p if "conv1d.weight" in k]:  # HF stores (C, 1, K)
             c, kk, one = p[k]

@@ -83,6 +83,16 @@ FAMILIES = {
                     "text_config": dict(QWEN35_TEXT, model_type="qwen3_5_moe_text", num_experts=4,
                                         num_experts_per_tok=2, moe_intermediate_size=128,
                                         shared_expert_intermediate_size=128)},
+    "glm4_moe": {"model_type": "glm4_moe", "hidden_size": 256, "num_hidden_layers": 3,
+                 "intermediate_size": 512, "moe_intermediate_size": 128, "num_attention_heads": 4,
+                 "num_key_value_heads": 2, "head_dim": 64, "n_routed_experts": 4,
+                 "n_shared_experts": 1, "num_experts_per_tok": 2, "first_k_dense_replace": 1,
+                 "n_group": 1, "topk_group": 1, "norm_topk_prob": True, "routed_scaling_factor": 1.0,
+                 "partial_rotary_factor": 0.5, "rms_norm_eps": 1e-5, "rope_theta": 1e6,
+                 "attention_bias": True, "use_qk_norm": False, "vocab_size": 2000,
+                 "max_position_embeddings": 8192, "tie_word_embeddings": False,
+                 "num_nextn_predict_layers": 1, "rope_scaling": None,
+                 **BF16},  # GLM-4.5: MoEGate, MTP layer dropped
     "mistral3": {"model_type": "mistral3", "vision_config": {"hidden_size": 64},
                  "text_config": dict(LLAMA64, model_type="mistral", tie_word_embeddings=False),
                  **BF16},  # a VLM wrapper: tower dropped, names under language_model.
@@ -158,6 +168,7 @@ def test_families_exercise_what_they_claim(checkpoints):
     assert any(n.endswith("mlp.experts.gate_up_proj") for n in names("qwen3_5_moe"))
     assert any(n.startswith("model.visual.") for n in names("qwen3_5"))
     assert any(n.startswith("mtp.") for n in names("qwen3_5"))
+    assert any(n.startswith("model.layers.3.mlp.experts.0.") for n in names("glm4_moe"))
     plan = plan_conversion(ds.tensors, ds.config, "deepseek_v3", QuantRecipe())
     assert not any(t.dtype.startswith("F8") for t in plan.tensors)
     assert any(n.endswith("embed_q.scales") for n in (t.name for t in plan.tensors))

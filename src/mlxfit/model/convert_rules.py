@@ -172,6 +172,14 @@ def _deepseek_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return _drop(out, lambda k: not k.startswith("model.layers.61") and "rotary_emb.inv_freq" not in k)
 
 
+def _glm4_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    ts = _stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
+                lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
+    # The MTP layer: the prefix model.layers.<num_hidden_layers>, matched as written.
+    n = cfg.get("num_hidden_layers")
+    return _drop(ts, lambda k: not k.startswith(f"model.layers.{n}"))
+
+
 def _qwen3_next(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     moe = any(k.startswith("model.layers.") and k.endswith(".mlp.experts.0.up_proj.weight")
               for k in ts)
@@ -306,8 +314,8 @@ def _has_experts(cfg: dict[str, Any]) -> bool:
 
 RULES.update({
     "deepseek_v2": Rules(_generic, not_quantizable=("mlp.gate",), verified=False),
-    "glm4_moe": Rules(_generic, not_quantizable=("mlp.gate",),
-                      keep_dtype=("e_score_correction_bias",), verified=False),
+    "glm4_moe": Rules(_glm4_moe, not_quantizable=("mlp.gate",),
+                      keep_dtype=("e_score_correction_bias",)),
     "gpt_oss": Rules(_generic, predicate=_ROUTER8, verified=False),
     "gemma4": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
     "gemma4_text": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),

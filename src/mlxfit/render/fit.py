@@ -11,6 +11,7 @@ from mlxfit.render import (
     bare_machine,
     machine_to_json,
     run_to_json,
+    seconds_to_json,
     term_to_json,
     tps_to_json,
 )
@@ -53,12 +54,16 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "peak_phase": r.peak_phase,
         "terms": [term_to_json(t) for t in r.terms],
         "speed_terms": [term_to_json(t) for t in r.speed_terms],
         "weights": r.weights_detail,
         # The conversion sized, when --q-bits/--q-mode/... are given (issue 17).
         "quantization_plan": r.weights_detail.get("conversion"),
+        "prefill_terms": [{"name": t.name, "value": t.seconds, "formula": t.formula,
+                           "inputs": t.inputs} for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
         "command": r.serving.get("command"),
@@ -133,6 +138,11 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if r.predicted_decode_tps is not None:
         console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
                       f"at {r.bandwidth_gbs:g} GB/s")
+    if r.predicted_ttft_s is not None and r.predicted_prefill_tps is not None:
+        console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/], time to "
+                      f"first token [bold]{r.predicted_ttft_s:,.1f} s[/] for "
+                      f"{r.run.schedule().prompt:,} prompt tokens (prefill step "
+                      f"{r.run.prefill_step_size})")
     _render_serving(r, console)
     if explain:
         console.print("\n[bold]terms[/] (bytes; formula; inputs)")
@@ -187,9 +197,9 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{sv['num_draft_tokens']} draft tokens per step")
     bd = sv.get("batched_decode")
     if bd:
-        console.print(f"batched decode (memory-bound estimate, an upper bound): "
+        console.print(f"batched decode ({bd['bound']}-bound at {bd['sequences']} sequences): "
                       f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
-                      f"{bd['aggregate_tps']:,.1f} tok/s in all ({bd['sequences']} sequences)")
+                      f"{bd['aggregate_tps']:,.1f} tok/s in all")
     if sv.get("command"):
         console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
 
@@ -210,6 +220,9 @@ def render_advice(a: Any, console: Any) -> None:
                       f"{speed}", soft_wrap=True)
         for c in o.changes:
             console.print(f"    [dim]cost: {c.cost}[/]", soft_wrap=True)
+        if o.ttft_cost_s is not None:
+            console.print(f"    [dim]cost: time to first token {o.ttft_cost_s:+,.1f} s "
+                          f"(predicted {r.predicted_ttft_s or 0:,.1f} s)[/]", soft_wrap=True)
         for cmd in o.setup:
             console.print(f"    $ {cmd}", soft_wrap=True, markup=False)
         console.print(f"    $ {o.command}", soft_wrap=True, markup=False)
@@ -237,6 +250,8 @@ def advice_to_json(a: Advice) -> dict[str, Any]:
                 "max_safe_context": o.result.max_safe_context,
                 "context_tokens": o.result.context_tokens,
                 "predicted_decode_tps": tps_to_json(o.result.predicted_decode_tps),
+                "predicted_ttft_s": seconds_to_json(o.result.predicted_ttft_s),
+                "ttft_cost_s": seconds_to_json(o.ttft_cost_s),
             }
             for o in a.options
         ],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, tps_to_json
+from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, seconds_to_json, tps_to_json
 from mlxfit.render.fit import fit_machine, render_conversion
 from mlxfit.render.quants import quants_to_json, render_quants
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
@@ -23,6 +23,8 @@ def row_to_json(r: MatrixRow) -> dict[str, Any]:
         "runs": r.runs,
         "max_safe_context": r.max_safe_context,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "unverified": r.unverified,
         "this_machine": r.this_machine,
     }

@@ -381,6 +381,8 @@ class Candidate:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     result: FitResult | None = field(default=None, repr=False, compare=False)
+    predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
+    predicted_ttft_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -542,6 +544,7 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
         predicted_decode_tps=r.predicted_decode_tps, is_default=is_default, chosen=chosen,
         budget=budget, budget_bytes=budget_bytes, reason=reason, warnings=warns,
         notes=notes, result=r,
+        predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
     )
 
 

@@ -61,6 +61,8 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "terms": [term_to_json(t) for t in r.terms],
         "speed_terms": [term_to_json(t) for t in r.speed_terms],
         "weights": r.weights_detail,
+        # The conversion sized, when --q-bits/--q-mode/... are given (issue 17).
+        "quantization_plan": r.weights_detail.get("conversion"),
         "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
@@ -115,6 +117,7 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
     console.print(f"[bold]{r.model}[/] on [bold]{r.machine_name}[/] "
                   f"at {r.context_tokens:,} tokens: {verdict}")
+    render_conversion(r.weights_detail.get("conversion"), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")
     t.add_column("GB (10^9 B)", justify="right")
@@ -164,6 +167,18 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
         console.print(f"[dim]note: {n}[/]")
     if r.advice is not None:
         render_advice(r.advice, console)
+
+
+def render_conversion(plan: dict[str, Any] | None, console: Any) -> None:
+    """The lines saying which conversion is sized (verbs.convert_plan.plan_to_json)."""
+    if not plan:
+        return
+    console.print(f"as `{plan['command']}` would write it:", soft_wrap=True)
+    console.print(f"  converted weights {gb(plan['weight_bytes'])}, "
+                  f"{plan['bits_per_weight']:.3f} bits per weight, disk "
+                  f"{gb(plan['disk_bytes'])} in {plan['shards']} shard"
+                  f"{'s' * (plan['shards'] != 1)}; {plan['quantized_modules']} modules quantized, "
+                  f"{plan['float_modules']} left in float", soft_wrap=True)
 
 
 _EXTRA_WHAT = {

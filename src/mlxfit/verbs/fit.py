@@ -26,10 +26,17 @@ from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
+from mlxfit.model.quantize import QuantRecipe
 from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.convert_plan import (
+    CONVERTED_PATH,
+    converted_source,
+    plan_to_json,
+    quant_recipe,
+)
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -70,6 +77,11 @@ def fit(
     wired_limit_mb: int | None = None,
     advise: bool | str = False,
     chart: bool = False,
+    q_bits: int | None = None,
+    q_group_size: int | None = None,
+    q_mode: str | None = None,
+    quant_predicate: str | None = None,
+    dtype: str | None = None,
 ) -> FitResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
 
@@ -80,7 +92,11 @@ def fit(
     ``prompt_cache`` cached prompts (mlx_lm.server's default 10 when serving), a speculative
     ``draft_model``. ``wired_limit_mb``: size as if ``sudo sysctl iogpu.wired_limit_mb=N`` were
     set. ``advise``: True, or "auto" (only when the run does not fit): attach an
-    ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart)."""
+    ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart).
+
+    ``q_bits``, ``q_group_size``, ``q_mode``, ``quant_predicate``, ``dtype``: mlx_lm.convert's
+    flags; an unquantized model is then sized as convert would write it
+    (mlxfit.verbs.convert_plan), the plan in ``weights_detail["conversion"]``."""
     # Every parameter is checked before the model is resolved (Hub requests) or the machine
     # probed: a bad one is named as itself, not hidden behind a missing folder.
     if advise not in (False, None, "auto", True):
@@ -90,25 +106,28 @@ def fit(
                    max_kv_size=max_kv_size, backend=backend)
     check_machine_params(memory_budget_gb, macos, wired_limit_mb)
     check_serving(parallel, prompt_cache)
+    recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
     src = resolve_model(model, revision=revision, progress=progress)
     if verbose and src.transfer is not None:
         src = replace(src, notes=src.notes + (src.transfer.describe(),))
-    inputs = model_inputs(src, with_vision=with_vision)
+    src, inputs = sized_source(src, recipe, model, with_vision)
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
         m = machine_with_wired_limit(m, wired_limit_mb)
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
-    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
+    # A conversion runs from the folder convert writes (its default --mlx-path).
+    ref = CONVERTED_PATH if recipe is not None else model
+    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=ref)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.
         from mlxfit.verbs.advise import advise as advice_for
 
-        ev = _Evaluator(model, inputs, arrays, m, cal, with_vision=with_vision,
+        ev = _Evaluator(ref, inputs, arrays, m, cal, with_vision=with_vision,
                         budget=memory_budget_gb is not None)
         r = replace(r, advice=advice_for(r, ev, serving))
     if chart:
@@ -118,6 +137,18 @@ def fit(
 
 
 
+
+
+def sized_source(src, recipe: QuantRecipe | None, model_ref: str,
+                 with_vision: bool = False):
+    """(source, ModelInputs) of the model as given, or as mlx_lm.convert would write it with
+    ``recipe``: the one path fit, matrix, pick and cluster size a conversion by."""
+    if recipe is None:
+        return src, model_inputs(src, with_vision=with_vision)
+    src, plan = converted_source(src, recipe, model_ref)
+    inputs = model_inputs(src, with_vision=with_vision)
+    detail = {**inputs.weights_detail, "conversion": plan_to_json(plan, model_ref)}
+    return src, replace(inputs, weights_detail=detail)
 
 
 def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,

@@ -149,7 +149,8 @@ def test_terminal_and_svg_share_their_axes(tmp_path):
     assert tick_line.split()[:-2] == labels and labels[:3] == ["256", "512", "1K"]
     ylabels = [ln.split("│")[0].strip() for ln in text.splitlines() if "│" in ln]
     svg_y = re.findall(r'text-anchor="end">([0-9.]+)</text>', svg)
-    assert {v for v in ylabels if v} == set(svg_y) and "25" in svg_y  # 0, 5, ... 25 GB
+    # Round ticks (0, 5, ..., 25 GB): the SVG's are the terminal's.
+    assert set(svg_y) <= {v for v in ylabels if v} and "25" in svg_y
     assert "usable 19.60" in text
     safe = _json("fit", Q8B, *ON_M4PRO, "--ctx", "32k")["max_safe_context"]
     assert f"largest safe {safe:,}</text>" in svg and 'stroke="#2ca02c" stroke-dasharray' in svg

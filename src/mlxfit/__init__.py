@@ -2,7 +2,7 @@
 
 Every CLI verb has a Python twin returning a frozen result, importable from here:
 ``mlxfit.fit``, ``mlxfit.matrix``, ``mlxfit.pick``, ``mlxfit.cluster``, ``mlxfit.measure``,
-``mlxfit.calibrate``, ``mlxfit.machine`` and ``mlxfit.models``. They are imported on first use (start-up time
+``mlxfit.calibrate``, ``mlxfit.machine``, ``mlxfit.models`` and ``mlxfit.serve_plan``. They are imported on first use (start-up time
 matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
 No subpackage carries a twin's name, so none can shadow it.
 """
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from mlxfit.verbs.measure.twin import measure
     from mlxfit.verbs.models import models
     from mlxfit.verbs.pick import pick
+    from mlxfit.verbs.serve_plan import serve_plan
 
 # public name -> module that defines it
 _PUBLIC = {
@@ -36,6 +37,7 @@ _PUBLIC = {
     "calibrate": "mlxfit.verbs.calibrate.twin",
     "machine": "mlxfit.verbs.machine",
     "models": "mlxfit.verbs.models",
+    "serve_plan": "mlxfit.verbs.serve_plan",
     "weights_summary": "mlxfit.verbs.fit",
     "resolve_machine": "mlxfit.hardware.resolve",
     "probe_machine": "mlxfit.hardware.probe",
@@ -43,8 +45,7 @@ _PUBLIC = {
 
 __all__ = [
     "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "models",
-    "pick",
-    "probe_machine", "resolve_machine", "weights_summary",
+    "pick", "probe_machine", "resolve_machine", "serve_plan", "weights_summary",
 ]
 
 

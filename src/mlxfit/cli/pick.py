@@ -30,6 +30,12 @@ def pick_cmd(
     only_fits: bool = typer.Option(False, "--only-fits", help="With --catalog: list only the catalog models that run here."),
     fmt: str = typer.Option("table", "--format", help="table, markdown (for a model card), csv or json."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
+    quants: str | None = typer.Option(None, "--quants", help='With --catalog: each unquantized entry also as mlx_lm.convert would write it, e.g. "4,mixed_3_6,mxfp4".'),
+    q_bits: int | None = typer.Option(None, "--q-bits", help="With --catalog: unquantized entries also as `mlx_lm.convert -q --q-bits B` would write them."),
+    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
+    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
+    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
+    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
 ) -> None:
     """The downloaded model to auto-load here, and why each candidate was chosen or not."""
     as_json = as_json or fmt == "json"
@@ -40,7 +46,9 @@ def pick_cmd(
                  coexist_fraction=coexist_fraction, prefill_step_size=prefill_step_size,
                  kv_bits=kv_bits, kv_group_size=kv_group_size,
                  quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
-                 only_fits=only_fits)
+                 only_fits=only_fits, quants=quants, q_bits=q_bits,
+                 q_group_size=q_group_size, q_mode=q_mode, quant_predicate=quant_predicate,
+                 dtype=dtype)
     except MlxfitError as e:
         fail(e, as_json)
     if as_json:

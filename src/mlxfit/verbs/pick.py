@@ -23,7 +23,6 @@ the pick.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -45,8 +44,11 @@ from mlxfit.sources.hf_cache import (
 )
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
+from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
 from mlxfit.verbs.fit import fit_served
+from mlxfit.verbs.pick_rule import Option, choose
+from mlxfit.verbs.pick_rule import gb as _gb
 
 # ---------------------------------------------------------------------------------------------
 # Settings: ~/.config/mlxfit/config.toml, [pick] table
@@ -220,132 +222,6 @@ def scan_cache(cache: Path) -> tuple[list[_Loaded], list[Skipped], list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The rule (pure)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Option:
-    """What the rule needs of a candidate."""
-
-    model: str
-    weights_bytes: int
-    total_bytes: int
-    fits: bool  # runs: total <= usable and no array over the GPU's largest buffer
-    fits_coexist: bool  # runs and total <= coexist budget
-    blocked: str = ""  # why it cannot run although the total fits (an oversize array)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    chosen: bool
-    budget: str  # "usable" | "coexist": the budget the rule held this candidate to
-    reason: str
-
-
-@dataclass(frozen=True)
-class Choice:
-    index: int | None  # into the options, None when nothing was chosen
-    rule: str  # "default" | "coexist" | "fits" | "none"
-    reason: str
-    verdicts: tuple[Verdict, ...]  # one per option, in the options' order
-
-
-def _gb(n: float) -> str:
-    return f"{n / 1e9:,.2f} GB"
-
-
-def choose(options: Sequence[Option], default_model: str, usable: int, coexist: int,
-           coexist_fraction: float, default_absent: str = "is not downloaded") -> Choice:
-    """The seed's chooseAutoModel, with a reason for every candidate. ``default_absent`` says
-    why the default is not among the options, when it is not."""
-    n = len(options)
-    default_i = next((i for i, o in enumerate(options)
-                      if o.model.casefold() == default_model.casefold()), None)
-    order = sorted(range(n), key=lambda i: (-options[i].weights_bytes, options[i].model))
-    cx = f"the coexist budget ({coexist_fraction:g} of RAM, {_gb(coexist)})"
-    us = f"the usable {_gb(usable)}"
-
-    def needs(o: Option, budget: str) -> str:
-        return f"needs {_gb(o.total_bytes)} > {budget}"
-
-    def no_fit(o: Option) -> str:
-        return o.blocked or needs(o, us)
-
-    def own(o: Option) -> str:
-        """What this candidate would do here, whatever was chosen."""
-        if o.fits_coexist:
-            return f"it fits the coexist budget ({_gb(o.total_bytes)} of {_gb(coexist)})"
-        if o.fits:
-            return (f"it fits {us} ({_gb(o.total_bytes)}) but not the coexist budget "
-                    f"({_gb(coexist)})")
-        return f"it does not fit: {no_fit(o)}"
-
-    verdicts: list[Verdict | None] = [None] * n
-    if default_i is not None and options[default_i].fits:
-        default = options[default_i].model
-        for i, o in enumerate(options):
-            if i == default_i:
-                verdicts[i] = Verdict(True, "usable", f"the default model, downloaded, fits {us}")
-            else:
-                verdicts[i] = Verdict(False, "usable", f"{own(o)}; the default model ({default})"
-                                      " comes first when it is downloaded and fits")
-        return Choice(default_i, "default",
-                      f"the default model {options[default_i].model} is downloaded and fits "
-                      f"{us}", tuple(v for v in verdicts if v))
-
-    if default_i is not None:
-        verdicts[default_i] = Verdict(False, "usable", f"the default model, but it does not fit "
-                                      f"({no_fit(options[default_i])})")
-    # The default, when present here, does not fit: neither test below can pick it.
-    chosen = next((i for i in order if options[i].fits_coexist), None)
-    rule = "coexist"
-    if chosen is None:
-        chosen = next((i for i in order if options[i].fits), None)
-        rule = "fits" if chosen is not None else "none"
-    budget = "coexist" if rule == "coexist" else "usable"
-    seen_chosen = False
-    for i in order:
-        if i == default_i:
-            continue
-        o = options[i]
-        if i == chosen:
-            seen_chosen = True
-            why = ("the largest that fits the coexist budget" if rule == "coexist" else
-                   f"nothing fits the coexist budget; the largest that fits {us} (other apps "
-                   "will be squeezed)")
-            verdicts[i] = Verdict(True, budget, why)
-        elif not seen_chosen:  # larger than the chosen one (or nothing chosen)
-            if rule == "coexist":
-                why = f"over the coexist budget: {needs(o, _gb(coexist))}" + (
-                    f"; fits {us}, but an auto-pick leaves room for other apps" if o.fits
-                    else f"; and {o.blocked}" if o.blocked else f"; over {us} too")
-            else:
-                why = f"does not fit: {no_fit(o)}"
-            verdicts[i] = Verdict(False, budget, why)
-        else:
-            verdicts[i] = Verdict(False, budget, f"smaller than {options[chosen].model}, "
-                                  f"which was chosen; {own(o)}")
-    if rule == "none":
-        if n == 0:
-            reason = "no candidate: no loadable MLX model in the Hugging Face cache"
-        else:
-            small = min(options, key=lambda o: o.total_bytes)
-            reason = (f"none of the {n} downloaded models fits: the smallest peak, "
-                      f"{small.model}, {no_fit(small)}")
-    elif rule == "coexist":
-        reason = f"{options[chosen].model} is the largest that fits {cx}"  # type: ignore[index]
-        if default_i is None:
-            reason = f"the default model {default_model} {default_absent}; " + reason
-        else:
-            reason = "the default model does not fit; " + reason
-    else:
-        reason = (f"nothing fits {cx}; {options[chosen].model} "  # type: ignore[index]
-                  f"is the largest that fits {us}")
-    return Choice(chosen, rule, reason, tuple(v for v in verdicts if v))
-
-
-# ---------------------------------------------------------------------------------------------
 # pick()
 # ---------------------------------------------------------------------------------------------
 
@@ -373,6 +249,8 @@ class Candidate:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     result: FitResult | None = field(default=None, repr=False, compare=False)
+    predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
+    predicted_ttft_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -437,18 +315,25 @@ def pick(
     quantized_kv_start: int = 5000,
     max_kv_size: int | None = None,
     only_fits: bool = False,
+    quants: str | None = None,
+    q_bits: int | None = None, q_group_size: int | None = None, q_mode: str | None = None,
+    quant_predicate: str | None = None, dtype: str | None = None,
 ) -> PickResult:
     """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
 
     ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
     ``cache_dir`` replaces the Hugging Face cache found from the environment. The run
     parameters are ``fit``'s (mlx-lm's flags); ``only_fits`` keeps only the catalog rows that
-    run here (the downloaded candidates are all kept: the rule's reasons name them)."""
+    run here (the downloaded candidates are all kept: the rule's reasons name them);
+    ``quants`` ("4,mixed_3_6,mxfp4") and the convert flags ``q_bits``...``dtype`` add, with
+    ``catalog``, each unquantized entry as mlx_lm.convert would write it in those
+    quantizations."""
     # Every parameter is checked before the settings file is read or the machine probed.
     run = run_from(ctx=ctx, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size)
     check_machine_params(memory_budget_gb, macos)
+    recipes = pick_recipes(quants, q_bits, q_group_size, q_mode, quant_predicate, dtype)
     if default_model is not None and not default_model.strip():
         raise UsageError("default_model is empty", param="default_model")
     if coexist_fraction is not None and (
@@ -505,7 +390,8 @@ def pick(
                   f"Hugging Face cache at {cache}")
 
     cat_rows = _catalog_rows(run, m, cal, usable, coexist, settings,
-                             {c.model.casefold() for c in cands}, notes) if catalog else None
+                             {c.model.casefold() for c in cands}, notes, recipes) \
+        if catalog else None
     if cat_rows is not None and only_fits:
         cat_rows = [c for c in cat_rows if c.runs]
     return PickResult(
@@ -548,11 +434,13 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
         predicted_decode_tps=r.predicted_decode_tps, is_default=is_default, chosen=chosen,
         budget=budget, budget_bytes=budget_bytes, reason=reason, warnings=warns,
         notes=notes, result=r,
+        predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
     )
 
 
 def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings,
-                  downloaded: set[str], notes: list[str]) -> list[Candidate]:
+                  downloaded: set[str], notes: list[str], quants: tuple = ()
+                  ) -> list[Candidate]:
     """The built-in catalog minus what is downloaded: what could run here, one row per quant
     variant; those that fit first, largest first, then the rest, closest to fitting first. An
     entry the run cannot apply to (--kv-bits on a sliding-window model) is left out, with a
@@ -566,24 +454,30 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
             continue
         src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
-        try:
-            r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src),
-                           model_ref=e.repo_id)
-        except MlxfitError as err:
-            notes.append(f"catalog {e.repo_id} left out: {err}")
-            continue
-        fc = r.runs and r.total_bytes <= coexist
-        if fc:
-            why = f"fits the coexist budget ({_gb(coexist)})"
-        elif r.runs:
-            why = f"fits the usable {_gb(usable)}, over the coexist budget ({_gb(coexist)})"
-        else:
-            why = "does not fit: " + (_blocked(r) or
-                                      f"needs {_gb(r.total_bytes)} > the usable {_gb(usable)}")
-        rows.append(_candidate(r, None, "built-in catalog", fc, False,
-                               "coexist" if r.runs else "usable", coexist if r.runs else usable,
-                               why, e.repo_id.casefold() == settings.default_model.casefold(),
-                               ()))
+        variants = [(e.repo_id, src)] + [
+            (name, conv) for name, conv, _ in predicted_quants(src, quants, e.repo_id)]
+        for name, s in variants:
+            try:
+                rows.append(_catalog_row(s, name, run, m, cal, usable, coexist, settings))
+            except MlxfitError as err:
+                notes.append(f"catalog {name} left out: {err}")
     rows.sort(key=lambda c: (0, -c.weights_bytes, c.model) if c.runs
               else (1, c.total_bytes, c.model))
     return rows
+
+
+def _catalog_row(src: ModelSource, rid: str, run, m, cal, usable: int, coexist: int,
+                 settings: PickSettings) -> Candidate:
+    """One catalog entry (or a predicted conversion of one, "<id> as 4bit") on this machine."""
+    r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src), model_ref=rid)
+    fc = r.runs and r.total_bytes <= coexist
+    if fc:
+        why = f"fits the coexist budget ({_gb(coexist)})"
+    elif r.runs:
+        why = f"fits the usable {_gb(usable)}, over the coexist budget ({_gb(coexist)})"
+    else:
+        why = "does not fit: " + (_blocked(r) or
+                                  f"needs {_gb(r.total_bytes)} > the usable {_gb(usable)}")
+    return _candidate(r, None, "built-in catalog", fc, False,
+                      "coexist" if r.runs else "usable", coexist if r.runs else usable,
+                      why, rid.casefold() == settings.default_model.casefold(), ())

@@ -157,3 +157,9 @@ def test_terminal_and_svg_share_their_axes(tmp_path):
     width = int(re.search(r'<svg [^>]*width="([0-9]+)"', svg).group(1))
     xs = [float(v) for v in re.findall(r'<text x="([0-9.]+)"', svg)]
     assert all(0 <= v <= width for v in xs)
+
+
+def test_machine_named_is_not_said_to_be_probed():
+    r = invoke("machine", "M4 Pro 24GB")
+    assert r.exit_code == 0 and "probed from" not in r.stdout
+    assert "where each figure came from" in r.stdout and "--machine 'M4 Pro 24GB'" in r.stdout

@@ -298,8 +298,9 @@ def jamba(c: Ctx) -> list[Layer]:
     d_state = f.int("mamba_d_state", 16)
     d_conv = f.int("mamba_d_conv", 4)
     inner = expand * c.hidden
-    # Mamba-1 mixer: conv (d_conv-1) x inner, SSM inner x d_state (float32).
-    state = (d_conv - 1) * inner * c.act_bytes + inner * d_state * 4
+    # Mamba-1 mixer: conv (d_conv-1) x inner and SSM inner x d_state, both in the activation
+    # dtype (jamba.py keeps the state in the dtype of its inputs, checked by the oracle).
+    state = (d_conv - 1) * inner * c.act_bytes + inner * d_state * c.act_bytes
     return [
         Layer(c.attn("full")) if i % period == offset
         else Layer(None, state_bytes=state, state_kind="mamba")
@@ -340,8 +341,9 @@ def mamba(c: Ctx) -> list[Layer]:
                              f.int("n_groups", 1), f.int("conv_kernel", 4))
     else:
         inner = f.int("intermediate_size", 2 * c.hidden)
+        # mamba.py (Mamba-1): conv and SSM state both in the activation dtype.
         state = (f.int("conv_kernel", 4) - 1) * inner * c.act_bytes + inner * f.int(
-            "state_size", 16) * 4
+            "state_size", 16) * c.act_bytes
     return [Layer(None, state_bytes=state, state_kind="mamba") for _ in range(c.n)]
 
 

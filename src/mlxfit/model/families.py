@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from mlxfit.model import builders as b
+from mlxfit.model import builders_more as m
 from mlxfit.model.builders import Ctx
 from mlxfit.model.config import Layer
 
@@ -44,6 +46,8 @@ FAMILY_ALIASES: dict[str, str] = {
     "qwen3_5_moe": "qwen3_5",
     "llama4_text": "llama4",
     "lfm2_moe": "lfm2",
+    "lfm2-vl": "lfm2",  # lfm2-vl.py wraps lfm2's language model (text_config)
+    "prism_hadamard_qwen35": "qwen3_5",  # qwen3_5 with Hadamard-rotated weights
 }
 
 
@@ -61,6 +65,10 @@ class Family:
     gated_q: bool = False  # q_proj also produces the attention output gate (always)
     # The block pattern defines the depth: num_hidden_layers may be absent (nemotron_h.py).
     depth_from_pattern: bool = False
+    # The family's own field names mapped to the standard ones before parse_config reads them.
+    prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    # Caches mlx-lm never quantizes (CacheList has no to_quantized): --kv-bits has no effect.
+    never_quantized: bool = False
 
 
 # One row per mlx-lm module. own_cache is True exactly where mlx_lm/models/<module>.py defines
@@ -83,7 +91,7 @@ FAMILIES: dict[str, Family] = {
     "cohere2": Family(b.cohere2, own_cache=True),
     "gpt_oss": Family(b.gpt_oss, own_cache=True),
     "deepseek_v3": Family(b.mla, own_cache=False),
-    "deepseek_v32": Family(b.mla_with_indexer, own_cache=True),
+    "deepseek_v32": Family(b.mla_with_indexer, own_cache=True, never_quantized=True),
     "deepseek_v2": Family(b.deepseek_v2, own_cache=False),
     "glm4_moe_lite": Family(b.mla, own_cache=False),
     "qwen3_next": Family(b.qwen_linear, own_cache=True, gated_q=True),
@@ -104,7 +112,6 @@ FAMILIES: dict[str, Family] = {
     "glm4": Family(b.standard, own_cache=False),
     "glm4_moe": Family(b.standard, own_cache=False),
     "internlm3": Family(b.standard, own_cache=False),
-    "exaone": Family(b.standard, own_cache=False),
     "smollm3": Family(b.standard, own_cache=False),
     "seed_oss": Family(b.standard, own_cache=False),
     "ernie4_5": Family(b.standard, own_cache=False),
@@ -112,6 +119,87 @@ FAMILIES: dict[str, Family] = {
     "hunyuan_v1_dense": Family(b.standard, own_cache=False),
     "olmoe": Family(b.standard, own_cache=False),
     "dots1": Family(b.standard, own_cache=False),
+    # Added with the oracle check (issue 12); every row is verified against mlx-lm's caches.
+    "olmo3": Family(m.olmo3, own_cache=True),
+    "mellum": Family(m.by_layer_types, own_cache=True),
+    "exaone_moe": Family(m.by_layer_types, own_cache=True),
+    "laguna": Family(m.by_layer_types, own_cache=True),
+    "afmoe": Family(m.by_layer_types, own_cache=True),
+    "spark2_5": Family(m.spark2_5, own_cache=True),
+    "exaone4": Family(m.exaone4, own_cache=True),
+    "step3p5": Family(m.step3p5, own_cache=True),
+    "mimo_v2_flash": Family(m.mimo_v2_flash, own_cache=True),
+    "iquestloopcoder": Family(m.iquestloopcoder, own_cache=True),
+    "youtu_llm": Family(m.mla_decompressed, own_cache=False),
+    "minicpm3": Family(m.mla_decompressed, own_cache=False),
+    "kimi_k25": Family(b.mla, own_cache=False),
+    "kimi_vl": Family(b.mla, own_cache=False),
+    "mistral4": Family(b.mla, own_cache=False),
+    "glm_moe_dsa": Family(b.mla_with_indexer, own_cache=True, never_quantized=True),
+    "longcat_flash": Family(m.mla_pair, own_cache=True, never_quantized=True),
+    "longcat_flash_ngram": Family(m.longcat_ngram, own_cache=True, never_quantized=True),
+    "kimi_linear": Family(m.kimi_linear, own_cache=True),
+    "kimi_k3": Family(m.kimi_linear, own_cache=True),
+    "bailing_hybrid": Family(m.bailing_hybrid, own_cache=True),
+    "bailing_moe_linear": Family(m.bailing_moe_linear, own_cache=True),
+    "olmo_hybrid": Family(m.olmo_hybrid, own_cache=True),
+    "recurrent_gemma": Family(m.recurrent_gemma, own_cache=True),
+    "plamo2": Family(m.plamo2, own_cache=True),
+    "baichuan_m1": Family(m.baichuan_m1, own_cache=True, never_quantized=True),
+    "rwkv7": Family(m.rwkv7, own_cache=True, attention_free=True),
+    "nemotron-nas": Family(m.nemotron_nas, own_cache=True),
+    "afm7": Family(m.afm7, own_cache=True,
+                   prepare=m.renamed({"hidden_dim": "hidden_size", "num_heads":
+                                      "num_attention_heads", "num_kv_heads": "num_key_value_heads",
+                                      "num_layers": "num_hidden_layers"})),
+    "openelm": Family(m.openelm, own_cache=False, prepare=m.prepare_openelm),
+    "gpt2": Family(b.standard, own_cache=False, prepare=m.renamed(m.GPT2_NAMES)),
+    "gpt_bigcode": Family(m.gpt_bigcode, own_cache=False, prepare=m.renamed(m.GPT2_NAMES)),
+    "lille-130m": Family(b.standard, own_cache=False, prepare=m.renamed(m.GPT2_NAMES)),
+    "gptj": Family(b.standard, own_cache=False, prepare=m.renamed(m.GPT2_NAMES)),
+    "dbrx": Family(b.standard, own_cache=False, prepare=m.prepare_dbrx),
+    "exaone": Family(b.standard, own_cache=False,
+                     prepare=m.renamed({"num_layers": "num_hidden_layers"})),
+    "plamo": Family(m.plamo, own_cache=False),
+    "gear": Family(m.gear, own_cache=True),
+    "muse_spark": Family(m.by_layer_types, own_cache=True),
+    "minimax_m3_vl": Family(m.minimax_m3, own_cache=True, never_quantized=True),
+    # Standard GQA attention, a KVCache per layer (verified like the others).
+    "Klear": Family(b.standard, own_cache=False),
+    "apertus": Family(b.standard, own_cache=False),
+    "bailing_moe": Family(b.standard, own_cache=False),
+    "bitnet": Family(b.standard, own_cache=False),
+    "deepseek": Family(b.standard, own_cache=False),
+    "glm": Family(b.standard, own_cache=False),
+    "gpt_neox": Family(b.standard, own_cache=False),
+    "helium": Family(b.standard, own_cache=False),
+    "hunyuan": Family(b.standard, own_cache=False),
+    "internlm2": Family(b.standard, own_cache=False),
+    "mimo": Family(b.standard, own_cache=False),
+    "minicpm": Family(b.standard, own_cache=False),
+    "minimax": Family(b.standard, own_cache=False),
+    "mistral3": Family(b.standard, own_cache=False),
+    "nanochat": Family(b.standard, own_cache=False),
+    "nemotron": Family(b.standard, own_cache=False),
+    "phi": Family(b.standard, own_cache=False),
+    "phi3small": Family(b.standard, own_cache=False),
+    "pixtral": Family(b.standard, own_cache=False),
+    "qwen2_vl": Family(b.standard, own_cache=False),
+    "qwen3_vl": Family(b.standard, own_cache=False),
+    "qwen3_vl_moe": Family(b.standard, own_cache=False),
+    "solar_open": Family(b.standard, own_cache=False),
+    "stablelm": Family(b.standard, own_cache=False),
+    "talkie": Family(b.standard, own_cache=False),
+    "telechat3": Family(b.standard, own_cache=False),
+    "nanbeige": Family(b.standard, own_cache=True),
+    "qwen": Family(b.standard, own_cache=False, prepare=m.renamed({"kv_channels": "head_dim"})),
+    "bailing_moe_v3": Family(m.bailing_moe_v3, own_cache=True),
+    "muse_glimmer": Family(m.spark2_5, own_cache=True),
+    "plamo3": Family(m.plamo3, own_cache=True),
+    "phixtral": Family(b.standard, own_cache=False,
+                       prepare=m.renamed({"model_dim": "hidden_size", "num_heads":
+                                          "num_attention_heads", "num_layers": "num_hidden_layers",
+                                          "num_vocab": "vocab_size"})),
 }
 
 # An unknown model_type with the standard fields: a plain transformer, full KV on every layer.

@@ -36,6 +36,12 @@ def _moe_layer_flags(c: Ctx, n_experts: int) -> list[bool]:
     if n_experts <= 0:
         return [False] * c.n
     first_dense = f.int("first_k_dense_replace", 0)
+    per_layer = f.d.get("moe_layer_freq")
+    if isinstance(per_layer, list):  # mimo_v2_flash / minimax_m3: a 0/1 flag per layer
+        if len(per_layer) < c.n or not all(x in (0, 1) for x in per_layer):
+            raise ConfigError(f"{f.where}: 'moe_layer_freq' as a list needs a 0/1 flag per "
+                              "layer")
+        return [bool(per_layer[i]) and i >= first_dense for i in range(c.n)]
     step = f.first_int(("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"), 1)
     step = max(step, 1)
     mlp_only = set(f.int_list("mlp_only_layers") or [])
@@ -63,6 +69,9 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     if not isinstance(raw_type, str) or not raw_type:
         raise ConfigError(f"{where}: missing 'model_type'")
     family_name, family = resolve_family(raw_type)
+    if family is not None and family.prepare is not None:
+        t = family.prepare(t)  # the family's own field names -> the standard ones
+        f = Fields(t, where)
     warnings: list[str] = []
     if family is None:
         needed = ("hidden_size", "num_hidden_layers", "num_attention_heads")
@@ -139,4 +148,5 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         linear_k_dim=c.mixer.get("linear_k_dim", 0),
         linear_v_dim=c.mixer.get("linear_v_dim", 0),
         gated_q=family.gated_q or f.bool("attn_output_gate", False),
+        never_quantized=family.never_quantized,
     )

@@ -34,7 +34,7 @@ class OracleError(MlxfitError):
 
 def _kv_widths(args: Any) -> tuple[int, int, int]:
     # (kv heads, key width, value width) the standard attention modules read from ModelArgs.
-    heads = getattr(args, "num_attention_heads", None) or getattr(args, "n_heads")
+    heads = getattr(args, "num_attention_heads", None) or args.n_heads
     kv = getattr(args, "num_key_value_heads", None) or heads
     hd = getattr(args, "head_dim", None) or args.hidden_size // heads
     return kv, hd, hd
@@ -51,6 +51,8 @@ FORWARD_FALLBACK: dict[str, tuple[str, Callable[[Any], tuple[int, int, int]]]] =
     "dbrx": ("its MoE router calls .tolist() in the forward pass (evaluates every layer)",
              _dbrx_widths),
     "bitnet": ("its BitLinear layers need a Metal kernel (no CPU path)", _kv_widths),
+    "muse_spark": ("its attention needs a Metal kernel (no CPU path)",
+                   lambda a: _kv_widths(a.text)),
 }
 
 

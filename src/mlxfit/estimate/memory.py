@@ -98,6 +98,10 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
     """``check_run``, then what mlx-lm cannot do with this model (a quantized cache)."""
     check_run(run)
     if run.kv_bits is not None:
+        if cfg.no_quantized_attention:
+            raise UsageError(f"kv_bits: mlx-lm's {cfg.family} attention reads the cache's "
+                             "arrays directly and fails on a quantized cache (mlx-lm 0.32)",
+                             param="kv_bits")
         if cfg.never_quantized:
             raise UsageError("kv_bits: mlx-lm never quantizes this model's CacheList "
                              "caches (no to_quantized), so the flag has no effect",

@@ -83,6 +83,7 @@ class ModelConfig:
     linear_v_dim: int = 0
     gated_q: bool = False  # q_proj also produces an output gate (Qwen3-Next / Qwen3.5)
     never_quantized: bool = False  # CacheList caches: mlx-lm's --kv-bits leaves them as they are
+    no_quantized_attention: bool = False  # the attention fails on a QuantizedKVCache
 
     @property
     def is_moe(self) -> bool:

@@ -69,6 +69,9 @@ class Family:
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     # Caches mlx-lm never quantizes (CacheList has no to_quantized): --kv-bits has no effect.
     never_quantized: bool = False
+    # Hand-written attention that reads the cache's arrays directly: mlx-lm fails on a
+    # QuantizedKVCache (checked by the oracle), so --kv-bits is refused.
+    no_quantized_attention: bool = False
 
 
 # One row per mlx-lm module. own_cache is True exactly where mlx_lm/models/<module>.py defines
@@ -84,7 +87,7 @@ FAMILIES: dict[str, Family] = {
     "phi3": Family(b.standard, own_cache=False),
     "phimoe": Family(b.standard, own_cache=False),
     "gemma": Family(b.standard, own_cache=False),
-    "gemma2": Family(b.standard, own_cache=False, scores_always=True),
+    "gemma2": Family(b.standard, own_cache=False, scores_always=True, no_quantized_attention=True),
     "gemma3": Family(b.gemma3, own_cache=True),
     "gemma3n": Family(b.gemma3n, own_cache=True),
     "gemma4": Family(b.gemma4, own_cache=True),
@@ -98,7 +101,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(b.qwen_linear, own_cache=True, gated_q=True),
     "nemotron_h": Family(b.nemotron_h, own_cache=True, depth_from_pattern=True),
     "granitemoehybrid": Family(b.granite_hybrid, own_cache=True),
-    "falcon_h1": Family(b.falcon_h1, own_cache=True),
+    "falcon_h1": Family(b.falcon_h1, own_cache=True, never_quantized=True),
     "jamba": Family(b.jamba, own_cache=True),
     "lfm2": Family(b.lfm2, own_cache=True),
     "llama4": Family(b.llama4, own_cache=True),
@@ -144,14 +147,14 @@ FAMILIES: dict[str, Family] = {
     "bailing_moe_linear": Family(m.bailing_moe_linear, own_cache=True),
     "olmo_hybrid": Family(m.olmo_hybrid, own_cache=True),
     "recurrent_gemma": Family(m.recurrent_gemma, own_cache=True),
-    "plamo2": Family(m.plamo2, own_cache=True),
+    "plamo2": Family(m.plamo2, own_cache=True, no_quantized_attention=True),
     "baichuan_m1": Family(m.baichuan_m1, own_cache=True, never_quantized=True),
     "rwkv7": Family(m.rwkv7, own_cache=True, attention_free=True),
     "nemotron-nas": Family(m.nemotron_nas, own_cache=True),
     "afm7": Family(m.afm7, own_cache=True,
                    prepare=m.renamed({"hidden_dim": "hidden_size", "num_heads":
                                       "num_attention_heads", "num_kv_heads": "num_key_value_heads",
-                                      "num_layers": "num_hidden_layers"})),
+                                      "num_layers": "num_hidden_layers"}), no_quantized_attention=True),
     "openelm": Family(m.openelm, own_cache=False, prepare=m.prepare_openelm),
     "gpt2": Family(b.standard, own_cache=False, prepare=m.renamed(m.GPT2_NAMES)),
     "gpt_bigcode": Family(m.gpt_bigcode, own_cache=False, prepare=m.renamed(m.GPT2_NAMES)),
@@ -160,7 +163,7 @@ FAMILIES: dict[str, Family] = {
     "dbrx": Family(b.standard, own_cache=False, prepare=m.prepare_dbrx),
     "exaone": Family(b.standard, own_cache=False,
                      prepare=m.renamed({"num_layers": "num_hidden_layers"})),
-    "plamo": Family(m.plamo, own_cache=False),
+    "plamo": Family(m.plamo, own_cache=False, no_quantized_attention=True),
     "gear": Family(m.gear, own_cache=True),
     "muse_spark": Family(m.by_layer_types, own_cache=True),
     "minimax_m3_vl": Family(m.minimax_m3, own_cache=True, never_quantized=True),
@@ -182,13 +185,13 @@ FAMILIES: dict[str, Family] = {
     "nanochat": Family(b.standard, own_cache=False),
     "nemotron": Family(b.standard, own_cache=False),
     "phi": Family(b.standard, own_cache=False),
-    "phi3small": Family(b.standard, own_cache=False),
+    "phi3small": Family(b.standard, own_cache=False, no_quantized_attention=True),
     "pixtral": Family(b.standard, own_cache=False),
     "qwen2_vl": Family(b.standard, own_cache=False),
     "qwen3_vl": Family(b.standard, own_cache=False),
     "qwen3_vl_moe": Family(b.standard, own_cache=False),
     "solar_open": Family(b.standard, own_cache=False),
-    "stablelm": Family(b.standard, own_cache=False),
+    "stablelm": Family(b.standard, own_cache=False, no_quantized_attention=True),
     "talkie": Family(b.standard, own_cache=False),
     "telechat3": Family(b.standard, own_cache=False),
     "nanbeige": Family(b.standard, own_cache=True),
@@ -200,6 +203,30 @@ FAMILIES: dict[str, Family] = {
                        prepare=m.renamed({"model_dim": "hidden_size", "num_heads":
                                           "num_attention_heads", "num_layers": "num_hidden_layers",
                                           "num_vocab": "vocab_size"})),
+}
+
+# Modules under mlx_lm/models/ that are not a text-generation family, and why.
+NOT_TEXT_LM: dict[str, str] = {
+    "__init__": "package marker",
+    "activations": "activation functions shared by the models",
+    "base": "BaseModelArgs, masks and the attention helper",
+    "bitlinear_layers": "BitNet's quantized linear layer",
+    "cache": "the cache classes (KVCache, RotatingKVCache, ArraysCache, ...)",
+    "gated_delta": "the gated-delta recurrence kernel (Qwen3-Next, Kimi-Linear, ...)",
+    "mla": "MultiLinear, shared by the MLA models",
+    "pipeline": "PipelineMixin for pipeline-parallel generation",
+    "rope_utils": "RoPE variants",
+    "ssm": "the Mamba2 SSD scan",
+    "switch_layers": "the MoE expert layers (SwitchGLU)",
+}
+
+# Text families mlx-lm ships that mlxfit does not size exactly, and why. They are sized as a
+# plain transformer and the result says so ("family_known": false).
+NOT_SUPPORTED: dict[str, str] = {
+    "olmo": "mlx-lm's olmo.py needs the ai2-olmo package (it exits without it), so it cannot "
+            "be checked; OLMo 2/3 checkpoints use olmo2/olmo3",
+    "deepseek_v41": "its LayerCache keeps a sliding window plus compressed KV groups and index "
+                    "keys, a layout neither the table nor a derived per-token plan describes",
 }
 
 # An unknown model_type with the standard fields: a plain transformer, full KV on every layer.

@@ -149,4 +149,5 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         linear_v_dim=c.mixer.get("linear_v_dim", 0),
         gated_q=family.gated_q or f.bool("attn_output_gate", False),
         never_quantized=family.never_quantized,
+        no_quantized_attention=family.no_quantized_attention,
     )

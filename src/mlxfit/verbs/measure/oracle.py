@@ -119,6 +119,10 @@ def _entry(cache: Any) -> CacheEntry:
         _arrays(cache.cache, "state", found)
         state = sum(a[3] for a in found)
         return CacheEntry(type(cache).__name__, 0, state, tuple(a[:3] for a in found))
+    if not hasattr(cache, "keys"):  # a family's own cache class: every array of its state
+        _arrays(list(cache.state), "arrays", found)
+        return CacheEntry(type(cache).__name__, sum(a[3] for a in found), 0,
+                          tuple(a[:3] for a in found))
     _arrays(getattr(cache, "keys", None), "keys", found)
     _arrays(getattr(cache, "values", None), "values", found)
     window = getattr(cache, "max_size", None) or getattr(cache, "chunk_size", None)

@@ -168,3 +168,16 @@ def test_manifest_records_provenance() -> None:
     assert files == {e["file"] for e in MANIFEST.values()}
     for name, entry in MANIFEST.items():
         assert entry["source"] and isinstance(entry["synthetic"], bool), name
+
+
+@NEEDS_MLX
+def test_architecture_remapping_is_mlx_lms() -> None:
+    from mlx_lm.utils import MODEL_ARCHITECTURE_REMAPPING
+
+    from mlxfit.model.families import MLX_LM_ARCH_REMAPPING
+
+    assert MLX_LM_ARCH_REMAPPING == MODEL_ARCHITECTURE_REMAPPING
+    d = {**_fixture("bailing_moe_v3"), "model_type": "bailing_hybrid",
+         "architectures": ["BailingMoeV3ForCausalLM"]}
+    assert parse_config(d).family == "bailing_moe_v3"
+    _check(d, "bailing_hybrid as BailingMoeV3ForCausalLM", CONTEXTS[:1])

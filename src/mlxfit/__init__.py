@@ -2,7 +2,7 @@
 
 Every CLI verb has a Python twin returning a frozen result, importable from here:
 ``mlxfit.fit``, ``mlxfit.matrix``, ``mlxfit.pick``, ``mlxfit.cluster``, ``mlxfit.measure``,
-``mlxfit.calibrate`` and ``mlxfit.machine``. They are imported on first use (start-up time
+``mlxfit.calibrate``, ``mlxfit.machine`` and ``mlxfit.families``. They are imported on first use (start-up time
 matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
 No subpackage carries a twin's name, so none can shadow it.
 """
@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from mlxfit.hardware.probe import probe_machine
     from mlxfit.hardware.resolve import resolve_machine
     from mlxfit.verbs.calibrate.twin import calibrate
+    from mlxfit.verbs.families import families
     from mlxfit.verbs.cluster.twin import cluster
     from mlxfit.verbs.fit import fit, weights_summary
     from mlxfit.verbs.machine import machine
@@ -34,13 +35,14 @@ _PUBLIC = {
     "measure": "mlxfit.verbs.measure.twin",
     "calibrate": "mlxfit.verbs.calibrate.twin",
     "machine": "mlxfit.verbs.machine",
+    "families": "mlxfit.verbs.families",
     "weights_summary": "mlxfit.verbs.fit",
     "resolve_machine": "mlxfit.hardware.resolve",
     "probe_machine": "mlxfit.hardware.probe",
 }
 
 __all__ = [
-    "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "pick",
+    "__version__", "calibrate", "cluster", "families", "fit", "machine", "matrix", "measure", "pick",
     "probe_machine", "resolve_machine", "weights_summary",
 ]
 

@@ -21,7 +21,7 @@ except ImportError:  # pragma: no cover
     from click.exceptions import UsageError as ClickUsageError
 
 # In the order `mlxfit --help` lists them.
-VERBS = ("fit", "machine", "matrix", "pick", "measure", "calibrate", "cluster")
+VERBS = ("fit", "machine", "matrix", "pick", "measure", "calibrate", "cluster", "families")
 
 
 class _Verbs(TyperGroup):

@@ -152,6 +152,10 @@ class FitResult:
     # first, and the limit (None when unknown).
     buffers: tuple[Any, ...] = field(default=())
     max_buffer_bytes: int | None = None
+    # The cache plan's origin (ModelConfig.plan_source): "table", "mlx-lm <version>" or an
+    # unverified plain-transformer estimate (family_known False).
+    family_known: bool = True
+    plan_source: str = "table"
     advice: Any = None  # mlxfit.verbs.advise.Advice when asked for (fit(advise=...))
     chart: Any = None  # mlxfit.verbs.chart.ChartData when asked for (fit(chart=True))
 
@@ -242,4 +246,6 @@ def fit_core(
         notes=tuple(notes),
         weights_detail=dict(weights_detail or {}),
         extra_terms=t.extra,
+        family_known=cfg.family_known,
+        plan_source=cfg.plan_source,
     )

@@ -51,8 +51,20 @@ FAMILY_ALIASES: dict[str, str] = {
 }
 
 
-def mlx_lm_module(model_type: str) -> str:
-    """The mlx_lm.models module mlx-lm imports for ``model_type`` (utils._get_classes)."""
+# mlx_lm/utils.py MODEL_ARCHITECTURE_REMAPPING (mlx-lm 0.32.2): a (model_type, architecture)
+# pair that loads another module; checked against the installed mlx-lm like the table above.
+MLX_LM_ARCH_REMAPPING: dict[tuple[str, str], str] = {
+    ("bailing_hybrid", "BailingMoeV3ForCausalLM"): "bailing_moe_v3",
+}
+
+
+def mlx_lm_module(model_type: str, architectures: tuple[str, ...] | list[str] = ()) -> str:
+    """The mlx_lm.models module mlx-lm imports for ``model_type`` (utils._get_classes): an
+    architecture remapping first, then the model_type remapping."""
+    for arch in architectures:
+        remapped = MLX_LM_ARCH_REMAPPING.get((model_type, arch))
+        if remapped is not None:
+            return remapped
     return MLX_LM_REMAPPING.get(model_type, model_type)
 
 
@@ -233,9 +245,11 @@ NOT_SUPPORTED: dict[str, str] = {
 GENERIC = Family(b.standard, own_cache=False)
 
 
-def resolve_family(model_type: str) -> tuple[str, Family | None]:
+def resolve_family(model_type: str, architectures: tuple[str, ...] | list[str] = ()
+                   ) -> tuple[str, Family | None]:
     """The family that sizes ``model_type`` and its row: mlxfit's alias, else the module mlx-lm
-    loads; (model_type, None) when mlxfit has no row for it."""
-    name = FAMILY_ALIASES.get(model_type) or mlx_lm_module(model_type)
+    loads (``architectures``: the config's, for mlx-lm's architecture remapping);
+    (model_type, None) when mlxfit has no row for it."""
+    name = FAMILY_ALIASES.get(model_type) or mlx_lm_module(model_type, architectures)
     family = FAMILIES.get(name)
     return (name, family) if family is not None else (model_type, None)

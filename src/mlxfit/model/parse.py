@@ -10,7 +10,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.config import Fields, Layer, ModelConfig
-from mlxfit.model.families import GENERIC, Ctx, resolve_family
+from mlxfit.model.families import GENERIC, NOT_SUPPORTED, Ctx, mlx_lm_module, resolve_family
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -68,7 +68,10 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     raw_type = t.get("model_type")
     if not isinstance(raw_type, str) or not raw_type:
         raise ConfigError(f"{where}: missing 'model_type'")
-    family_name, family = resolve_family(raw_type)
+    archs = t.get("architectures") or ()
+    archs = tuple(a for a in ([archs] if isinstance(archs, str) else archs) if isinstance(a, str))
+    family_name, family = resolve_family(raw_type, archs)
+    known = family is not None
     if family is not None and family.prepare is not None:
         t = family.prepare(t)  # the family's own field names -> the standard ones
         f = Fields(t, where)
@@ -81,9 +84,12 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
                 f"{where}: unknown model_type {raw_type!r} without standard fields "
                 f"({', '.join(missing)} missing); cannot size it"
             )
+        why = NOT_SUPPORTED.get(mlx_lm_module(raw_type))
         warnings.append(
             f"unknown model_type {raw_type!r}: sized as a plain transformer with a full KV cache "
-            "on every layer; check mlx-lm supports it"
+            "on every layer, UNVERIFIED; "
+            + (f"mlxfit does not size it exactly ({why})" if why else
+               "with mlx-lm installed (mlxfit[measure]) the plan is read from mlx-lm itself")
         )
         family = GENERIC
 
@@ -150,4 +156,6 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         gated_q=family.gated_q or f.bool("attn_output_gate", False),
         never_quantized=family.never_quantized,
         no_quantized_attention=family.no_quantized_attention,
+        family_known=known,
+        plan_source="table" if known else "plain transformer (unverified)",
     )

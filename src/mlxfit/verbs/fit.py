@@ -29,6 +29,7 @@ from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.plan import check_plan, with_plan
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -68,6 +69,7 @@ def fit(
     wired_limit_mb: int | None = None,
     advise: bool | str = False,
     chart: bool = False,
+    plan: str = "auto",
 ) -> FitResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
 
@@ -78,7 +80,9 @@ def fit(
     ``prompt_cache`` cached prompts (mlx_lm.server's default 10 when serving), a speculative
     ``draft_model``. ``wired_limit_mb``: size as if ``sudo sysctl iogpu.wired_limit_mb=N`` were
     set. ``advise``: True, or "auto" (only when the run does not fit): attach an
-    ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart)."""
+    ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart).
+    ``plan``: "auto", "table" or "mlx-lm": where the per-layer cache plan comes from
+    (mlxfit.verbs.plan)."""
     # Every parameter is checked before the model is resolved (Hub requests) or the machine
     # probed: a bad one is named as itself, not hidden behind a missing folder.
     if advise not in (False, None, "auto", True):
@@ -88,12 +92,14 @@ def fit(
                    max_kv_size=max_kv_size, backend=backend)
     check_machine_params(memory_budget_gb, macos, wired_limit_mb)
     check_serving(parallel, prompt_cache)
+    check_plan(plan)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
     src = resolve_model(model, revision=revision, progress=progress)
     if verbose and src.transfer is not None:
         src = replace(src, notes=src.notes + (src.transfer.describe(),))
     inputs = model_inputs(src, with_vision=with_vision)
+    inputs, plan_warnings, plan_notes = with_plan(inputs, src.config, plan, run)
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
         m = machine_with_wired_limit(m, wired_limit_mb)
@@ -101,6 +107,7 @@ def fit(
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
     r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
+    r = replace(r, warnings=plan_warnings + r.warnings, notes=r.notes + plan_notes)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.

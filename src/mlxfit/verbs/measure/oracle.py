@@ -24,12 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxfit.errors import ConfigError, MlxfitError
+from mlxfit.errors import ConfigError, OracleError
 from mlxfit.model.config import Attn, Layer
-
-
-class OracleError(MlxfitError):
-    """mlx-lm could not build or run this config; the message names the mlx-lm version."""
 
 
 def _kv_widths(args: Any) -> tuple[int, int, int]:
@@ -78,6 +74,7 @@ class OracleRun:
     entries: tuple[CacheEntry, ...]
     seconds: float
     num_layers: int  # len(model.layers): shared-KV layers have no cache entry of their own
+    own_cache: bool = False  # the model defines make_cache() (--max-kv-size is then ignored)
 
     @property
     def kv_bytes(self) -> int:
@@ -151,7 +148,7 @@ def _build(config: dict, dtype: str):
                               f"{config.get('model_type')!r}") from None
         raise OracleError(f"mlx-lm {mlx_lm_version()} rejected the config: "
                           f"{_one_line(e)}") from None
-    except (KeyError, AttributeError, ValueError, ZeroDivisionError, IndexError) as e:
+    except Exception as e:  # noqa: BLE001 - any failure of mlx-lm's own code is reported
         raise OracleError(f"mlx-lm {mlx_lm_version()} could not build the model: "
                           f"{type(e).__name__} {_one_line(e)}") from None
     model.set_dtype(getattr(mx, dtype))  # lazy: the cache dtype follows the activations
@@ -223,56 +220,55 @@ def cache_plan(config: dict, ctx: int, *, prefill_step_size: int = 2048, gen: in
                 for c in cache:
                     c.update_and_fetch(k, v)
                 maybe_quantize_kv_cache(cache, quantized_kv_start, kv_group_size, kv_bits)
-    except (ValueError, RuntimeError, TypeError, AttributeError, IndexError) as e:
+    except Exception as e:  # noqa: BLE001 - any failure of mlx-lm's own code is reported
         raise OracleError(f"mlx-lm {mlx_lm_version()}'s {family} forward pass failed: "
                           f"{type(e).__name__} {_one_line(e)}") from None
     how = "forward" if method == "forward" else f"cache update ({fallback[0]})"
     return OracleRun(mlx_lm_version(), str(family), ctx, prefill_step_size, kv_bits, how,
                      tuple(_entry(c) for c in cache), time.perf_counter() - t0,
-                     len(getattr(model, "layers", ()) or ()))
+                     len(getattr(model, "layers", ()) or ()), hasattr(model, "make_cache"))
 
 
 # --------------------------------------------------------------------------- a plan from it
 
 
-def _per_token(entry: CacheEntry, tokens: int) -> tuple[int, int]:
-    """(bytes per token of this entry's growing arrays at ``tokens`` slots, their dtype width)."""
-    per = 0
-    width = 2
-    for role, shape, dt in entry.arrays:
+def _per_token_elems(entry: CacheEntry) -> int:
+    """Elements one cached token adds to this entry's growing arrays: the product of every
+    axis but the sequence axis (-2), keys and values summed."""
+    elems = 0
+    for role, shape, _ in entry.arrays:
         if role == "state" or len(shape) < 2:
             continue
-        elems = 1
-        for i, s in enumerate(shape):
+        n = 1
+        for i, size in enumerate(shape):
             if i != len(shape) - 2:
-                elems *= s
-        width = 4 if dt in ("float32", "uint32", "int32") else 2 if "16" in dt else 1
-        per += elems * width
-    return per, width
+                n *= size
+        elems += n
+    return elems
 
 
-def derive_layers(config: dict, act_bytes: int = 2) -> tuple[list[Layer], OracleRun]:
+def derive_layers(config: dict, act_bytes: int = 2,
+                  like: Attn | None = None) -> tuple[list[Layer], OracleRun]:
     """A per-layer plan in mlxfit's terms from mlx-lm's own caches at a short context: each
-    growing cache becomes an Attn whose per-token bytes match (one "head" of the summed widths;
-    window from the cache), each ArraysCache its constant state bytes. Layers without an entry
-    (shared KV) own nothing. Only the bytes are derived: head counts and MLA structure are not,
-    so the transient terms use the config's own widths."""
+    growing cache becomes an Attn whose bytes per token match (one "head" of the summed key and
+    value widths; the window from the cache's max_size / chunk_size), each ArraysCache its
+    constant state bytes; layers without an entry (shared KV) own nothing. Only the bytes are
+    derived: the query heads and the width the attention kernel sees are taken from ``like``
+    (the config's own attention), so the transient terms stay the plain-transformer ones."""
     dtype = "float32" if act_bytes == 4 else "bfloat16"
     run = cache_plan(config, 300, prefill_step_size=2048, dtype=dtype)
     layers = []
     for e in run.entries:
         attn = None
-        if e.kv_bytes:
-            per, width = _per_token(e, 0)
-            elems = per // width
-            cls = e.kind
-            kind = ("rotating" if "Rotating" in cls else "chunked" if "Chunked" in cls
+        elems = _per_token_elems(e)
+        if e.kv_bytes and elems:
+            kind = ("rotating" if "Rotating" in e.kind else "chunked" if "Chunked" in e.kind
                     else "full")
-            attn = Attn(kind, q_heads=1, kv_heads=1, k_dim=elems - elems // 2,
-                        v_dim=elems // 2, head_dim=elems // 2 or 1,
+            attn = Attn(kind, q_heads=like.q_heads if like else 1, kv_heads=1,
+                        k_dim=elems - elems // 2, v_dim=elems // 2,
+                        head_dim=like.head_dim if like else elems // 2,
                         window=e.window if kind != "full" else None)
         layers.append(Layer(attn, state_bytes=e.state_bytes,
                             state_kind="mlx-lm" if e.state_bytes else None))
-    for _ in range(max(0, run.num_layers - len(layers))):
-        layers.append(Layer(None))
+    layers += [Layer(None) for _ in range(max(0, run.num_layers - len(layers)))]
     return layers, run

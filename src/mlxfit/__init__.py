@@ -18,8 +18,8 @@ if TYPE_CHECKING:
     from mlxfit.hardware.probe import probe_machine
     from mlxfit.hardware.resolve import resolve_machine
     from mlxfit.verbs.calibrate.twin import calibrate
-    from mlxfit.verbs.families import families
     from mlxfit.verbs.cluster.twin import cluster
+    from mlxfit.verbs.families import families
     from mlxfit.verbs.fit import fit, weights_summary
     from mlxfit.verbs.machine import machine
     from mlxfit.verbs.matrix import matrix

@@ -22,6 +22,7 @@ from mlxfit.model.families import (
     NOT_SUPPORTED,
     NOT_TEXT_LM,
 )
+from mlxfit.model.parse import parse_config
 from mlxfit.resources import data_path
 
 
@@ -81,10 +82,6 @@ def families() -> FamiliesResult:
 def build_table(fixtures: dict[str, tuple[dict, bool]]) -> dict[str, dict]:
     """data/families.json from fixture configs ({path: (config, synthetic)}): per family the
     union of its fixtures' cache kinds and the fixture CI checks it with (a real config first)."""
-    # parse_config is the table's own reading: the kinds are what mlxfit sizes, checked equal to
-    # mlx-lm's caches by tests/test_oracle_families.py.
-    from mlxfit.model.parse import parse_config
-
     out: dict[str, dict] = {}
     for path in sorted(fixtures, key=lambda p: (fixtures[p][1], p)):  # real configs first
         config, synthetic = fixtures[path]

@@ -29,7 +29,6 @@ from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
-from mlxfit.verbs.plan import check_plan, with_plan
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -39,6 +38,7 @@ from mlxfit.verbs.edges import (
     machine_with_wired_limit,
     vision_note,
 )
+from mlxfit.verbs.plan import check_plan, with_plan
 
 if TYPE_CHECKING:
     from mlxfit.verbs.chart import ChartData

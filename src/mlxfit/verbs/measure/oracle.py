@@ -167,6 +167,26 @@ def _one_line(e: BaseException) -> str:
     return text[0][:200] if text else type(e).__name__
 
 
+def _detach(obj: Any) -> Any:
+    """The same cache with every array replaced by a fresh lazy array of its shape and dtype:
+    the next call then builds on a graph-free cache, so the graph (and the oracle's time and
+    memory) stays one chunk deep instead of growing with every chunk."""
+    # mlx is optional (the measure extra): imported for the oracle only
+    import mlx.core as mx
+
+    if isinstance(obj, mx.array):
+        return mx.zeros(obj.shape, obj.dtype)
+    if isinstance(obj, list):
+        return [_detach(x) for x in obj]
+    if isinstance(obj, tuple):
+        return tuple(_detach(x) for x in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, type):
+        for k, v in vars(obj).items():
+            if isinstance(v, (mx.array, list, tuple)) or hasattr(v, "update_and_fetch"):
+                setattr(obj, k, _detach(v))
+    return obj
+
+
 def _chunks(ctx: int, gen: int, step: int) -> list[int]:
     """generate_step's model calls: P-1 prompt tokens in chunks of ``step``, then one token at
     a time until the cache holds ``ctx`` tokens."""
@@ -211,6 +231,8 @@ def cache_plan(config: dict, ctx: int, *, prefill_step_size: int = 2048, gen: in
             for n in calls:
                 model(tokens[:, :n], cache=cache)
                 maybe_quantize_kv_cache(cache, quantized_kv_start, kv_group_size, kv_bits)
+                for c in cache:
+                    _detach(c)
         else:
             kv, dk, dv = fallback[1](args)
             act = getattr(mx, dtype)

@@ -45,7 +45,7 @@ def _derived(cfg: ModelConfig, config: dict[str, Any]) -> ModelConfig:
 def _cross_check(cfg: ModelConfig, config: dict[str, Any], run: Run) -> str | None:
     """None when the table's KV and state bytes equal mlx-lm's caches at this run, else the
     disagreement in words."""
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.verbs.measure.oracle import cache_plan  # the measure extra: only with mlx-lm
 
     dtype = "float32" if cfg.act_bytes == 4 else "bfloat16"
     got = cache_plan(config, run.ctx, prefill_step_size=run.prefill_step_size, gen=run.gen,

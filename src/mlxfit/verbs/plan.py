@@ -16,10 +16,12 @@ from typing import Any
 from mlxfit.errors import ConfigError, MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, kv_bytes_final
 from mlxfit.model.config import Layer, ModelConfig
+from mlxfit.model.families import NOT_SUPPORTED, mlx_lm_module
 from mlxfit.model.inputs import ModelInputs
 from mlxfit.verbs.measure.run import mlx_missing_reason, require_mlx
 
 PLANS = ("auto", "table", "mlx-lm")
+STATE_CHECK_TOKENS = 4096
 
 
 def check_plan(plan: str) -> None:
@@ -48,12 +50,16 @@ def _cross_check(cfg: ModelConfig, config: dict[str, Any], run: Run) -> str | No
     from mlxfit.verbs.measure.oracle import cache_plan  # the measure extra: only with mlx-lm
 
     dtype = "float32" if cfg.act_bytes == 4 else "bfloat16"
-    got = cache_plan(config, run.ctx, prefill_step_size=run.prefill_step_size, gen=run.gen,
+    # Recurrent mixers build a per-token graph on the CPU path: check them at a capped context
+    # (their state is constant; their KV layers follow the same growth rule at any length).
+    ctx = min(run.ctx, STATE_CHECK_TOKENS) if cfg.state_bytes else run.ctx
+    check = replace(run, ctx=ctx, gen=min(run.gen, ctx - 1), kv_bits=None)
+    got = cache_plan(config, ctx, prefill_step_size=run.prefill_step_size, gen=check.gen,
                      max_kv_size=run.max_kv_size, dtype=dtype)
-    table = (kv_bytes_final(cfg, replace(run, kv_bits=None)), cfg.state_bytes)
+    table = (kv_bytes_final(cfg, check), cfg.state_bytes)
     if table == (got.kv_bytes, got.state_bytes):
         return None
-    return (f"the family table and mlx-lm {got.mlx_lm_version} disagree at {run.ctx:,} tokens: "
+    return (f"the family table and mlx-lm {got.mlx_lm_version} disagree at {ctx:,} tokens: "
             f"table KV {table[0]:,} B + state {table[1]:,} B, mlx-lm KV {got.kv_bytes:,} B + "
             f"state {got.state_bytes:,} B; sized with mlx-lm's plan")
 
@@ -65,7 +71,8 @@ def with_plan(inputs: ModelInputs, config: dict[str, Any], plan: str,
     cfg = inputs.cfg
     if plan == "table" or (plan == "auto" and cfg.family_known):
         return inputs, (), ()
-    if plan == "auto" and mlx_missing_reason() is not None:
+    if plan == "auto" and (mlx_missing_reason() is not None
+                           or mlx_lm_module(cfg.model_type) in NOT_SUPPORTED):
         return inputs, (), ()  # the unverified warning of parse_config stands
     if plan == "mlx-lm":
         require_mlx()
@@ -78,8 +85,9 @@ def with_plan(inputs: ModelInputs, config: dict[str, Any], plan: str,
             if disagreement:
                 warnings.append(disagreement)
             else:
+                at = min(run.ctx, STATE_CHECK_TOKENS) if cfg.state_bytes else run.ctx
                 notes.append(f"cross-checked: the family table matches {derived.plan_source}'s "
-                             f"caches at {run.ctx:,} tokens")
+                             f"caches at {at:,} tokens")
     except ConfigError:
         raise  # a field mlx-lm itself requires is missing: one line, exit 2
     except MlxfitError as e:

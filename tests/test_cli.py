@@ -18,6 +18,7 @@ from st_helpers import (
 )
 
 import mlxfit
+from mlxfit.render import dumps
 from mlxfit.render.fit import fit_to_json
 
 
@@ -39,8 +40,11 @@ def test_catalog_model_json_shape_and_sum():
                 "kv_bytes", "transient_bytes", "total_bytes", "usable_bytes", "fits",
                 "max_safe_context", "predicted_decode_tps", "terms", "warnings"):
         assert key in d
-    assert d["schema_version"] == 1
-    assert set(d["machine"]) >= {"name", "ram_bytes", "bandwidth_gbs", "usable_bytes"}
+    assert d["schema_version"] == 2
+    assert set(d["machine"]) == {"name", "chip", "gpu_cores", "ram_bytes", "bandwidth_gbs",
+                                 "usable_bytes", "usable_source", "macos_major"}
+    assert (d["machine"]["chip"], d["machine"]["gpu_cores"], d["machine"]["macos_major"]) == (
+        "M4 Pro", 16, 26)
     assert d["weights_bytes"] == 4_607_731_712  # the real mlx-lm conversion, to the byte
     assert d["total_bytes"] == (d["weights_bytes"] + d["kv_bytes"] + d["state_bytes"]
                                 + d["transient_bytes"])
@@ -54,7 +58,8 @@ def test_cli_json_equals_library_result():
     r = invoke("fit", "mlx-community/Qwen3-30B-A3B-4bit", "--ctx", "16384",
                "--machine", "M4 Max 64GB", "--json")
     lib = mlxfit.fit("mlx-community/Qwen3-30B-A3B-4bit", 16384, machine="M4 Max 64GB")
-    assert json.loads(r.output) == json.loads(json.dumps(fit_to_json(lib)))
+    # The CLI prints the library's result through the one JSON writer (render.dumps).
+    assert json.loads(r.output) == json.loads(dumps(fit_to_json(lib)))
 
 
 def test_does_not_fit_exits_1_and_gives_no_speed():

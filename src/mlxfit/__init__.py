@@ -2,8 +2,8 @@
 
 Every CLI verb has a Python twin returning a frozen result, importable from here:
 ``mlxfit.fit``, ``mlxfit.matrix``, ``mlxfit.pick``, ``mlxfit.cluster``, ``mlxfit.measure``,
-``mlxfit.calibrate``, ``mlxfit.machine`` and ``mlxfit.families``. They are imported on first use (start-up time
-matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
+``mlxfit.calibrate``, ``mlxfit.machine``, ``mlxfit.serve_plan`` and ``mlxfit.families``. They
+are imported on first use (start-up time matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
 No subpackage carries a twin's name, so none can shadow it.
 """
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from mlxfit.verbs.matrix import matrix
     from mlxfit.verbs.measure.twin import measure
     from mlxfit.verbs.pick import pick
+    from mlxfit.verbs.serve_plan import serve_plan
 
 # public name -> module that defines it
 _PUBLIC = {
@@ -36,14 +37,15 @@ _PUBLIC = {
     "calibrate": "mlxfit.verbs.calibrate.twin",
     "machine": "mlxfit.verbs.machine",
     "families": "mlxfit.verbs.families",
+    "serve_plan": "mlxfit.verbs.serve_plan",
     "weights_summary": "mlxfit.verbs.fit",
     "resolve_machine": "mlxfit.hardware.resolve",
     "probe_machine": "mlxfit.hardware.probe",
 }
 
 __all__ = [
-    "__version__", "calibrate", "cluster", "families", "fit", "machine", "matrix", "measure", "pick",
-    "probe_machine", "resolve_machine", "weights_summary",
+    "__version__", "calibrate", "cluster", "families", "fit", "machine", "matrix", "measure",
+    "pick", "probe_machine", "resolve_machine", "serve_plan", "weights_summary",
 ]
 
 

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
-from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
+from mlxfit.hardware.resolve import Machine
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    bare_machine,
+    machine_to_json,
+    run_to_json,
+    seconds_to_json,
+    term_to_json,
+    tps_to_json,
+)
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -18,8 +26,13 @@ def gb(n: float) -> str:
     return f"{n / 1e9:,.2f} GB"
 
 
-def _term(t: Term) -> dict[str, Any]:
-    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": t.inputs}
+def fit_machine(r: FitResult) -> Machine:
+    """The machine a result was sized for; a result made by the pure core alone (no Machine)
+    gets one from its figures, with what it does not know as None."""
+    if r.machine is not None:
+        return r.machine
+    return bare_machine(r.machine_name, r.ram_bytes, r.usable_bytes, r.usable_source,
+                        r.bandwidth_gbs)
 
 
 def fit_to_json(r: FitResult) -> dict[str, Any]:
@@ -27,13 +40,7 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "model": r.model,
         "source": r.source_kind,
-        "machine": {
-            "name": r.machine_name,
-            "ram_bytes": r.ram_bytes,
-            "bandwidth_gbs": r.bandwidth_gbs,
-            "usable_bytes": r.usable_bytes,
-            "usable_source": r.usable_source,
-        },
+        "machine": machine_to_json(fit_machine(r)),
         "run": run_to_json(r.run),
         "context_tokens": r.context_tokens,
         "weights_bytes": r.weights_bytes,
@@ -47,16 +54,20 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "peak_phase": r.peak_phase,
-        "terms": {t.name: t.bytes for t in r.terms},
+        "terms": [term_to_json(t) for t in r.terms],
+        "speed_terms": [term_to_json(t) for t in r.speed_terms],
         "weights": r.weights_detail,
-        "explain": [_term(t) for t in r.terms + r.speed_terms],
+        "prefill_terms": [{"name": t.name, "value": t.seconds, "formula": t.formula,
+                           "inputs": t.inputs} for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
-        # Additive (issue 6): serving terms are also in "terms" and in total_bytes.
         "command": r.serving.get("command"),
         "serving": {k: v for k, v in r.serving.items() if k != "command"} or None,
-        "serving_terms": {t.name: t.bytes for t in r.extra_terms},
+        # The serving terms (--parallel, --prompt-cache, --draft-model), also in "terms".
+        "serving_terms": [term_to_json(t) for t in r.extra_terms],
         "max_buffer_bytes": r.max_buffer_bytes,
         "buffers": [{"name": b.name, "bytes": b.bytes, "what": b.what,
                      "over_limit": r.max_buffer_bytes is not None and b.bytes > r.max_buffer_bytes}
@@ -128,6 +139,11 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if r.predicted_decode_tps is not None:
         console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
                       f"at {r.bandwidth_gbs:g} GB/s")
+    if r.predicted_ttft_s is not None and r.predicted_prefill_tps is not None:
+        console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/], time to "
+                      f"first token [bold]{r.predicted_ttft_s:,.1f} s[/] for "
+                      f"{r.run.schedule().prompt:,} prompt tokens (prefill step "
+                      f"{r.run.prefill_step_size})")
     _render_serving(r, console)
     if explain:
         console.print("\n[bold]terms[/] (bytes; formula; inputs)")
@@ -170,9 +186,9 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{sv['num_draft_tokens']} draft tokens per step")
     bd = sv.get("batched_decode")
     if bd:
-        console.print(f"batched decode (memory-bound estimate, an upper bound): "
+        console.print(f"batched decode ({bd['bound']}-bound at {bd['sequences']} sequences): "
                       f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
-                      f"{bd['aggregate_tps']:,.1f} tok/s in all ({bd['sequences']} sequences)")
+                      f"{bd['aggregate_tps']:,.1f} tok/s in all")
     if sv.get("command"):
         console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
 
@@ -193,6 +209,9 @@ def render_advice(a: Any, console: Any) -> None:
                       f"{speed}", soft_wrap=True)
         for c in o.changes:
             console.print(f"    [dim]cost: {c.cost}[/]", soft_wrap=True)
+        if o.ttft_cost_s is not None:
+            console.print(f"    [dim]cost: time to first token {o.ttft_cost_s:+,.1f} s "
+                          f"(predicted {r.predicted_ttft_s or 0:,.1f} s)[/]", soft_wrap=True)
         for cmd in o.setup:
             console.print(f"    $ {cmd}", soft_wrap=True, markup=False)
         console.print(f"    $ {o.command}", soft_wrap=True, markup=False)
@@ -220,6 +239,8 @@ def advice_to_json(a: Advice) -> dict[str, Any]:
                 "max_safe_context": o.result.max_safe_context,
                 "context_tokens": o.result.context_tokens,
                 "predicted_decode_tps": tps_to_json(o.result.predicted_decode_tps),
+                "predicted_ttft_s": seconds_to_json(o.result.predicted_ttft_s),
+                "ttft_cost_s": seconds_to_json(o.ttft_cost_s),
             }
             for o in a.options
         ],

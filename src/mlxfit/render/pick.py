@@ -4,8 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxfit.hardware.resolve import Machine
 from mlxfit.model.names import base_name
-from mlxfit.render import SCHEMA_VERSION, tps_to_json
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    bare_machine,
+    machine_to_json,
+    seconds_to_json,
+    tps_to_json,
+)
 from mlxfit.verbs.pick import Candidate, PickResult
 
 
@@ -25,6 +32,8 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "max_safe_context": c.max_safe_context,
         "context_limit": c.context_limit,
         "predicted_decode_tps": tps_to_json(c.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(c.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(c.predicted_ttft_s),
         "is_default": c.is_default,
         "chosen": c.chosen,
         "budget": c.budget,
@@ -35,6 +44,12 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
     }
 
 
+def _machine(p: PickResult) -> Machine:
+    if p.machine is not None:
+        return p.machine
+    return bare_machine(p.machine_name, p.ram_bytes, p.usable_bytes, p.usable_source)
+
+
 def pick_to_json(p: PickResult) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -42,8 +57,7 @@ def pick_to_json(p: PickResult) -> dict[str, Any]:
         "rule": p.rule,
         "reason": p.reason,
         "context_tokens": p.context_tokens,
-        "machine": {"name": p.machine_name, "ram_bytes": p.ram_bytes,
-                    "usable_bytes": p.usable_bytes, "usable_source": p.usable_source},
+        "machine": machine_to_json(_machine(p)),
         "coexist_fraction": p.coexist_fraction,
         "coexist_fraction_from": p.coexist_fraction_from,
         "coexist_bytes": p.coexist_bytes,

@@ -34,7 +34,7 @@ WIRED_ROUND_MB = 256  # the sysctl value is rounded up to this (the prediction p
 
 # Cost to the user, lowest first. Ties keep the order below.
 RANK = {
-    "prefill_step": 10,   # prompt processing slower; output identical
+    "prefill_step_size": 10,   # prompt processing slower; output identical
     "prompt_cache": 20,   # evicted conversations are prefilled again
     "kv_bits_8": 30,      # small quality loss past --quantized-kv-start
     "wired_limit": 40,    # less memory for macOS and the other apps
@@ -63,6 +63,8 @@ class Evaluator(Protocol):
     def __call__(self, run: Run, serving: Serving, *, model: str | None = None,
                  wired_limit_mb: int | None = None) -> FitResult: ...
 
+    def ttft(self, run: Run, *, model: str | None = None) -> float | None: ...
+
 
 @dataclass(frozen=True)
 class Change:
@@ -82,6 +84,9 @@ class Option:
     model: str  # the model the command runs
     command: str  # the exact mlx-lm command line
     setup: tuple[str, ...] = ()  # to run first (the sysctl)
+    # What a smaller --prefill-step-size costs in time to first token (None: no such change,
+    # or no prediction)
+    ttft_cost_s: float | None = None
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -250,9 +255,9 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
 
     steps = prefill_steps_below(run.prefill_step_size)
     if steps:
-        out.append(_discrete("prefill_step", RANK["prefill_step"], [
+        out.append(_discrete("prefill_step_size", RANK["prefill_step_size"], [
             (lambda c, st=st: _change(c, Change(
-                "prefill_step", f"--prefill-step-size {st}",
+                "prefill_step_size", f"--prefill-step-size {st}",
                 f"prompt processing slower ({st}-token chunks instead of {c.run.prefill_step_size} use "
                 "the GPU less efficiently); the transient shrinks, the output is identical"),
                 run=replace(c.run, prefill_step_size=st)))
@@ -472,8 +477,14 @@ def _option(s: _Search, c: _Cand) -> Option:
     assert isinstance(r, FitResult) and r.runs
     model = c.model or s.ev.model_ref
     setup = (wired_command(c.wired_mb),) if c.wired_mb is not None else ()
+    cost = None
+    if any(ch.kind == "prefill_step" for ch in c.changes):
+        now = s.ev.ttft(c.run, model=c.model)
+        was = s.ev.ttft(replace(c.run, prefill_step_size=s.base.run.prefill_step_size),
+                        model=c.model)
+        cost = now - was if now is not None and was is not None else None
     return Option(changes=c.changes, result=r, model=model,
-                  command=command_line(model, c.run, c.serving), setup=setup)
+                  command=command_line(model, c.run, c.serving), setup=setup, ttft_cost_s=cost)
 
 
 def _problem(r: FitResult) -> str:

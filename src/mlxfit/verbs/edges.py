@@ -9,6 +9,7 @@ from dataclasses import replace
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import UsageError
+from mlxfit.estimate.compute import ChipCompute, chip_compute
 from mlxfit.estimate.serving import DraftModel
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import (
@@ -17,8 +18,9 @@ from mlxfit.hardware.resolve import (
     resolve_machine,
     usable_bytes_for,
 )
+from mlxfit.hardware.skus import chip_compute_figures
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
-from mlxfit.settings import DEFAULT_MACOS, user_calibration
+from mlxfit.settings import DEFAULT_MACOS, MACOS_MAJORS, user_calibration
 from mlxfit.sources.resolve import resolve_model
 
 
@@ -31,9 +33,14 @@ def check_machine_params(memory_budget_gb: float | None = None, macos: int | Non
         raise UsageError(f"memory_budget_gb must be a positive number of GB, got "
                          f"{memory_budget_gb}", param="memory_budget_gb")
     if macos is not None and (isinstance(macos, bool) or not isinstance(macos, int)
-                              or not 11 <= macos <= 99):
-        raise UsageError(f"macos must be a macOS major version from 11 (the first on Apple "
-                         f"Silicon) to 99, got {macos}", param="macos")
+                              or macos not in MACOS_MAJORS):
+        why = ("not a version number" if not isinstance(macos, int) or isinstance(macos, bool)
+               else "MLX needs macOS 14 or later" if macos < 14
+               else "16 to 25 do not exist (Apple went from 15 to 26)" if 15 < macos < 26
+               else "not a released macOS")
+        raise UsageError(f"macos must be a macOS major version MLX runs on "
+                         f"({', '.join(map(str, MACOS_MAJORS))}), got {macos}: {why}",
+                         param="macos")
     if wired_limit_mb is not None:
         if memory_budget_gb is not None:
             raise UsageError("memory_budget_gb and wired_limit_mb both set the usable memory: "
@@ -93,3 +100,11 @@ def machine_with_wired_limit(m: Machine, wired_limit_mb: int) -> Machine:
                          param="wired_limit_mb")
     usable, source = usable_bytes_for(m.ram_bytes, m.macos_major, wired_limit_mb)
     return replace(m, usable_bytes=usable, usable_source=source)
+
+
+def compute_for(m: Machine) -> ChipCompute | None:
+    """The machine's peak FLOP/s from its chip's SKU-table figures (None off Apple Silicon or
+    for a chip the table does not know): the one source of prefill's compute for every verb."""
+    if not m.is_apple_silicon or m.chip is None:
+        return None
+    return chip_compute(m.gpu_cores, chip_compute_figures(m.chip), m.macos_major, m.chip)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.compute import predicted_ttft
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
     Serving,
@@ -33,6 +34,7 @@ from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
     check_machine_params,
+    compute_for,
     load_draft,
     machine_for,
     machine_with_wired_limit,
@@ -133,14 +135,15 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
-    return fit_core(
+    r = fit_core(
         model=inputs.name, source_kind=inputs.source_kind, cfg=inputs.cfg,
         weights=inputs.weights, run=run, cal=cal,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
         usable_bytes=m.usable_bytes, usable_source=m.usable_source,
         warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
-        extra_terms=extra_terms,
+        extra_terms=extra_terms, compute=compute_for(m),
     )
+    return replace(r, machine=m)
 
 
 
@@ -170,7 +173,8 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     extra_warn: list[str] = []
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
         info["batched_decode"] = batched_decode(
-            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences)
+            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences,
+            compute=compute_for(m))
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
                           "depends on how many draft tokens are accepted")
@@ -250,6 +254,10 @@ class _Evaluator:
         return fit_served(inputs, run, m, self._cal, serving, arrays,
                           model_ref=model or self.model_ref)
 
+    def ttft(self, run: Run, *, model: str | None = None) -> float | None:
+        inputs = self._inputs if model is None else self._load(model)[0]
+        return ttft_of(inputs, run, self._m, self._cal)
+
 
 def chart_data(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                serving: Serving | None = None) -> ChartData:
@@ -275,7 +283,18 @@ def chart_data(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     return build_chart(
         title=f"{inputs.name} on {m.name}", limit=limit, requested_ctx=run.ctx,
         max_safe_context=safe, usable_bytes=m.usable_bytes, total_at=total_at, tps_at=tps_at,
-        kinks=kinks_for(cfg, run))
+        kinks=kinks_for(cfg, run), ttft_at=lambda n: ttft_of(inputs, run_at(run, n), m, cal))
+
+
+def ttft_of(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration) -> float | None:
+    """Predicted time to first token of ``run``'s prompt on ``m`` whether or not it fits
+    (estimate/compute.predicted_ttft; None without a compute figure or bandwidth): the chart
+    and the advice's TTFT costs."""
+    chip = compute_for(m)
+    if chip is None or not m.bandwidth_gbs:
+        return None
+    p = predicted_ttft(inputs.cfg, run, inputs.weights, m.bandwidth_gbs, chip, cal, m.name)
+    return None if p is None else p.ttft_s
 
 
 

@@ -49,6 +49,8 @@ class MatrixRow:
     unverified: bool  # some figure of this SKU rests on a weak source
     this_machine: bool  # the probed machine is this SKU
     result: FitResult = field(repr=False, compare=False)
+    predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
+    predicted_ttft_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,7 @@ def matrix(
             fits=r.fits, runs=r.runs, max_safe_context=r.max_safe_context,
             predicted_decode_tps=r.predicted_decode_tps, unverified=m.unverified,
             this_machine=_is_here(here, m), result=r,
+            predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
         ))
 
     if here is not None:

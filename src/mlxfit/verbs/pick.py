@@ -31,6 +31,7 @@ from typing import Any
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.memory import run_from
 from mlxfit.estimate.solve import FitResult
+from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
@@ -379,6 +380,8 @@ class Candidate:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     result: FitResult | None = field(default=None, repr=False, compare=False)
+    predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
+    predicted_ttft_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -402,6 +405,7 @@ class PickResult:
     catalog: tuple[Candidate, ...] | None  # with catalog=True: not downloaded, best first
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    machine: Machine | None = None  # the machine sized for (the JSON's machine object)
 
     @property
     def chosen_candidate(self) -> Candidate | None:
@@ -503,7 +507,7 @@ def pick(
         cache_dir=str(cache), candidates=tuple(cands),
         skipped=tuple(sorted(skipped, key=lambda s: s.model.casefold())),
         catalog=tuple(cat_rows) if cat_rows is not None else None,
-        warnings=tuple(warnings), notes=tuple(notes),
+        warnings=tuple(warnings), notes=tuple(notes), machine=m,
     )
 
 
@@ -533,6 +537,7 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
         predicted_decode_tps=r.predicted_decode_tps, is_default=is_default, chosen=chosen,
         budget=budget, budget_bytes=budget_bytes, reason=reason, warnings=warns,
         notes=notes, result=r,
+        predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
     )
 
 

@@ -78,6 +78,7 @@ def docs() -> dict[str, dict]:
             "machine": get("machine", M4PRO),
             "cluster": get("cluster", NEXT80, "--host", "M4 Max 48GB", "--host", M4PRO,
                            "--link", "tb4"),
+            "families": get("families"),
         }
 
 

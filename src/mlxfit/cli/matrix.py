@@ -30,6 +30,7 @@ def matrix_cmd(
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    plan: str = typer.Option("auto", "--plan", help="Cache plan: auto, table or mlx-lm (as fit's)."),
 ) -> None:
     """MODEL on every Apple Silicon SKU: fits, max safe context, decode tok/s, headroom."""
     try:
@@ -37,7 +38,7 @@ def matrix_cmd(
                    revision=revision, gen=gen, prefill_step_size=prefill_step_size,
                    kv_bits=kv_bits, kv_group_size=kv_group_size,
                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
-                   backend=backend, with_vision=with_vision)
+                   backend=backend, with_vision=with_vision, plan=plan)
     except MlxfitError as e:
         fail(e, as_json)
     if as_json:

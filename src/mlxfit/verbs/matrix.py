@@ -29,6 +29,7 @@ from mlxfit.verbs.edges import (
     vision_note,
 )
 from mlxfit.verbs.fit import fit_served
+from mlxfit.verbs.plan import check_plan, with_plan
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,8 @@ class MatrixResult:
     this_machine: str | None  # the probed machine's name, when the probe ran
     warnings: tuple[str, ...] = ()  # common to every row (model-level)
     notes: tuple[str, ...] = ()
+    family_known: bool = True  # the cache plan's origin, as fit's (mlxfit.verbs.plan)
+    plan_source: str = "table"
 
     @property
     def n_fit(self) -> int:
@@ -151,16 +154,19 @@ def matrix(
     this_machine: Machine | None = None,
     probe: bool = True,
     table: SkuTable | None = None,
+    plan: str = "auto",
 ) -> MatrixResult:
     """``model`` at ``ctx`` tokens on every SKU of the table (or those ``chips`` matches).
 
     Each row is what ``fit(model, ctx, machine=row.name, macos=macos, ...)`` returns. The row of
-    ``this_machine`` (default: the probed machine, unless ``probe`` is False) is marked."""
+    ``this_machine`` (default: the probed machine, unless ``probe`` is False) is marked.
+    ``plan``: where the cache plan comes from, as ``fit``'s (mlxfit.verbs.plan)."""
     # Every parameter is checked before the model is resolved or this machine probed.
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size, backend=backend)
     check_machine_params(macos=macos)
+    check_plan(plan)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
     macos_major = macos or DEFAULT_MACOS  # as `fit --machine`
@@ -168,9 +174,10 @@ def matrix(
     skus = filter_skus(all_skus(macos_major=macos_major, table=t), chips)
     src = resolve_model(model, revision=revision)
     inputs = model_inputs(src, with_vision=with_vision)
+    inputs, plan_warnings, plan_notes = with_plan(inputs, src.config, plan, run)
     arrays = model_arrays(src, with_vision)
 
-    notes: list[str] = []
+    notes: list[str] = list(plan_notes)
     here = this_machine
     if here is None and probe and sys.platform != "darwin":
         # Only a Mac can be a row: no need to probe (psutil) to say so.
@@ -222,7 +229,8 @@ def matrix(
         macos_major=macos_major, chips_filter=chips, only_fits=only_fits,
         skus_considered=len(rows), rows=tuple(shown),
         this_machine=here.name if here is not None else None,
-        warnings=tuple(common), notes=tuple(notes),
+        warnings=plan_warnings + tuple(common), notes=tuple(notes),
+        family_known=inputs.cfg.family_known, plan_source=inputs.cfg.plan_source,
     )
 
 

@@ -145,7 +145,7 @@ def _build(config: dict, dtype: str):
         if missing:
             raise ConfigError(f"config.json: missing field '{missing}' that mlx-lm "
                               f"{mlx_lm_version()} requires for model_type "
-                              f"{config.get('model_type')!r}") from None
+                              f"{config.get('model_type')!r}", field=missing) from None
         raise OracleError(f"mlx-lm {mlx_lm_version()} rejected the config: "
                           f"{_one_line(e)}") from None
     except Exception as e:  # noqa: BLE001 - any failure of mlx-lm's own code is reported

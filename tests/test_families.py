@@ -32,7 +32,7 @@ BEFORE = {
     "gemma4": "gemma4", "gemma4_text": "gemma4", "gemma4_unified": "gemma4",
     "gpt_oss": "gpt_oss", "iquestcoder": "llama", "joyai_llm_flash": "deepseek_v3",
     "kimi_k2": "deepseek_v3", "lfm2": "lfm2", "lfm2_moe": "lfm2", "llama": "llama",
-    "llama4": "llama4", "llama4_text": "llama4", "llava": "mistral3", "minimax_m2": "minimax",
+    "llama4": "llama4", "llama4_text": "llama4_text", "llava": "mistral3", "minimax_m2": "minimax",
     "mistral": "llama", "mixtral": "mixtral", "nemotron_h": "nemotron_h", "phi-msft": "phixtral",
     "phi3": "phi3", "qwen2": "qwen2", "qwen2_5_vl": "qwen2_vl", "qwen3": "qwen3",
     "qwen3_5": "qwen3_5", "qwen3_5_moe": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",

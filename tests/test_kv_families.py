@@ -318,6 +318,17 @@ def test_llama4_chunked_cache_trims_to_the_chunk_then_steps():
     assert sum(1 for a in cfg.attention_layers if a.cache == "chunked") == 36
 
 
+def test_llama4_text_alone_has_no_chunked_layers():
+    """A bare llama4_text config (the text model without the llama4 wrapper) loads
+    mlx_lm/models/llama4_text.py, which has no make_cache(): a KVCache on all 48 layers. At
+    33,000 tokens (prefill 32,999 -> 33,024 slots) that is 48 x 33,024 x 4,096 B, not the
+    wrapper's 36 chunked layers."""
+    text = config_dict("meta-llama__Llama-4-Scout-17B-16E-Instruct")["text_config"]
+    cfg = parse_config({**text, "model_type": "llama4_text"})
+    assert cfg.family == "llama4_text" and not cfg.own_cache
+    assert kv_bytes_final(cfg, Run(ctx=33000)) == 48 * 33024 * 8 * 128 * 4
+
+
 def test_recurrent_gemma_ignores_the_config_conv_width():
     """recurrent_gemma builds every block with lru_width = hidden and conv width 4 whatever the
     config says: recurrent blocks hold (3 x 128 + 128) x 2 B = 1,024 B (fixture hidden 128,

@@ -96,6 +96,21 @@ def test_family_matches_mlx_lm(name: str) -> None:
 
 @NEEDS_MLX
 @pytest.mark.parametrize("name", sorted(set(MANIFEST) - NOT_CHECKED))
+def test_family_max_kv_size_matches_mlx_lm(name: str) -> None:
+    """--max-kv-size 300: make_prompt_cache gives RotatingKVCache(300) to every layer of a model
+    without its own make_cache(), and nothing changes for one with it."""
+    from mlxfit.verbs.measure.oracle import cache_plan
+
+    config = _fixture(name)
+    cfg = parse_config(config, act_bytes=2, where=name)
+    ctx, step, gen = STATE_CONTEXTS[-1] if cfg.state_bytes else (1100, 512, 0)
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=step, max_kv_size=300)
+    got = cache_plan(config, ctx, prefill_step_size=step, gen=gen, max_kv_size=300)
+    assert (kv_bytes_final(cfg, run), cfg.state_bytes) == (got.kv_bytes, got.state_bytes)
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", sorted(set(MANIFEST) - NOT_CHECKED))
 def test_family_quantized_cache_matches_mlx_lm(name: str) -> None:
     """--kv-bits 8 from the start: QuantizedKVCache bytes where mlxfit accepts the flag; where
     it refuses, mlx-lm fails too or leaves the caches as they were."""

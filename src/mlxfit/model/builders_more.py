@@ -11,7 +11,21 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.builders import Ctx, linear_state_bytes, mla
-from mlxfit.model.config import Attn, Layer
+from mlxfit.model.config import Attn, Fields, Layer
+
+
+def _sub(c: Ctx, key: str, required: bool = True) -> Fields:
+    """Typed reads of a nested object of the config (linear_attn_config, ...)."""
+    d = c.f.d.get(key)
+    if d is None and not required:
+        return Fields({}, f"{c.f.where}: {key}")
+    if not isinstance(d, dict):
+        raise ConfigError(f"{c.f.where}: '{key}' must be an object")
+    return Fields(d, f"{c.f.where}: {key}")
+
+
+def _types_of(c: Ctx, key: str) -> list[str] | None:
+    return c.f.str_list(key, c.n)
 
 
 def _types(c: Ctx, default: list[str] | None = None) -> list[str] | None:
@@ -84,9 +98,9 @@ def step3p5(c: Ctx) -> list[Layer]:
     types = _types(c) or ["sliding_attention" if i % 2 == 0 else "full_attention"
                           for i in range(c.n)]
     kv = f.int("num_attention_groups", c.kv_heads)
-    other = f.d.get("attention_other_setting") or {}
-    swa_kv = int(other.get("num_attention_groups", kv))
-    swa_q = int(other.get("num_attention_heads", c.heads))
+    other = _sub(c, "attention_other_setting", required=False)
+    swa_kv = other.int("num_attention_groups", kv, minimum=1)
+    swa_q = other.int("num_attention_heads", c.heads, minimum=1)
     window = f.int("sliding_window", 4096, minimum=1)
     return [Layer(c.attn("rotating", window=window, kv_heads=swa_kv, q_heads=swa_q))
             if t == "sliding_attention" else Layer(c.attn("full", kv_heads=kv))
@@ -141,13 +155,13 @@ def longcat_ngram(c: Ctx) -> list[Layer]:
     return [Layer(None, state_bytes=max(n - 1, 0) * 8, state_kind="ngram")] + mla_pair(c)
 
 
-def _kda_state(c: Ctx, cfg: dict) -> int:
+def _kda_state(c: Ctx, cfg: Fields) -> int:
     # kimi_linear.py KDA: q, k, v short convs (kernel-1) x heads*head_dim in the activation
     # dtype (kimi_k3 fuses them into one of 3x the width: the same bytes), and the float32
     # gated-delta state heads x head_dim x head_dim.
-    heads = int(cfg.get("num_heads", c.heads))
-    hd = int(cfg.get("head_dim", c.head_dim))
-    kernel = int(cfg.get("short_conv_kernel_size", 4))
+    heads = cfg.int("num_heads", c.heads, minimum=1)
+    hd = cfg.int("head_dim", c.head_dim, minimum=1)
+    kernel = cfg.int("short_conv_kernel_size", 4, minimum=1)
     c.mixer.update(linear_v_heads=heads, linear_k_dim=hd, linear_v_dim=hd)
     return (kernel - 1) * 3 * heads * hd * c.act_bytes + heads * hd * hd * 4
 
@@ -155,10 +169,8 @@ def _kda_state(c: Ctx, cfg: dict) -> int:
 def kimi_linear(c: Ctx) -> list[Layer]:
     # kimi_linear.py make_cache: ArraysCache(4) for layers listed (1-based) in
     # linear_attn_config.kda_layers, KVCache holding the MLA latent for the rest.
-    cfg = c.f.d.get("linear_attn_config")
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{c.f.where}: kimi_linear needs 'linear_attn_config'")
-    kda = set(cfg.get("kda_layers") or [])
+    cfg = _sub(c, "linear_attn_config")
+    kda = set(cfg.int_list("kda_layers") or [])
     state = _kda_state(c, cfg)
     latent = mla(c)
     return [Layer(None, state_bytes=state, state_kind="linear") if i + 1 in kda
@@ -205,8 +217,8 @@ def recurrent_gemma(c: Ctx) -> list[Layer]:
     # attention blocks a RotatingKVCache(attention_window_size) with one KV head (MQA).
     f = c.f
     types = f.d.get("block_types") or f.d.get("_block_types")
-    if not isinstance(types, list) or not types:
-        raise ConfigError(f"{f.where}: recurrent_gemma needs 'block_types'")
+    if not isinstance(types, list) or not types or not all(isinstance(t, str) for t in types):
+        raise ConfigError(f"{f.where}: recurrent_gemma needs 'block_types' (a list of strings)")
     # The model builds every block with lru_width = hidden and ResidualBlock's default
     # temporal conv width 4: the config's lru_width and conv1d_width are not passed on.
     lru = c.hidden
@@ -279,12 +291,13 @@ def nemotron_nas(c: Ctx) -> list[Layer]:
         raise ConfigError(f"{c.f.where}: nemotron-nas needs 'block_configs', one per layer")
     layers = []
     for b in blocks:
-        attn = (b or {}).get("attention") or {}
+        attn = b.get("attention") if isinstance(b, dict) else None
+        attn = attn if isinstance(attn, dict) else {}
         if attn.get("no_op") or attn.get("replace_with_linear"):
             layers.append(Layer(None))
             continue
         group = attn.get("n_heads_in_group")
-        if not isinstance(group, int) or group < 1:
+        if isinstance(group, bool) or not isinstance(group, int) or group < 1:
             raise ConfigError(f"{c.f.where}: block_configs attention needs 'n_heads_in_group'")
         layers.append(Layer(c.attn("full", kv_heads=c.heads // group)))
     return layers
@@ -357,7 +370,8 @@ def prepare_openelm(d: dict[str, Any]) -> dict[str, Any]:
     out = renamed({"model_dim": "hidden_size",
                    "num_transformer_layers": "num_hidden_layers"})(d)
     q = d.get("num_query_heads")
-    if isinstance(q, list) and q and out.get("num_attention_heads") is None:
+    if (isinstance(q, list) and q and all(isinstance(x, int) and not isinstance(x, bool)
+                                          for x in q) and out.get("num_attention_heads") is None):
         out["num_attention_heads"] = max(q)
     return out
 
@@ -368,16 +382,18 @@ def minimax_m3(c: Ctx) -> list[Layer]:
     # (1 head x index_head_dim, zero-width values). Both grow in the same 256-token steps, so
     # the layer is one cache of kv_heads*head_dim + index_head_dim key elements per token.
     f = c.f
-    types = f.d.get("layer_types")
-    freq = f.d.get("sparse_attention_freq")
+    types = _types_of(c, "layer_types")
+    freq = f.int_list("sparse_attention_freq")
+    if freq is not None and len(freq) < c.n:
+        raise ConfigError(f"{f.where}: 'sparse_attention_freq' needs an entry per layer")
     index = f.int("index_head_dim", 0)
 
     def sparse(i: int) -> bool:
         if f.d.get("index_block_size") is None:
             return False
-        if isinstance(types, list):
+        if types is not None:
             return types[i] != "full_attention"
-        if isinstance(freq, list):
+        if freq is not None:
             return bool(freq[i])
         return True
 
@@ -394,8 +410,9 @@ def minimax_m3(c: Ctx) -> list[Layer]:
 def bailing_moe_v3(c: Ctx) -> list[Layer]:
     # bailing_moe_v3.py: KDA layers (not global, the bailing grouping) hold ArraysCache(4) as
     # kimi_linear's (heads x head_dim wide, short_conv_kernel_size); the rest the MLA latent.
-    state = _kda_state(c, {"num_heads": c.heads, "head_dim": c.head_dim,
-                           "short_conv_kernel_size": c.f.int("short_conv_kernel_size", 4)})
+    state = _kda_state(c, Fields({"num_heads": c.heads, "head_dim": c.head_dim,
+                                  "short_conv_kernel_size": c.f.int("short_conv_kernel_size",
+                                                                    4)}, c.f.where))
     latent = mla(c)
     return [latent[i] if g else Layer(None, state_bytes=state, state_kind="linear")
             for i, g in enumerate(_global_every(c))]

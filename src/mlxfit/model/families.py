@@ -44,7 +44,6 @@ FAMILY_ALIASES: dict[str, str] = {
     "qwen3_5_text": "qwen3_5",
     "qwen3_5_moe_text": "qwen3_5",
     "qwen3_5_moe": "qwen3_5",
-    "llama4_text": "llama4",
     "lfm2_moe": "lfm2",
     "lfm2-vl": "lfm2",  # lfm2-vl.py wraps lfm2's language model (text_config)
     "prism_hadamard_qwen35": "qwen3_5",  # qwen3_5 with Hadamard-rotated weights
@@ -207,6 +206,9 @@ FAMILIES: dict[str, Family] = {
     "talkie": Family(b.standard, own_cache=False),
     "telechat3": Family(b.standard, own_cache=False),
     "nanbeige": Family(b.standard, own_cache=True),
+    # llama4_text.py has no make_cache(): a KVCache on every layer (no chunked local layers,
+    # unlike the llama4 wrapper) and --max-kv-size is honoured.
+    "llama4_text": Family(b.standard, own_cache=False),
     "qwen": Family(b.standard, own_cache=False, prepare=m.renamed({"kv_channels": "head_dim"})),
     "bailing_moe_v3": Family(m.bailing_moe_v3, own_cache=True),
     "muse_glimmer": Family(m.spark2_5, own_cache=True),

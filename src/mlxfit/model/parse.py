@@ -69,7 +69,8 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     if not isinstance(raw_type, str) or not raw_type:
         raise ConfigError(f"{where}: missing 'model_type'")
     archs = t.get("architectures") or ()
-    archs = tuple(a for a in ([archs] if isinstance(archs, str) else archs) if isinstance(a, str))
+    archs = (archs,) if isinstance(archs, str) else archs if isinstance(archs, list) else ()
+    archs = tuple(a for a in archs if isinstance(a, str))
     family_name, family = resolve_family(raw_type, archs)
     known = family is not None
     if family is not None and family.prepare is not None:

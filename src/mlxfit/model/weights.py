@@ -116,7 +116,9 @@ def is_lm_head(name: str) -> bool:
 
 
 def _int_field(block: dict[str, Any], key: str, default: int, where: str) -> int:
-    v = block.get(key, default)
+    v = block.get(key)
+    if v is None:  # absent, or null as convert's mixed recipes write it: the default applies
+        v = default
     if type(v) is not int or v <= 0:
         raise ConfigError(f"config.json: {where}.{key} must be a positive integer, got {v!r}")
     return v

@@ -13,6 +13,7 @@ from mlxfit.render import (
     run_to_json,
     seconds_to_json,
     term_to_json,
+    time_term_to_json,
     tps_to_json,
 )
 
@@ -60,8 +61,9 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "terms": [term_to_json(t) for t in r.terms],
         "speed_terms": [term_to_json(t) for t in r.speed_terms],
         "weights": r.weights_detail,
-        "prefill_terms": [{"name": t.name, "value": t.seconds, "formula": t.formula,
-                           "inputs": t.inputs} for t in r.prefill_terms],
+        # The conversion sized, when --q-bits/--q-mode/... are given (issue 17).
+        "quantization_plan": r.weights_detail.get("conversion"),
+        "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
         "command": r.serving.get("command"),
@@ -119,6 +121,7 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     unverified = "" if r.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"
     console.print(f"[bold]{r.model}[/] on [bold]{r.machine_name}[/] "
                   f"at {r.context_tokens:,} tokens: {verdict}{unverified}")
+    render_conversion(r.weights_detail.get("conversion"), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")
     t.add_column("GB (10^9 B)", justify="right")
@@ -153,12 +156,33 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
             if term.inputs:
                 inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
                 console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
+        if r.prefill_terms:
+            console.print("\n[bold]time to first token[/] (seconds; formula; inputs)")
+        for tt in r.prefill_terms:
+            console.print(f"  [bold]{tt.name}[/] = {tt.seconds:,.3f} s")
+            console.print(f"    {tt.formula}", soft_wrap=True)
+            if tt.inputs:
+                inputs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                   for k, v in tt.inputs.items())
+                console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {w}")
     for n in r.notes:
         console.print(f"[dim]note: {n}[/]")
     if r.advice is not None:
         render_advice(r.advice, console)
+
+
+def render_conversion(plan: dict[str, Any] | None, console: Any) -> None:
+    """The lines saying which conversion is sized (verbs.convert_plan.plan_to_json)."""
+    if not plan:
+        return
+    console.print(f"as `{plan['command']}` would write it:", soft_wrap=True)
+    console.print(f"  converted weights {gb(plan['weight_bytes'])}, "
+                  f"{plan['bits_per_weight']:.3f} bits per weight, disk "
+                  f"{gb(plan['disk_bytes'])} in {plan['shards']} shard"
+                  f"{'s' * (plan['shards'] != 1)}; {plan['quantized_modules']} modules quantized, "
+                  f"{plan['float_modules']} left in float", soft_wrap=True)
 
 
 _EXTRA_WHAT = {
@@ -258,5 +282,5 @@ def chart_to_json(d: ChartData) -> dict[str, Any]:
         "kinks": [{"ctx": k.ctx, "label": k.label} for k in d.kinks],
         "points": [{"ctx": p.ctx, "total_bytes": p.total_bytes,
                     "decode_tps": round(p.decode_tps, 2) if p.decode_tps is not None else None,
-                    "fits": p.fits} for p in d.points],
+                    "ttft_s": seconds_to_json(p.ttft_s), "fits": p.fits} for p in d.points],
     }

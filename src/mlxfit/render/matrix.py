@@ -5,7 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, seconds_to_json, tps_to_json
-from mlxfit.render.fit import fit_machine
+from mlxfit.render.fit import fit_machine, render_conversion
+from mlxfit.render.quants import quants_to_json, render_quants
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -49,6 +50,9 @@ def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
         "notes": list(m.notes),
         "family_known": m.family_known,
         "plan_source": m.plan_source,
+        # Additive (issue 17): the conversion the rows size; --quants, one set per quant.
+        "quantization_plan": m.quantization_plan,
+        "quants": quants_to_json(m.quants),
     }
 
 
@@ -59,11 +63,15 @@ def _gb(n: int) -> str:
 def render_matrix(m: Any, out: Any) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
+    if m.quants:
+        render_quants(m, out)
+        return
     flt = f", chips {m.chips_filter!r}" if m.chips_filter else ""
     out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens on Apple Silicon "
               f"(macOS {m.macos_major} working set{flt}): "
               f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it"
               + ("" if m.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"))
+    render_conversion(m.quantization_plan, out)
     if not m.rows:
         out.print("no SKU fits at this context" if m.only_fits else "no SKU to show")
     else:
@@ -76,6 +84,7 @@ def render_matrix(m: Any, out: Any) -> None:
         t.add_column("fits", no_wrap=True)
         t.add_column("max ctx", justify="right", no_wrap=True)
         t.add_column("tok/s", justify="right", no_wrap=True)
+        t.add_column("TTFT s", justify="right", no_wrap=True)
         t.add_column("headroom", justify="right", no_wrap=True)
         if mark:
             t.add_column("", no_wrap=True)
@@ -92,6 +101,7 @@ def render_matrix(m: Any, out: Any) -> None:
                 f"{r.max_safe_context:,}",
                 f"{r.predicted_decode_tps:,.1f}"
                 if r.runs and r.predicted_decode_tps is not None else "",
+                f"{r.predicted_ttft_s:,.1f}" if r.runs and r.predicted_ttft_s is not None else "",
                 _gb(r.headroom_bytes),
             ]
             if mark:
@@ -101,7 +111,8 @@ def render_matrix(m: Any, out: Any) -> None:
     if m.rows:
         out.print(f"[dim]GB = 10^9 B; peak {_gb(m.rows[0].total_bytes)} GB at "
                   f"{m.context_tokens:,} tokens (weights {_gb(m.weights_bytes)} GB) on every SKU; "
-                  f"model limit {m.context_limit:,} tokens; tok/s blank where it does not fit[/]")
+                  f"model limit {m.context_limit:,} tokens; TTFT = time to first token of the whole "
+                  f"prompt; tok/s and TTFT blank where it does not fit[/]")
     if any(r.unverified for r in m.rows):
         out.print("[dim]* rests on a weak source in apple_skus.toml[/]")
     if any(r.fits and not r.runs for r in m.rows):

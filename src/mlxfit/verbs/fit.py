@@ -26,10 +26,17 @@ from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
+from mlxfit.model.quantize import QuantRecipe
 from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.convert_plan import (
+    CONVERTED_PATH,
+    converted_source,
+    plan_to_json,
+    quant_recipe,
+)
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -71,6 +78,11 @@ def fit(
     wired_limit_mb: int | None = None,
     advise: bool | str = False,
     chart: bool = False,
+    q_bits: int | None = None,
+    q_group_size: int | None = None,
+    q_mode: str | None = None,
+    quant_predicate: str | None = None,
+    dtype: str | None = None,
     plan: str = "auto",
 ) -> FitResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
@@ -83,6 +95,10 @@ def fit(
     ``draft_model``. ``wired_limit_mb``: size as if ``sudo sysctl iogpu.wired_limit_mb=N`` were
     set. ``advise``: True, or "auto" (only when the run does not fit): attach an
     ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart).
+
+    ``q_bits``, ``q_group_size``, ``q_mode``, ``quant_predicate``, ``dtype``: mlx_lm.convert's
+    flags; an unquantized model is then sized as convert would write it
+    (mlxfit.verbs.convert_plan), the plan in ``weights_detail["conversion"]``.
     ``plan``: "auto", "table" or "mlx-lm": where the per-layer cache plan comes from
     (mlxfit.verbs.plan)."""
     # Every parameter is checked before the model is resolved (Hub requests) or the machine
@@ -95,12 +111,13 @@ def fit(
     check_machine_params(memory_budget_gb, macos, wired_limit_mb)
     check_serving(parallel, prompt_cache)
     check_plan(plan)
+    recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
     src = resolve_model(model, revision=revision, progress=progress)
     if verbose and src.transfer is not None:
         src = replace(src, notes=src.notes + (src.transfer.describe(),))
-    inputs = model_inputs(src, with_vision=with_vision)
+    src, inputs = sized_source(src, recipe, model, with_vision)
     inputs, plan_warnings, plan_notes = with_plan(inputs, src.config, plan, run)
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
@@ -108,14 +125,16 @@ def fit(
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
-    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
+    # A conversion runs from the folder convert writes (its default --mlx-path).
+    ref = CONVERTED_PATH if recipe is not None else model
+    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=ref)
     r = replace(r, warnings=plan_warnings + r.warnings, notes=r.notes + plan_notes)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.
         from mlxfit.verbs.advise import advise as advice_for
 
-        ev = _Evaluator(model, inputs, arrays, m, cal, with_vision=with_vision,
+        ev = _Evaluator(ref, inputs, arrays, m, cal, with_vision=with_vision,
                         budget=memory_budget_gb is not None)
         r = replace(r, advice=advice_for(r, ev, serving))
     if chart:
@@ -127,6 +146,18 @@ def fit(
 
 
 
+def sized_source(src, recipe: QuantRecipe | None, model_ref: str,
+                 with_vision: bool = False):
+    """(source, ModelInputs) of the model as given, or as mlx_lm.convert would write it with
+    ``recipe``: the one path fit, matrix, pick and cluster size a conversion by."""
+    if recipe is None:
+        return src, model_inputs(src, with_vision=with_vision)
+    src, plan = converted_source(src, recipe, model_ref)
+    inputs = model_inputs(src, with_vision=with_vision)
+    detail = {**inputs.weights_detail, "conversion": plan_to_json(plan, model_ref)}
+    return src, replace(inputs, weights_detail=detail)
+
+
 def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                extra_terms=None, extra_warnings: tuple[str, ...] = ()) -> FitResult:
     """One model on one machine: the notes and warnings of ``fit``, then the pure core.
@@ -135,13 +166,18 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
+    chip = compute_for(m)
+    if chip is None:
+        notes.append("no time to first token: " + (
+            "not an Apple GPU (the prefill model is fitted on Metal runs)"
+            if not m.is_apple_silicon else "the SKU table has no compute figure for this chip"))
     r = fit_core(
         model=inputs.name, source_kind=inputs.source_kind, cfg=inputs.cfg,
         weights=inputs.weights, run=run, cal=cal,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
         usable_bytes=m.usable_bytes, usable_source=m.usable_source,
         warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
-        extra_terms=extra_terms, compute=compute_for(m),
+        extra_terms=extra_terms, compute=chip,
     )
     return replace(r, machine=m)
 

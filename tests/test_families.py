@@ -24,19 +24,20 @@ CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 # The family each model_type resolved to before the tables were split (config.REMAP, which
 # mixed mlx-lm's remapping with mlxfit's aliases, then FAMILIES); None: no row, sized as a
 # plain transformer. Keys: every model_type of the fixtures, every old REMAP key, every key of
-# mlx-lm 0.32.2's MODEL_REMAPPING.
+# mlx-lm 0.32.2's MODEL_REMAPPING. Issue 12 gave llava, minimax_m2, phi-msft and qwen2_5_vl
+# the rows of the modules mlx-lm loads for them, and added two aliases.
 BEFORE = {
     "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3", "deepseek_v41_text": None,
     "falcon_mamba": "mamba", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3",
     "gemma4": "gemma4", "gemma4_text": "gemma4", "gemma4_unified": "gemma4",
     "gpt_oss": "gpt_oss", "iquestcoder": "llama", "joyai_llm_flash": "deepseek_v3",
     "kimi_k2": "deepseek_v3", "lfm2": "lfm2", "lfm2_moe": "lfm2", "llama": "llama",
-    "llama4": "llama4", "llama4_text": "llama4", "llava": None, "minimax_m2": None,
-    "mistral": "llama", "mixtral": "mixtral", "nemotron_h": "nemotron_h", "phi-msft": None,
-    "phi3": "phi3", "qwen2": "qwen2", "qwen2_5_vl": None, "qwen3": "qwen3",
+    "llama4": "llama4", "llama4_text": "llama4_text", "llava": "mistral3", "minimax_m2": "minimax",
+    "mistral": "llama", "mixtral": "mixtral", "nemotron_h": "nemotron_h", "phi-msft": "phixtral",
+    "phi3": "phi3", "qwen2": "qwen2", "qwen2_5_vl": "qwen2_vl", "qwen3": "qwen3",
     "qwen3_5": "qwen3_5", "qwen3_5_moe": "qwen3_5", "qwen3_5_moe_text": "qwen3_5",
     "qwen3_5_text": "qwen3_5", "qwen3_moe": "qwen3_moe", "qwen3_next": "qwen3_next",
-    "xverse": "llama",
+    "xverse": "llama", "lfm2-vl": "lfm2", "prism_hadamard_qwen35": "qwen3_5",
 }
 
 # parse_config of every fixture before the split: (model_type, family, the mlx-lm module the

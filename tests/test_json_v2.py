@@ -80,6 +80,7 @@ def docs() -> dict[str, dict]:
             "serve-plan": get("serve-plan", Q8B, "--ctx", "8k", "--machine", M4PRO),
             "cluster": get("cluster", NEXT80, "--host", "M4 Max 48GB", "--host", M4PRO,
                            "--link", "tb4"),
+            "families": get("families"),
         }
 
 

@@ -279,3 +279,71 @@ def test_every_fixture_parses_with_a_plan(name):
     # A plan without any attention or state would size nothing: every fixture has one.
     assert cfg.attention_layers or cfg.state_bytes > 0
     assert kv_bytes_final(cfg, Run(ctx=1024)) == KV_AT_1024[name]
+
+
+# --- families added with the mlx-lm oracle (issue 12) ------------------------------------------
+
+
+def _family(name: str):
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).parent / "fixtures" / "families" / name
+    return parse_config(json.loads(path.read_text()), where=name)
+
+
+def test_kimi_linear_48b_mla_and_kda_layers():
+    """Kimi-Linear-48B-A3B: 7 full-attention layers (4, 8, ..., 24, 27, 1-based) cache the MLA
+    latent, kv_lora_rank 512 + qk_rope 64 = 576 bf16 values per token; the 20 KDA layers hold
+    q/k/v convs 3 x (4-1) x 32 x 128 x 2 B = 73,728 B and a float32 state 32 x 128 x 128 x 4 =
+    2,097,152 B. ctx 700: prefill 699 -> 768 slots. KV 7 x 768 x 576 x 2 = 6,193,152 B; state
+    20 x 2,170,880 = 43,417,600 B; together 49,610,752 B (the issue's "50 MB"), where a plain
+    transformer of 27 x 32 heads x 72 x 2 x 2 B per token would hold 27 x 768 x 9,216 B."""
+    cfg = _family("moonshotai__Kimi-Linear-48B-A3B-Instruct__variant.json")
+    assert kv_bytes_final(cfg, Run(ctx=700)) == 7 * 768 * 576 * 2
+    assert cfg.state_bytes == 20 * (3 * 3 * 32 * 128 * 2 + 32 * 128 * 128 * 4)
+    assert kv_bytes_final(cfg, Run(ctx=700)) + cfg.state_bytes == 49_610_752
+
+
+def test_llama4_chunked_cache_trims_to_the_chunk_then_steps():
+    """Llama 4 Scout, ctx 33,000 at step 2048: 36 chunked layers (chunk 8192) and 12 full; 8 kv
+    heads x 128 x 4 B = 4,096 B per token. Prefill 32,999 = 16 x 2048 + 231: before each call
+    the ChunkedKVCache trims to its last 8192 rows (an exact slice), then the update appends
+    ceil(n/256) x 256 rows: after the last chunk 8192 + 256; the last prompt token the same.
+    Full layers: 32,768 + 256 = 33,024 slots."""
+    cfg = load("meta-llama__Llama-4-Scout-17B-16E-Instruct.json")
+    per = 8 * 128 * 4
+    assert kv(("meta-llama__Llama-4-Scout-17B-16E-Instruct.json"), 33000) == (
+        36 * (8192 + 256) * per + 12 * 33024 * per)
+    assert sum(1 for a in cfg.attention_layers if a.cache == "chunked") == 36
+
+
+def test_llama4_text_alone_has_no_chunked_layers():
+    """A bare llama4_text config (the text model without the llama4 wrapper) loads
+    mlx_lm/models/llama4_text.py, which has no make_cache(): a KVCache on all 48 layers. At
+    33,000 tokens (prefill 32,999 -> 33,024 slots) that is 48 x 33,024 x 4,096 B, not the
+    wrapper's 36 chunked layers."""
+    text = config_dict("meta-llama__Llama-4-Scout-17B-16E-Instruct")["text_config"]
+    cfg = parse_config({**text, "model_type": "llama4_text"})
+    assert cfg.family == "llama4_text" and not cfg.own_cache
+    assert kv_bytes_final(cfg, Run(ctx=33000)) == 48 * 33024 * 8 * 128 * 4
+
+
+def test_recurrent_gemma_ignores_the_config_conv_width():
+    """recurrent_gemma builds every block with lru_width = hidden and conv width 4 whatever the
+    config says: recurrent blocks hold (3 x 128 + 128) x 2 B = 1,024 B (fixture hidden 128,
+    conv1d_width 3); blocks cycle recurrent, recurrent, attention over 4 layers -> 3 recurrent.
+    The attention block is MQA (1 kv head x 32) in a RotatingKVCache of 1024: at ctx 300 it
+    holds 299 + 256 = 555 rows x 32 x 2 x 2 B."""
+    cfg = _family("recurrent_gemma.json")
+    assert cfg.state_bytes == 3 * 1024
+    assert kv_bytes_final(cfg, Run(ctx=300)) == 555 * 32 * 2 * 2
+
+
+def test_jamba_mamba_state_in_the_activation_dtype():
+    """jamba fixture: 4 Mamba layers (attn period 2, offset 1) with inner = mamba_expand x hidden
+    = 128 x 128 = 16,384,
+    d_conv 4, d_state 128: conv 3 x 16,384 x 2 B + SSM 16,384 x 128 x 2 B (bf16 like its inputs,
+    not float32) = 4,292,608 B per layer."""
+    cfg = _family("jamba.json")
+    assert cfg.state_bytes == 4 * (3 * 16384 * 2 + 16384 * 128 * 2)

@@ -27,7 +27,8 @@ HEAVY_THIRD_PARTY = {"rich", "huggingface_hub", "mlx", "mlx_lm", "matplotlib", "
                      "safetensors", "atheris", "typer", "click", "subprocess", "platform",
                      "importlib"}
 ON_DEMAND = {"mlxfit.verbs.advise", "mlxfit.verbs.chart", "mlxfit.render.chart",
-             "mlxfit.sources.hub.fetch"}
+             "mlxfit.sources.hub.fetch",
+             "mlxfit.verbs.measure.oracle"}  # needs the measure extra: --plan mlx-lm only
 MAX_LINES = 600
 
 

@@ -2,8 +2,9 @@
 
 Every CLI verb has a Python twin returning a frozen result, importable from here:
 ``mlxfit.fit``, ``mlxfit.matrix``, ``mlxfit.pick``, ``mlxfit.cluster``, ``mlxfit.measure``,
-``mlxfit.calibrate``, ``mlxfit.machine``, ``mlxfit.models`` and ``mlxfit.serve_plan``. They are imported on first use (start-up time
-matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
+``mlxfit.calibrate``, ``mlxfit.machine``, ``mlxfit.models``, ``mlxfit.serve_plan`` and
+``mlxfit.families``. They are imported on first use (start-up time matters); the
+``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
 No subpackage carries a twin's name, so none can shadow it.
 """
 
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from mlxfit.hardware.resolve import resolve_machine
     from mlxfit.verbs.calibrate.twin import calibrate
     from mlxfit.verbs.cluster.twin import cluster
+    from mlxfit.verbs.families import families
     from mlxfit.verbs.fit import fit, weights_summary
     from mlxfit.verbs.machine import machine
     from mlxfit.verbs.matrix import matrix
@@ -37,6 +39,7 @@ _PUBLIC = {
     "calibrate": "mlxfit.verbs.calibrate.twin",
     "machine": "mlxfit.verbs.machine",
     "models": "mlxfit.verbs.models",
+    "families": "mlxfit.verbs.families",
     "serve_plan": "mlxfit.verbs.serve_plan",
     "weights_summary": "mlxfit.verbs.fit",
     "resolve_machine": "mlxfit.hardware.resolve",
@@ -44,7 +47,8 @@ _PUBLIC = {
 }
 
 __all__ = [
-    "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "models",
+    "__version__", "calibrate", "cluster", "families", "fit", "machine", "matrix", "measure",
+    "models",
     "pick", "probe_machine", "resolve_machine", "serve_plan", "weights_summary",
 ]
 

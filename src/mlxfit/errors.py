@@ -9,6 +9,7 @@
     ├── UsageError              a parameter out of range (names the parameter)
     ├── NoMeasurements          calibrate: no usable record to fit
     ├── MlxUnavailable          measure: mlx / mlx-lm not installed
+    ├── OracleError             mlx-lm's own classes could not build or run a config
     └── Cancelled               a Hub fetch stopped because another request failed (never shown)
 """
 
@@ -74,3 +75,8 @@ class MlxUnavailable(MlxfitError):
 
 class Cancelled(MlxfitError):
     """Another request of the same fetch failed: stop quietly (never shown)."""
+
+
+class OracleError(MlxfitError):
+    """mlx-lm's own classes could not build or run this config (the cache-plan oracle); the
+    message names the mlx-lm version."""

@@ -12,6 +12,7 @@ _CANDIDATES = {
     "apple_skus.toml": [_PKG / "data" / "apple_skus.toml", _REPO / "data" / "apple_skus.toml"],
     "calibration.toml": [_PKG / "data" / "calibration.toml", _REPO / "calibration.toml"],
     "links.toml": [_PKG / "data" / "links.toml", _REPO / "data" / "links.toml"],
+    "families.json": [_PKG / "data" / "families.json", _REPO / "data" / "families.json"],
 }
 
 

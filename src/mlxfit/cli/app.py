@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover
 
 # In the order `mlxfit --help` lists them.
 VERBS = ("fit", "serve-plan", "machine", "matrix", "pick", "models", "measure", "calibrate",
-         "cluster")
+         "cluster", "families")
 
 
 class _Verbs(TyperGroup):

@@ -71,6 +71,7 @@ def fit_cmd(
     draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
     chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg (or --chart=out.svg) writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
+    plan: str = typer.Option("auto", "--plan", help="Cache plan: auto (the family table, else mlx-lm's own classes when installed), table, or mlx-lm (cross-checks a known family)."),
     q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it (default 4)."),
     q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
     q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8 (mlx_lm.convert --q-mode)."),
@@ -93,7 +94,7 @@ def fit_cmd(
                     advise=True if advise else "auto", chart=chart,
                     progress=not as_json, verbose=verbose, q_bits=q_bits,
                     q_group_size=q_group_size, q_mode=q_mode,
-                    quant_predicate=quant_predicate, dtype=dtype)
+                    quant_predicate=quant_predicate, dtype=dtype, plan=plan)
         if chart_file is not None:
             from mlxfit.render.chart import write_chart  # on demand: only with --chart
 

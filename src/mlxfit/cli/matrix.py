@@ -31,6 +31,7 @@ def matrix_cmd(
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
     fmt: str = typer.Option("table", "--format", help="table, markdown (for a model card), csv or json."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
+    plan: str = typer.Option("auto", "--plan", help="Cache plan: auto, table or mlx-lm (as fit's)."),
     q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it."),
     q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
     q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
@@ -48,7 +49,7 @@ def matrix_cmd(
                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
                    backend=backend, with_vision=with_vision, q_bits=q_bits,
                    q_group_size=q_group_size, q_mode=q_mode, quant_predicate=quant_predicate,
-                   dtype=dtype, quants=quants)
+                   dtype=dtype, quants=quants, plan=plan)
     except MlxfitError as e:
         fail(e, as_json)
     if as_json:

@@ -216,7 +216,45 @@ def rotating_size_final(s: Schedule, window: int, tokens: int | None = None) -> 
     return min(window, size + _ceil_to(tokens - size, STEP))
 
 
-def chunked_tokens(full_tokens: int, chunk_size: int, update: int) -> int:
-    """ChunkedKVCache (Llama 4 local layers): at most attention_chunk_size tokens are kept, plus
-    the update being appended, in 256-token steps."""
-    return min(full_tokens, _ceil_to(chunk_size + update, STEP))
+def _chunked_call(length: int, valid: int, n: int, chunk: int) -> tuple[int, int]:
+    """One llama4 model call on a ChunkedKVCache: maybe_trim_front (keep the last chunk_size
+    tokens, an exact-size slice) then update_and_fetch of n tokens (KVCache growth)."""
+    if length and valid > chunk:
+        length = valid = chunk
+    if length == 0 or valid + n > length:
+        if length and valid % STEP:
+            length = valid
+        length += _ceil_to(n, STEP)
+    return length, valid + n
+
+
+def chunked_len_prefill(s: Schedule, chunk: int, n_chunks: int) -> int:
+    """ChunkedKVCache rows (Llama 4 local layers) right after the n-th prefill chunk."""
+    length = valid = 0
+    for i in range(1, min(n_chunks, s.chunks()[2]) + 1):
+        length, valid = _chunked_call(length, valid, s.chunk_size(i), chunk)
+    return length
+
+
+def chunked_len_final(s: Schedule, chunk: int, tokens: int | None = None) -> int:
+    """ChunkedKVCache rows once it has seen ``tokens`` (default: the context): the prefill
+    chunks, then single-token calls. While at most chunk_size tokens are held a call only
+    grows the buffer in 256-token steps; from then on every call trims to chunk_size rows and
+    appends one 256-token step."""
+    tokens = s.ctx if tokens is None else tokens
+    length = valid = 0
+    total = s.chunks()[2]
+    for i in range(1, total + 1):
+        length, valid = _chunked_call(length, valid, s.chunk_size(i), chunk)
+    rest = tokens - (s.prefill_tokens if total else 0)
+    if rest <= 0:
+        return length
+    plain = min(rest, max(chunk - valid + 1, 0))  # calls that start with <= chunk tokens
+    if plain:
+        if valid + plain > length:  # a full buffer grows by 256 rows at a time
+            length += _ceil_to(valid + plain - length, STEP)
+        valid += plain
+        rest -= plain
+    if rest > 0:
+        length = chunk + STEP
+    return length

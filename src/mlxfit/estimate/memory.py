@@ -101,6 +101,14 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
     """``check_run``, then what mlx-lm cannot do with this model (a quantized cache)."""
     check_run(run)
     if run.kv_bits is not None:
+        if cfg.no_quantized_attention:
+            raise UsageError(f"kv_bits: mlx-lm's {cfg.family} attention reads the cache's "
+                             "arrays directly and fails on a quantized cache (mlx-lm 0.32)",
+                             param="kv_bits")
+        if cfg.never_quantized:
+            raise UsageError("kv_bits: mlx-lm never quantizes this model's CacheList "
+                             "caches (no to_quantized), so the flag has no effect",
+                             param="kv_bits")
         if any(a.mla is not None for a, _ in attn_groups(cfg, run)):
             if cfg.family == "deepseek_v32":
                 raise UsageError("kv_bits: mlx-lm never quantizes this model's CacheList "
@@ -154,13 +162,9 @@ def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
         return 0
     if a.cache == "rotating":
         return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
-    cap = cs.full_capacity_prefill(s, n_chunks)
     if a.cache == "chunked":
-        n_chunks = min(n_chunks, s.chunks()[2])
-        if n_chunks < 1:
-            return 0
-        return cs.chunked_tokens(cap, a.window or 0, s.chunk_size(n_chunks))
-    return cap
+        return cs.chunked_len_prefill(s, a.window or 0, n_chunks)
+    return cs.full_capacity_prefill(s, n_chunks)
 
 
 def tokens_final(a: Attn, s: cs.Schedule) -> int:
@@ -169,10 +173,9 @@ def tokens_final(a: Attn, s: cs.Schedule) -> int:
         return 0
     if a.cache == "rotating":
         return cs.rotating_size_final(s, a.window or 0)
-    cap = cs.full_capacity_final(s)
     if a.cache == "chunked":
-        return cs.chunked_tokens(cap, a.window or 0, 1)
-    return cap
+        return cs.chunked_len_final(s, a.window or 0)
+    return cs.full_capacity_final(s)
 
 
 def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: int) -> float:

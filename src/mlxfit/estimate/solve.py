@@ -153,6 +153,10 @@ class FitResult:
     # first, and the limit (None when unknown).
     buffers: tuple[Any, ...] = field(default=())
     max_buffer_bytes: int | None = None
+    # The cache plan's origin (ModelConfig.plan_source): "table", "mlx-lm <version>" or an
+    # unverified plain-transformer estimate (family_known False).
+    family_known: bool = True
+    plan_source: str = "table"
     advice: Any = None  # mlxfit.verbs.advise.Advice when asked for (fit(advise=...))
     chart: Any = None  # mlxfit.verbs.chart.ChartData when asked for (fit(chart=True))
     # The hardware.resolve.Machine it was sized for (set by verbs.fit.fit_inputs; the pure core
@@ -259,6 +263,8 @@ def fit_core(
         notes=tuple(notes),
         weights_detail=dict(weights_detail or {}),
         extra_terms=t.extra,
+        family_known=cfg.family_known,
+        plan_source=cfg.plan_source,
         predicted_prefill_tps=prompt.prefill_tps if prompt else None,
         predicted_ttft_s=prompt.ttft_s if prompt else None,
         prefill_terms=prompt.terms if prompt else (),

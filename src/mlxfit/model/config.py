@@ -82,6 +82,12 @@ class ModelConfig:
     linear_k_dim: int = 0
     linear_v_dim: int = 0
     gated_q: bool = False  # q_proj also produces an output gate (Qwen3-Next / Qwen3.5)
+    never_quantized: bool = False  # CacheList caches: mlx-lm's --kv-bits leaves them as they are
+    no_quantized_attention: bool = False  # the attention fails on a QuantizedKVCache
+    # Whether the cache plan is known to match mlx-lm: a family row ("table"), a plan read from
+    # mlx-lm's own classes ("mlx-lm <version>"), or neither: a plain transformer, unverified.
+    family_known: bool = True
+    plan_source: str = "table"
 
     @property
     def is_moe(self) -> bool:

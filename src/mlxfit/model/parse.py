@@ -10,7 +10,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.config import Fields, Layer, ModelConfig
-from mlxfit.model.families import GENERIC, Ctx, resolve_family
+from mlxfit.model.families import GENERIC, NOT_SUPPORTED, Ctx, mlx_lm_module, resolve_family
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -36,6 +36,12 @@ def _moe_layer_flags(c: Ctx, n_experts: int) -> list[bool]:
     if n_experts <= 0:
         return [False] * c.n
     first_dense = f.int("first_k_dense_replace", 0)
+    per_layer = f.d.get("moe_layer_freq")
+    if isinstance(per_layer, list):  # mimo_v2_flash / minimax_m3: a 0/1 flag per layer
+        if len(per_layer) < c.n or not all(x in (0, 1) for x in per_layer):
+            raise ConfigError(f"{f.where}: 'moe_layer_freq' as a list needs a 0/1 flag per "
+                              "layer")
+        return [bool(per_layer[i]) and i >= first_dense for i in range(c.n)]
     step = f.first_int(("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step"), 1)
     step = max(step, 1)
     mlp_only = set(f.int_list("mlp_only_layers") or [])
@@ -62,7 +68,14 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     raw_type = t.get("model_type")
     if not isinstance(raw_type, str) or not raw_type:
         raise ConfigError(f"{where}: missing 'model_type'")
-    family_name, family = resolve_family(raw_type)
+    archs = t.get("architectures") or ()
+    archs = (archs,) if isinstance(archs, str) else archs if isinstance(archs, list) else ()
+    archs = tuple(a for a in archs if isinstance(a, str))
+    family_name, family = resolve_family(raw_type, archs)
+    known = family is not None
+    if family is not None and family.prepare is not None:
+        t = family.prepare(t)  # the family's own field names -> the standard ones
+        f = Fields(t, where)
     warnings: list[str] = []
     if family is None:
         needed = ("hidden_size", "num_hidden_layers", "num_attention_heads")
@@ -72,9 +85,12 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
                 f"{where}: unknown model_type {raw_type!r} without standard fields "
                 f"({', '.join(missing)} missing); cannot size it"
             )
+        why = NOT_SUPPORTED.get(mlx_lm_module(raw_type))
         warnings.append(
             f"unknown model_type {raw_type!r}: sized as a plain transformer with a full KV cache "
-            "on every layer; check mlx-lm supports it"
+            "on every layer, UNVERIFIED; "
+            + (f"mlxfit does not size it exactly ({why})" if why else
+               "with mlx-lm installed (mlxfit[measure]) the plan is read from mlx-lm itself")
         )
         family = GENERIC
 
@@ -139,4 +155,8 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         linear_k_dim=c.mixer.get("linear_k_dim", 0),
         linear_v_dim=c.mixer.get("linear_v_dim", 0),
         gated_q=family.gated_q or f.bool("attn_output_gate", False),
+        never_quantized=family.never_quantized,
+        no_quantized_attention=family.no_quantized_attention,
+        family_known=known,
+        plan_source="table" if known else "plain transformer (unverified)",
     )

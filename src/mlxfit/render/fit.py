@@ -75,6 +75,9 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
                      "over_limit": r.max_buffer_bytes is not None and b.bytes > r.max_buffer_bytes}
                     for b in r.buffers],
         "runs": r.runs,
+        # Additive (issue 12): where the per-layer cache plan came from.
+        "family_known": r.family_known,
+        "plan_source": r.plan_source,
         "advice": _advice_json(r.advice),
         "chart": _chart_json(r.chart),
     }
@@ -118,8 +121,9 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
     if r.fits and r.oversize_buffers:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
+    unverified = "" if r.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"
     console.print(f"[bold]{r.model}[/] on [bold]{r.machine_name}[/] "
-                  f"at {r.context_tokens:,} tokens: {verdict}")
+                  f"at {r.context_tokens:,} tokens: {verdict}{unverified}")
     render_conversion(r.weights_detail.get("conversion"), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")

@@ -56,6 +56,8 @@ def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
         "rows": [row_to_json(r) for r in m.rows],
         "warnings": list(m.warnings),
         "notes": list(m.notes),
+        "family_known": m.family_known,
+        "plan_source": m.plan_source,
         # Additive (issue 17): the conversion the rows size; --quants, one set per quant.
         "quantization_plan": m.quantization_plan,
         "quants": quants_to_json(m.quants),
@@ -75,7 +77,8 @@ def render_matrix(m: Any, out: Any) -> None:
     flt = f", chips {m.chips_filter!r}" if m.chips_filter else ""
     out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens on Apple Silicon "
               f"(macOS {m.macos_major} working set{flt}): "
-              f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it")
+              f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it"
+              + ("" if m.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"))
     render_conversion(m.quantization_plan, out)
     if not m.rows:
         out.print("no SKU fits at this context" if m.only_fits else "no SKU to show")

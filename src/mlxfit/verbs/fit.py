@@ -47,6 +47,7 @@ from mlxfit.verbs.edges import (
     machine_with_wired_limit,
     vision_note,
 )
+from mlxfit.verbs.plan import check_plan, with_plan
 
 if TYPE_CHECKING:
     from mlxfit.verbs.chart import ChartData
@@ -82,6 +83,7 @@ def fit(
     q_mode: str | None = None,
     quant_predicate: str | None = None,
     dtype: str | None = None,
+    plan: str = "auto",
 ) -> FitResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
 
@@ -96,7 +98,9 @@ def fit(
 
     ``q_bits``, ``q_group_size``, ``q_mode``, ``quant_predicate``, ``dtype``: mlx_lm.convert's
     flags; an unquantized model is then sized as convert would write it
-    (mlxfit.verbs.convert_plan), the plan in ``weights_detail["conversion"]``."""
+    (mlxfit.verbs.convert_plan), the plan in ``weights_detail["conversion"]``.
+    ``plan``: "auto", "table" or "mlx-lm": where the per-layer cache plan comes from
+    (mlxfit.verbs.plan)."""
     # Every parameter is checked before the model is resolved (Hub requests) or the machine
     # probed: a bad one is named as itself, not hidden behind a missing folder.
     if advise not in (False, None, "auto", True):
@@ -106,6 +110,7 @@ def fit(
                    max_kv_size=max_kv_size, backend=backend)
     check_machine_params(memory_budget_gb, macos, wired_limit_mb)
     check_serving(parallel, prompt_cache)
+    check_plan(plan)
     recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
@@ -113,6 +118,7 @@ def fit(
     if verbose and src.transfer is not None:
         src = replace(src, notes=src.notes + (src.transfer.describe(),))
     src, inputs = sized_source(src, recipe, model, with_vision)
+    inputs, plan_warnings, plan_notes = with_plan(inputs, src.config, plan, run)
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
         m = machine_with_wired_limit(m, wired_limit_mb)
@@ -122,6 +128,7 @@ def fit(
     # A conversion runs from the folder convert writes (its default --mlx-path).
     ref = CONVERTED_PATH if recipe is not None else model
     r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=ref)
+    r = replace(r, warnings=plan_warnings + r.warnings, notes=r.notes + plan_notes)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.

@@ -30,6 +30,7 @@ from mlxfit.verbs.edges import (
     vision_note,
 )
 from mlxfit.verbs.fit import fit_served, sized_source
+from mlxfit.verbs.plan import check_plan, with_plan
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,8 @@ class MatrixResult:
     this_machine: str | None  # the probed machine's name, when the probe ran
     warnings: tuple[str, ...] = ()  # common to every row (model-level)
     notes: tuple[str, ...] = ()
+    family_known: bool = True  # the cache plan's origin, as fit's (mlxfit.verbs.plan)
+    plan_source: str = "table"
     # --quants: the same SKUs for each conversion (verbs.convert_plan), in the order asked
     quants: tuple[QuantRows, ...] = ()
     quantization_plan: dict | None = None  # the conversion the rows size (--q-bits ...)
@@ -175,18 +178,21 @@ def matrix(
     quant_predicate: str | None = None,
     dtype: str | None = None,
     quants: str | None = None,
+    plan: str = "auto",
 ) -> MatrixResult:
     """``model`` at ``ctx`` tokens on every SKU of the table (or those ``chips`` matches).
 
     Each row is what ``fit(model, ctx, machine=row.name, macos=macos, ...)`` returns. The row of
     ``this_machine`` (default: the probed machine, unless ``probe`` is False) is marked.
     ``q_bits``...``dtype``: the rows size the model as mlx_lm.convert would write it;
-    ``quants`` ("4,8,mixed_3_6,mxfp4"): the same rows once per conversion, in ``quants``."""
+    ``quants`` ("4,8,mixed_3_6,mxfp4"): the same rows once per conversion, in ``quants``.
+    ``plan``: where the cache plan comes from, as ``fit``'s (mlxfit.verbs.plan)."""
     # Every parameter is checked before the model is resolved or this machine probed.
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size, backend=backend)
     check_machine_params(macos=macos)
+    check_plan(plan)
     recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
     if quants is not None and recipe is not None and recipe.quantize:
         raise UsageError("quants and q_bits/q_mode/quant_predicate both choose the "
@@ -200,9 +206,10 @@ def matrix(
     src = resolve_model(model, revision=revision)
     given = src
     src, inputs = sized_source(src, recipe if not recipes else None, model, with_vision)
+    inputs, plan_warnings, plan_notes = with_plan(inputs, src.config, plan, run)
     arrays = model_arrays(src, with_vision)
 
-    notes: list[str] = []
+    notes: list[str] = list(plan_notes)
     here = this_machine
     if here is None and probe and sys.platform != "darwin":
         # Only a Mac can be a row: no need to probe (psutil) to say so.
@@ -218,6 +225,7 @@ def matrix(
     quant_rows = []
     for rc in recipes:
         q_src, q_inputs = sized_source(given, rc, model, with_vision)
+        q_inputs = with_plan(q_inputs, given.config, plan, run)[0]
         q_rows = _rows(q_inputs, model_arrays(q_src, with_vision), run, ordered, cal, t, here,
                        model)
         quant_rows.append(QuantRows(
@@ -251,8 +259,9 @@ def matrix(
         macos_major=macos_major, chips_filter=chips, only_fits=only_fits,
         skus_considered=len(rows), rows=tuple(shown),
         this_machine=here.name if here is not None else None,
-        warnings=tuple(common), notes=tuple(notes), quants=tuple(quant_rows),
+        warnings=plan_warnings + tuple(common), notes=tuple(notes), quants=tuple(quant_rows),
         quantization_plan=inputs.weights_detail.get("conversion"),
+        family_known=inputs.cfg.family_known, plan_source=inputs.cfg.plan_source,
     )
 
 

@@ -1,0 +1,25 @@
+"""`mlxfit families`: parse, call the twin `mlxfit.families`, render."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from mlxfit.cli.common import console
+from mlxfit.render.families import families_to_json, render_families
+from mlxfit.verbs.families import families
+
+app = typer.Typer()
+
+
+@app.command("families")
+def families_cmd(
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+) -> None:
+    """Every mlx-lm model family mlxfit sizes: cache kinds, fixture, checked in CI."""
+    r = families()
+    if as_json:
+        print(json.dumps(families_to_json(r), indent=2))
+        return
+    render_families(r, console())

@@ -1,0 +1,171 @@
+"""`mlxfit families` and `mlxfit.families`, and where a fit's cache plan comes from
+(`--plan auto|table|mlx-lm`, `family_known`, `plan_source`)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+from st_helpers import invoke, make_folder
+
+from mlxfit.estimate.memory import Run, kv_bytes_final
+from mlxfit.model.families import FAMILIES, NOT_SUPPORTED, NOT_TEXT_LM
+from mlxfit.model.inputs import model_inputs
+from mlxfit.render import SCHEMA_VERSION
+from mlxfit.render.families import families_to_json
+from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.families import build_table, families
+from mlxfit.verbs.measure.run import mlx_missing_reason
+from mlxfit.verbs.plan import with_plan
+
+ROOT = Path(__file__).resolve().parent.parent
+FAMILY_DIR = Path(__file__).parent / "fixtures" / "families"
+NEEDS_MLX = pytest.mark.skipif(mlx_missing_reason() is not None,
+                               reason="mlx/mlx-lm not importable: pip install \".[test,measure]\"")
+
+
+def _writer():
+    spec = importlib.util.spec_from_file_location("write_families",
+                                                  ROOT / "scripts" / "write_families.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_families_json_is_written_from_the_fixtures() -> None:
+    """data/families.json is what scripts/write_families.py makes of the fixtures today."""
+    configs = {k: v for k, v in _writer().fixture_configs().items()
+               if v[0].get("model_type") not in NOT_SUPPORTED}
+    assert json.loads((ROOT / "data" / "families.json").read_text()) == build_table(configs)
+
+
+def test_every_family_is_listed_with_its_caches() -> None:
+    r = families()
+    assert [row.family for row in r.rows] == sorted(FAMILIES)
+    assert all(row.verified_in_ci and row.caches for row in r.rows)
+    kimi = next(row for row in r.rows if row.family == "kimi_linear")
+    assert kimi.caches == ("ArraysCache (linear)", "KVCache (MLA latent)")
+    assert "kimi_k2" in next(row for row in r.rows if row.family == "deepseek_v3").model_types
+    assert r.not_text_lm == NOT_TEXT_LM and r.not_supported == NOT_SUPPORTED
+
+
+def test_families_cli_json_is_the_twin() -> None:
+    res = invoke("families", "--json")
+    assert res.exit_code == 0
+    out = json.loads(res.stdout)
+    assert out == json.loads(json.dumps(families_to_json(families())))
+    assert out["schema_version"] == SCHEMA_VERSION
+    text = invoke("families")
+    assert text.exit_code == 0 and "kimi_linear" in text.stdout
+
+
+# --------------------------------------------------------------------------- --plan
+
+
+def _folder(tmp_path: Path, config: dict) -> Path:
+    hidden = config.get("hidden_size", 64)
+    return make_folder(tmp_path / "m", config, {"model.safetensors": {
+        "model.embed_tokens.weight": ("BF16", (config.get("vocab_size", 100), hidden))}})
+
+
+UNKNOWN = {"model_type": "foo_lm", "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "vocab_size": 100}
+
+
+def test_unknown_family_is_marked_unverified(tmp_path: Path) -> None:
+    """No row and no mlx-lm module: the plain-transformer estimate, flagged in the headline and
+    the JSON, exit 0 (it fits)."""
+    folder = _folder(tmp_path, UNKNOWN)
+    res = invoke("fit", str(folder), "--ctx", "2000", "--machine", "M4 Pro 24GB", "--json")
+    assert res.exit_code == 0
+    out = json.loads(res.stdout)
+    assert out["family_known"] is False
+    assert out["plan_source"] == "plain transformer (unverified)"
+    assert any("UNVERIFIED" in w for w in out["warnings"])
+    text = invoke("fit", str(folder), "--ctx", "2000", "--machine", "M4 Pro 24GB")
+    assert "UNVERIFIED" in text.stdout.splitlines()[0]
+
+
+def test_known_family_comes_from_the_table(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, json.loads((FAMILY_DIR / "olmo3.json").read_text()))
+    out = json.loads(invoke("fit", str(folder), "--ctx", "2000", "--machine", "M4 Pro 24GB",
+                            "--json", "--plan", "table").stdout)
+    assert (out["family_known"], out["plan_source"]) == (True, "table")
+
+
+def test_bad_plan_is_one_line(tmp_path: Path) -> None:
+    res = invoke("fit", str(_folder(tmp_path, UNKNOWN)), "--plan", "guess")
+    assert res.exit_code == 2 and "--plan must be one of" in res.stderr
+
+
+@NEEDS_MLX
+def test_plan_mlx_lm_cross_checks_a_known_family(tmp_path: Path) -> None:
+    folder = _folder(tmp_path, json.loads((FAMILY_DIR / "kimi_linear.json").read_text()))
+    out = json.loads(invoke("fit", str(folder), "--ctx", "3000", "--machine", "M4 Pro 24GB",
+                            "--json", "--plan", "mlx-lm").stdout)
+    assert out["plan_source"].startswith("mlx-lm ")
+    assert any("cross-checked: the family table matches" in n for n in out["notes"])
+    table = json.loads(invoke("fit", str(folder), "--ctx", "3000", "--machine", "M4 Pro 24GB",
+                              "--json", "--plan", "table").stdout)
+    assert (out["kv_bytes"], out["state_bytes"]) == (table["kv_bytes"], table["state_bytes"])
+
+
+@NEEDS_MLX
+def test_plan_mlx_lm_for_a_family_mlx_lm_lacks_fails_in_one_line(tmp_path: Path) -> None:
+    res = invoke("fit", str(_folder(tmp_path, UNKNOWN)), "--plan", "mlx-lm")
+    assert res.exit_code == 2
+    assert "mlx-lm 0." in res.stderr and "foo_lm" in res.stderr and "Traceback" not in res.stderr
+
+
+@NEEDS_MLX
+def test_auto_plan_reads_mlx_lm_when_the_table_has_no_row(tmp_path: Path) -> None:
+    """A config the table sizes as a plain transformer but mlx-lm runs (here: a Kimi-Linear
+    config whose family row is set aside, as for a family added by a newer mlx-lm): auto
+    derives the plan from mlx-lm's classes and its bytes equal mlx-lm's caches."""
+    from dataclasses import replace
+
+    from mlxfit.verbs.measure.oracle import cache_plan
+
+    config = json.loads((FAMILY_DIR / "kimi_linear.json").read_text())
+    inputs = model_inputs(resolve_model(str(_folder(tmp_path, config))))
+    unknown = replace(inputs, cfg=replace(inputs.cfg, family_known=False,
+                                          plan_source="plain transformer (unverified)"))
+    run = Run(ctx=2500, prefill_step_size=512)
+    got, warnings, notes = with_plan(unknown, config, "auto", run)
+    assert got.cfg.plan_source.startswith("mlx-lm ") and got.cfg.family_known
+    assert warnings == () and any("read from mlx-lm" in n for n in notes)
+    truth = cache_plan(config, run.ctx, prefill_step_size=run.prefill_step_size)
+    assert (kv_bytes_final(got.cfg, run), got.cfg.state_bytes) == (truth.kv_bytes,
+                                                                   truth.state_bytes)
+
+
+@NEEDS_MLX
+def test_auto_plan_falls_back_when_mlx_lm_fails(tmp_path: Path) -> None:
+    inputs = model_inputs(resolve_model(str(_folder(tmp_path, UNKNOWN))))
+    got, warnings, _ = with_plan(inputs, UNKNOWN, "auto", Run(ctx=1000))
+    assert got is inputs and not got.cfg.family_known
+    assert len(warnings) == 1 and "mlx-lm 0." in warnings[0] and "UNVERIFIED" in warnings[0]
+
+
+@NEEDS_MLX
+def test_missing_field_mlx_lm_requires_is_named(tmp_path: Path) -> None:
+    """gear's ModelArgs requires layer_types: mlx-lm's own rejection, one line, exit 2."""
+    config = json.loads((FAMILY_DIR / "gear.json").read_text())
+    del config["rms_norm_eps"]
+    res = invoke("fit", str(_folder(tmp_path, config)), "--plan", "mlx-lm")
+    assert res.exit_code == 2
+    assert "missing field 'rms_norm_eps'" in res.stderr and "mlx-lm" in res.stderr
+
+
+def test_oracle_stays_off_the_plain_import_path() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, mlxfit.verbs.fit, mlxfit.verbs.families; "
+            "print(any(m.startswith(('mlx.', 'mlx_lm')) or m in ('mlx', 'mlx_lm') "
+            "or m == 'mlxfit.verbs.measure.oracle' for m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         env={"PYTHONPATH": str(ROOT / "src")}, check=True)
+    assert out.stdout.strip() == "False"

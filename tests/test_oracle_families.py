@@ -1,0 +1,204 @@
+"""Every mlx-lm family against mlx-lm's own caches (the oracle, mlxfit.verbs.measure.oracle).
+
+For each family fixture (tests/fixtures/families/, MANIFEST.json says where each came from) and
+each real config (tests/fixtures/configs/), mlx-lm's own model classes are built at the
+fixture's dimensions and run lazily over a prompt chunked as generate_step chunks it; the KV and
+recurrent-state bytes its caches hold must equal mlxfit's table prediction at every context:
+crossing 256-token steps, sliding windows and chunk boundaries, prefill steps 512 and 2048, and
+with a quantized cache where mlxfit accepts --kv-bits (where it refuses, mlx-lm must fail or
+leave the cache unquantized). A second test enumerates the installed mlx_lm/models/ and fails
+for a module with no row and no stated reason, so an mlx-lm upgrade that adds a family fails
+here until it is covered.
+
+Skipped, with the reason, only when mlx or mlx-lm cannot be imported.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.memory import Run, kv_bytes_final, validate_run
+from mlxfit.model.families import (
+    FAMILIES,
+    FAMILY_ALIASES,
+    MLX_LM_REMAPPING,
+    NOT_SUPPORTED,
+    NOT_TEXT_LM,
+    mlx_lm_module,
+    resolve_family,
+)
+from mlxfit.model.parse import parse_config
+from mlxfit.verbs.measure.run import mlx_missing_reason
+
+FIXTURES = Path(__file__).parent / "fixtures"
+FAMILY_DIR = FIXTURES / "families"
+MANIFEST = json.loads((FAMILY_DIR / "MANIFEST.json").read_text())
+MLX_MISSING = mlx_missing_reason()
+NEEDS_MLX = pytest.mark.skipif(MLX_MISSING is not None,
+                               reason=f"mlx/mlx-lm not importable ({MLX_MISSING}): "
+                                      'pip install ".[test,measure]"')
+
+# (ctx, prefill_step_size, gen): one chunk; a chunk boundary at 512 with a short last chunk;
+# 256-steps with windows crossed (the fixtures' windows are 8..2048 tokens); two 2048 chunks
+# and generated tokens.
+CONTEXTS = [(300, 2048, 0), (1100, 512, 0), (700, 256, 3), (4200, 2048, 2)]
+QUANTIZED = (1100, 512, 0)
+REAL_CONTEXTS = [(1000, 2048, 0), (5000, 512, 2)]
+# Recurrent / linear-attention mixers run a per-token loop on the CPU (mlx-lm's gated-delta and
+# Mamba-1 scans), so their graphs grow with the tokens: shorter contexts, still crossing the
+# 256-steps and a chunk boundary (their state is constant in the context).
+STATE_CONTEXTS = [(300, 256, 0), (700, 512, 2)]
+REAL_STATE_CONTEXTS = [(1000, 512, 2)]
+
+
+def _fixture(name: str) -> dict:
+    return json.loads((FAMILY_DIR / MANIFEST[name]["file"]).read_text())
+
+
+def _kv_group(config: dict) -> int | None:
+    """A group size mlx-lm can quantize this model's caches with (every cached width must
+    divide), from the oracle's own shapes; None when none can."""
+    # mlx / mlx-lm are optional (the measure extra): imported for the oracle only
+    from mlxfit.verbs.measure.oracle import cache_plan
+
+    widths = {shape[-1] for e in cache_plan(config, 4).entries for role, shape, _ in e.arrays
+              if role in ("keys", "values")}
+    for g in (64, 32):
+        if widths and all(w % g == 0 for w in widths):
+            return g
+    return None
+
+
+def _check(config: dict, name: str, contexts: list[tuple[int, int, int]],
+           state_contexts: list[tuple[int, int, int]] = STATE_CONTEXTS) -> None:
+    from mlxfit.verbs.measure.oracle import cache_plan
+
+    cfg = parse_config(config, act_bytes=2, where=name)
+    for ctx, step, gen in (state_contexts if cfg.state_bytes else contexts):
+        run = Run(ctx=ctx, gen=gen, prefill_step_size=step)
+        got = cache_plan(config, ctx, prefill_step_size=step, gen=gen)
+        assert (kv_bytes_final(cfg, run), cfg.state_bytes) == (got.kv_bytes, got.state_bytes), (
+            f"{name} ctx={ctx} step={step} gen={gen}: table vs mlx-lm {got.method}")
+
+
+NOT_CHECKED = set(NOT_SUPPORTED)
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", sorted(set(MANIFEST) - NOT_CHECKED))
+def test_family_matches_mlx_lm(name: str) -> None:
+    _check(_fixture(name), name, CONTEXTS)
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", sorted(set(MANIFEST) - NOT_CHECKED))
+def test_family_max_kv_size_matches_mlx_lm(name: str) -> None:
+    """--max-kv-size 300: make_prompt_cache gives RotatingKVCache(300) to every layer of a model
+    without its own make_cache(), and nothing changes for one with it."""
+    from mlxfit.verbs.measure.oracle import cache_plan
+
+    config = _fixture(name)
+    cfg = parse_config(config, act_bytes=2, where=name)
+    ctx, step, gen = STATE_CONTEXTS[-1] if cfg.state_bytes else (1100, 512, 0)
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=step, max_kv_size=300)
+    got = cache_plan(config, ctx, prefill_step_size=step, gen=gen, max_kv_size=300)
+    assert (kv_bytes_final(cfg, run), cfg.state_bytes) == (got.kv_bytes, got.state_bytes)
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", sorted(set(MANIFEST) - NOT_CHECKED))
+def test_family_quantized_cache_matches_mlx_lm(name: str) -> None:
+    """--kv-bits 8 from the start: QuantizedKVCache bytes where mlxfit accepts the flag; where
+    it refuses, mlx-lm fails too or leaves the caches as they were."""
+    from mlxfit.verbs.measure.oracle import cache_plan
+
+    config = _fixture(name)
+    group = _kv_group(config)
+    if group is None:
+        pytest.skip("no group size divides the cached widths: mlx-lm cannot quantize it")
+    cfg = parse_config(config, act_bytes=2, where=name)
+    ctx, step, gen = STATE_CONTEXTS[-1] if cfg.state_bytes else QUANTIZED
+    run = Run(ctx=ctx, gen=gen, prefill_step_size=step, kv_bits=8, kv_group=group,
+              quantized_kv_start=0)
+    try:
+        validate_run(cfg, run)
+    except UsageError:
+        plain = cache_plan(config, ctx, prefill_step_size=step)
+        try:
+            got = cache_plan(config, ctx, prefill_step_size=step, kv_bits=8,
+                             kv_group_size=group, quantized_kv_start=0)
+        except MlxfitError:
+            return  # mlx-lm cannot run it quantized either
+        assert got.kv_bytes == plain.kv_bytes, f"{name}: mlx-lm quantized a cache mlxfit refuses"
+        return
+    got = cache_plan(config, ctx, prefill_step_size=step, kv_bits=8, kv_group_size=group,
+                     quantized_kv_start=0)
+    assert (kv_bytes_final(cfg, run), cfg.state_bytes) == (got.kv_bytes, got.state_bytes)
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("path", sorted((FIXTURES / "configs").glob("*.json")),
+                         ids=lambda p: p.stem)
+def test_real_config_matches_mlx_lm(path: Path) -> None:
+    _check(json.loads(path.read_text()), path.name, REAL_CONTEXTS, REAL_STATE_CONTEXTS)
+
+
+@NEEDS_MLX
+def test_every_mlx_lm_module_is_covered() -> None:
+    """Every module of the installed mlx-lm: a row (directly, by mlxfit's alias or mlx-lm's
+    remapping), or a stated reason it is not a text LM / not supported."""
+    import mlx_lm.models
+
+    modules = {p.stem for p in Path(mlx_lm.models.__file__).parent.glob("*.py")}
+    uncovered = sorted(m for m in modules
+                       if resolve_family(m)[1] is None and m not in NOT_TEXT_LM
+                       and m not in NOT_SUPPORTED)
+    assert uncovered == [], f"mlx-lm modules without a family row or a reason: {uncovered}"
+    stale = sorted((set(NOT_TEXT_LM) | set(NOT_SUPPORTED) | set(FAMILIES)) - modules)
+    assert stale == [], f"rows or reasons for modules mlx-lm no longer has: {stale}"
+
+
+@NEEDS_MLX
+def test_own_cache_is_whether_mlx_lm_defines_make_cache() -> None:
+    import importlib
+
+    for name, family in FAMILIES.items():
+        model = importlib.import_module(f"mlx_lm.models.{name}").Model
+        assert family.own_cache == hasattr(model, "make_cache"), name
+
+
+def test_every_row_has_a_fixture() -> None:
+    """Each family row, alias and remapped model_type is checked through some fixture."""
+    covered = {resolve_family(n)[0] for n in MANIFEST}
+    for p in (FIXTURES / "configs").glob("*.json"):
+        d = json.loads(p.read_text())
+        covered.add(resolve_family(d.get("model_type", ""))[0])
+    assert set(FAMILIES) - covered == set()
+    assert set(FAMILY_ALIASES.values()) <= covered
+    remapped = {resolve_family(t)[0] for t in MLX_LM_REMAPPING
+                if mlx_lm_module(t) not in NOT_SUPPORTED}
+    assert remapped - covered == set()
+
+
+def test_manifest_records_provenance() -> None:
+    files = {p.name for p in FAMILY_DIR.glob("*.json")} - {"MANIFEST.json"}
+    assert files == {e["file"] for e in MANIFEST.values()}
+    for name, entry in MANIFEST.items():
+        assert entry["source"] and isinstance(entry["synthetic"], bool), name
+
+
+@NEEDS_MLX
+def test_architecture_remapping_is_mlx_lms() -> None:
+    from mlx_lm.utils import MODEL_ARCHITECTURE_REMAPPING
+
+    from mlxfit.model.families import MLX_LM_ARCH_REMAPPING
+
+    assert MLX_LM_ARCH_REMAPPING == MODEL_ARCHITECTURE_REMAPPING
+    d = {**_fixture("bailing_moe_v3"), "model_type": "bailing_hybrid",
+         "architectures": ["BailingMoeV3ForCausalLM"]}
+    assert parse_config(d).family == "bailing_moe_v3"
+    _check(d, "bailing_hybrid as BailingMoeV3ForCausalLM", CONTEXTS[:1])

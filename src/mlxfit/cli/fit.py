@@ -56,6 +56,7 @@ def fit_cmd(
     draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
     chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
+    mlx_env: list[str] | None = typer.Option(None, "--mlx-env", help="MLX scheduler setting for the run, NAME=VALUE: MLX_MAX_MB_PER_BUFFER or MLX_MAX_OPS_PER_BUFFER (repeatable; default on this Mac: the environment)."),  # noqa: B008 (Typer's idiom for a list option)
 ) -> None:
     """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""
     try:
@@ -71,7 +72,7 @@ def fit_cmd(
                     backend=backend, with_vision=with_vision, parallel=parallel,
                     prompt_cache=prompt_cache, draft_model=draft_model,
                     advise=True if advise else "auto", chart=chart,
-                    progress=not as_json, verbose=verbose)
+                    progress=not as_json, verbose=verbose, mlx_env=mlx_env or None)
         if chart_file is not None:
             from mlxfit.render.chart import write_chart  # on demand: only with --chart
 

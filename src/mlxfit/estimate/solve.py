@@ -154,6 +154,9 @@ class FitResult:
     max_buffer_bytes: int | None = None
     advice: Any = None  # mlxfit.verbs.advise.Advice when asked for (fit(advise=...))
     chart: Any = None  # mlxfit.verbs.chart.ChartData when asked for (fit(chart=True))
+    # The hardware.resolve.Machine it was sized for (set by verbs.fit.fit_inputs; the pure core
+    # takes only its figures): what the JSON's machine object is made from.
+    machine: Any = None
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:

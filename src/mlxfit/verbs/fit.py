@@ -140,7 +140,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
         notes += [k] if k else []
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
-    return fit_core(
+    r = fit_core(
         model=inputs.name, source_kind=inputs.source_kind, cfg=inputs.cfg,
         weights=inputs.weights, run=run, cal=cal,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
@@ -148,6 +148,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
         warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
         extra_terms=extra_terms,
     )
+    return replace(r, machine=m)
 
 
 

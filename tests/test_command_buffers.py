@@ -3,6 +3,7 @@ classes, MLX's environment overrides, and the attention-kernel paths (estimate/k
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -157,7 +158,13 @@ def test_cli_mlx_env_flag():
     plain = invoke(*args)
     more = invoke(*args, "--mlx-env", "MLX_MAX_MB_PER_BUFFER=400")
     assert plain.exit_code == more.exit_code == 0
-    assert '"MLX_MAX_MB_PER_BUFFER"' in more.output
+
+    def rule(out: str) -> list[int]:
+        terms = json.loads(out)["terms"]
+        return next(t for t in terms if t["name"] == "activations")["inputs"][
+            "commit_rule_ops_mb"]
+
+    assert rule(plain.output) == [40, 40] and rule(more.output) == [40, 400]
     bad = invoke(*args, "--mlx-env", "MLX_MAX_MB_PER_BUFFER=-3")
     assert bad.exit_code == 2 and "--mlx-env" in bad.output and "Traceback" not in bad.output
 

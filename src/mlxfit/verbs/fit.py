@@ -136,7 +136,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     warnings: list[str] = list(extra_warnings)
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if run.backend == "metal" and m.gpu_arch:
-        k = kernel_note(inputs.cfg, run.schedule().chunk_size(1), m.gpu_arch, m.name)
+        k = kernel_note(inputs.cfg, min(run.prefill_step_size, run.ctx), m.gpu_arch, m.name)
         notes += [k] if k else []
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")

@@ -199,3 +199,13 @@ def test_fit_says_which_kernel_each_layer_takes():
     r = mlxfit.fit(Q06, 2048, machine="M4 Pro 24GB")
     note = next(n for n in r.notes if n.startswith("attention kernels"))
     assert "28 x head dim 128: prefill fused, decode fused" in note
+
+
+def test_a_tighter_rule_never_raises_the_floor():
+    """Qwen3-0.6B at 2K chunks: the modelled held bytes under 40/40 land within 1 % of 50/50
+    either way (where commits fall); a rule tighter in both limits is held to at most the
+    fitted floor, a looser one to at least it."""
+    tight = _activations(mlxfit.fit(Q06, 2048, machine="M4 24GB"))
+    loose = _activations(mlxfit.fit(Q06, 2048, machine="M4 Pro 24GB",
+                                    mlx_env=["MLX_MAX_MB_PER_BUFFER=51"]))
+    assert tight["floor_scale"] <= 1.0 <= loose["floor_scale"]

@@ -298,7 +298,14 @@ def floor_scale(cfg: ModelConfig, c: int, be: Backend, run: Run | None,
     ref = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *cbuf.FITTED_RULE),
                           be.cb_inflight)
     new = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *rule), be.cb_inflight)
-    return (new / ref if ref else 1.0), rule
+    ratio = new / ref if ref else 1.0
+    # A rule tighter in both limits never holds more (looser: never less); where the commit
+    # points fall can push the modelled ratio a little across 1, which is not the mechanism.
+    if rule[0] <= cbuf.FITTED_RULE[0] and rule[1] <= cbuf.FITTED_RULE[1]:
+        ratio = min(ratio, 1.0)
+    elif rule[0] >= cbuf.FITTED_RULE[0] and rule[1] >= cbuf.FITTED_RULE[1]:
+        ratio = max(ratio, 1.0)
+    return ratio, rule
 
 
 def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = None,

@@ -406,6 +406,12 @@ def long_campaign() -> list[dict]:
     for ctx in (8400, 16500):
         add("qwen3_next_mini", qn, ctx, prefill_step_size=2048)
         add("qwen3_next_hv16_d64", qn_big, ctx, prefill_step_size=2048)
+    # Mamba2 (SSD scan) the same way: the attention layer last.
+    ssm = dict(NEMOTRON_H, max_position_embeddings=40960, hybrid_override_pattern=["M", "-", "M", "*"])
+    ssm_big = dict(ssm, mamba_num_heads=32, mamba_head_dim=64, hidden_size=512)
+    for ctx in (8400, 16500):
+        add("nemotron_h_mini", ssm, ctx, prefill_step_size=2048)
+        add("nemotron_h_mh32_d64", ssm_big, ctx, prefill_step_size=2048)
     return runs
 
 

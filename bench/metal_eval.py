@@ -100,6 +100,7 @@ MACHINE = {
     "M5 Max": "M5 Max 128GB",
     "M4 Max": "M4 Max 64GB",  # 64 and 128 GB are both the 40-core 546 GB/s bin
     "M3 Pro": "M3 Pro 18GB",
+    "M3 Max": "M3 Max 40-core 64GB",  # 64 GB ships only with the 40-core bin
     "M4 Pro (Mac mini)": "M4 Pro 64GB",
     "M2 Ultra": "M2 Ultra 192GB",
 }
@@ -138,10 +139,17 @@ def _nk(text: str) -> int:
     return int(m.group(1)) * 1024
 
 
+def _default_step(r: dict) -> int:
+    """mlx-lm's generate_step default: 512 before mlx-lm 0.22 (mlx-examples llms/mlx_lm), 2048
+    since."""
+    v = re.match(r"0\.(\d+)", r.get("mlx_lm_version") or "")
+    return 512 if v and int(v.group(1)) < 22 else 2048
+
+
 def map_row(i: int, r: dict) -> Case | Skipped:
     model, src = r["model"], _source(r)
     machine = MACHINE.get(r["chip"])
-    step = r["prefill_step_size"] or 2048
+    step = r["prefill_step_size"] or _default_step(r)
     if src == "guruswami":
         desc = "local/" + model.split(" (local")[0] + "-" + r["quant"].upper()
     else:
@@ -171,7 +179,8 @@ def map_row(i: int, r: dict) -> Case | Skipped:
         if kv_bits:
             qstart = 0
     if "1029" in r["source"]:
-        approx = "mlx/mlx-lm 0.21.4 (Feb 2025)"
+        approx = (f"mlx-lm {r['mlx_lm_version']} (before 2025-03): older kernels"
+                  if "chigkim" in r["source"] else "mlx/mlx-lm 0.21.4 (Feb 2025)")
     if model.startswith("4-bit Mistral 7B"):
         desc = "mlx-community/Mistral-7B-Instruct-v0.3-4bit"
         approx = "PR #40 post: repo, gen tokens, versions not stated (v0.3 4-bit, G=100 assumed)"
@@ -796,10 +805,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--fit", action="store_true", help="refit, leave-one-source-out, report")
     ap.add_argument("--md", help="write the markdown report here")
     ap.add_argument("--rows", help="write one JSON line per evaluated run (shipped calibration)")
+    ap.add_argument("--prefill", action="store_true",
+                    help="prompt tok/s only: fit [prefill], in-sample and leave-one-source-out "
+                         "by chip family (with --md: its own section of the report)")
     a = ap.parse_args(argv)
     cases, skipped = load_cases()
     doc = base_doc()
     cal0 = cal_with(doc)
+    if a.prefill:
+        return prefill_main(cases, cal0, a.md)
     main_cases = [c for c in cases if not c.approx]
     if a.rows:
         with open(a.rows, "w") as f:
@@ -872,7 +886,8 @@ def main(argv: list[str]) -> int:
     L += ["", "## Assumption-laden runs (not in any table or fit)", ""]
     for c in cases:
         if c.approx:
-            e = [f"{n} {100 * (f(c) - c.peak) / c.peak:+.1f}%" for n, f in fns_peak.items()]
+            e = ([f"{n} {100 * (f(c) - c.peak) / c.peak:+.1f}%" for n, f in fns_peak.items()]
+                 if c.peak else ["no peak published"])
             L.append(f"- #{c.idx} {c.label} meas {c.peak} GB: {c.approx}; peak err " + ", ".join(e))
     L += ["", "## Skipped runs", ""] + [f"- #{s.idx} {s.model}: {s.reason}" for s in skipped]
     text = "\n".join(L)
@@ -883,6 +898,34 @@ def main(argv: list[str]) -> int:
         if md.exists() and GEN_MARK in md.read_text():
             head = md.read_text().split(GEN_MARK)[0]
         md.write_text(head + GEN_MARK + "\n\n" + text + "\n")
+    return 0
+
+
+PREFILL_MARK = "<!-- prefill section: python bench/metal_eval.py --prefill --md bench/results/metal_eval.md -->"
+PREFILL_END = "<!-- end of prefill section -->"
+
+
+def prefill_main(cases: list[Case], cal: Calibration, md: str | None) -> int:
+    import prefill_eval  # bench/prefill_eval.py: the prompt-speed half of this evaluation
+
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    lines, _ = prefill_eval.report(cases, dict(enumerate(rows)), cal, load_model, lm_fit,
+                                   SOURCES)
+    text = "\n".join(lines)
+    print(text)
+    if md:
+        path = Path(md)
+        old = path.read_text() if path.exists() else ""
+        block = f"{PREFILL_MARK}\n\n{text}\n{PREFILL_END}\n"
+        if PREFILL_MARK in old and PREFILL_END in old:
+            head, rest = old.split(PREFILL_MARK, 1)
+            new = head + block + rest.split(PREFILL_END, 1)[1].lstrip("\n")
+        elif GEN_MARK in old:
+            head, rest = old.split(GEN_MARK, 1)
+            new = head + block + "\n" + GEN_MARK + rest
+        else:
+            new = old + "\n" + block
+        path.write_text(new)
     return 0
 
 

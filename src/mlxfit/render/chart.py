@@ -103,6 +103,11 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
         console.print(line, soft_wrap=True)
     for line in panel(7, tps, ymax_tps, "decode tok/s", None, ok):
         console.print(line, soft_wrap=True)
+    ttft = [p.ttft_s for p in cols]
+    if any(v is not None for v in ttft):
+        ymax_ttft = max(v for v in ttft if v is not None) * 1.1 or 1.0
+        for line in panel(7, ttft, ymax_ttft, "TTFT s", None, ok):
+            console.print(line, soft_wrap=True)
     axis = Text(" " * 8 + "└" + "─" * w, style="dim")
     console.print(axis, soft_wrap=True)
     ticks = [" "] * (w + 10)
@@ -148,8 +153,9 @@ def _esc(s: str) -> str:
 
 
 def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
-    """Two stacked panels (memory, tok/s) over a log-scale context axis, as SVG text."""
-    left, right, top = 70, 20, 40
+    """Two stacked panels (memory; decode tok/s with time to first token on a right-hand axis)
+    over a log-scale context axis, as SVG text."""
+    left, right, top = 70, 60, 40
     gap, bottom = 40, 90
     ph = (height - top - gap - bottom) // 2
     pw = width - left - right
@@ -210,6 +216,19 @@ def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
     for seg in _runs(d.points):
         pts = " ".join(f"{x(p.ctx):.1f},{yt(p.decode_tps or 0):.1f}" for p in seg)
         out.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="2"/>')
+    ttft = [p for p in d.points if p.ttft_s is not None]
+    if ttft:
+        t_max = max(p.ttft_s or 0.0 for p in ttft) * 1.1 or 1.0
+        pts = " ".join(f"{x(p.ctx):.1f},{y0_tps - (p.ttft_s or 0) / t_max * ph:.1f}"
+                       for p in ttft)
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#d62728" stroke-width="1.5" '
+                   'stroke-dasharray="5,3"/>')
+        for frac in (0, 0.5, 1):
+            out.append(f'<text x="{left + pw + 6}" y="{y0_tps - frac * ph + 4:.1f}" '
+                       f'fill="#d62728">{t_max * frac:,.0f}</text>')
+        out.append(f'<text x="{width - 8}" y="{y0_tps - ph / 2:.1f}" transform="rotate(90 '
+                   f'{width - 8} {y0_tps - ph / 2:.1f})" text-anchor="middle" fill="#d62728">'
+                   'time to first token, s</text>')
     if d.lo <= d.max_safe_context <= d.hi:
         xs = x(d.max_safe_context)
         out.append(f'<text x="{xs:.1f}" y="{y0_tps + 62}" text-anchor="middle" fill="#2ca02c">'
@@ -251,6 +270,12 @@ def write_png(d: ChartData, path: Path) -> None:
     for seg in _runs(d.points):
         a2.plot([p.ctx for p in seg], [p.decode_tps for p in seg], color="#2ca02c")
     a2.set_ylabel("decode tok/s")
+    ttft = [p for p in d.points if p.ttft_s is not None]
+    if ttft:
+        a3 = a2.twinx()
+        a3.plot([p.ctx for p in ttft], [p.ttft_s for p in ttft], color="#d62728", ls="--")
+        a3.set_ylabel("time to first token, s", color="#d62728")
+        a3.set_ylim(bottom=0)
     a2.set_xscale("log", base=2)
     a2.set_xlabel("context tokens (log scale)")
     for ax in (a1, a2):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, tps_to_json
-from mlxfit.render.fit import fit_machine
+from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, seconds_to_json, tps_to_json
+from mlxfit.render.fit import fit_machine, render_conversion
+from mlxfit.render.quants import quants_to_json, render_quants
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -22,6 +23,8 @@ def row_to_json(r: MatrixRow) -> dict[str, Any]:
         "runs": r.runs,
         "max_safe_context": r.max_safe_context,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "unverified": r.unverified,
         "this_machine": r.this_machine,
     }
@@ -45,6 +48,9 @@ def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
         "rows": [row_to_json(r) for r in m.rows],
         "warnings": list(m.warnings),
         "notes": list(m.notes),
+        # Additive (issue 17): the conversion the rows size; --quants, one set per quant.
+        "quantization_plan": m.quantization_plan,
+        "quants": quants_to_json(m.quants),
     }
 
 
@@ -55,10 +61,14 @@ def _gb(n: int) -> str:
 def render_matrix(m: Any, out: Any) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
+    if m.quants:
+        render_quants(m, out)
+        return
     flt = f", chips {m.chips_filter!r}" if m.chips_filter else ""
     out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens on Apple Silicon "
               f"(macOS {m.macos_major} working set{flt}): "
               f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it")
+    render_conversion(m.quantization_plan, out)
     if not m.rows:
         out.print("no SKU fits at this context" if m.only_fits else "no SKU to show")
     else:
@@ -71,6 +81,7 @@ def render_matrix(m: Any, out: Any) -> None:
         t.add_column("fits", no_wrap=True)
         t.add_column("max ctx", justify="right", no_wrap=True)
         t.add_column("tok/s", justify="right", no_wrap=True)
+        t.add_column("TTFT s", justify="right", no_wrap=True)
         t.add_column("headroom", justify="right", no_wrap=True)
         if mark:
             t.add_column("", no_wrap=True)
@@ -87,6 +98,7 @@ def render_matrix(m: Any, out: Any) -> None:
                 f"{r.max_safe_context:,}",
                 f"{r.predicted_decode_tps:,.1f}"
                 if r.runs and r.predicted_decode_tps is not None else "",
+                f"{r.predicted_ttft_s:,.1f}" if r.runs and r.predicted_ttft_s is not None else "",
                 _gb(r.headroom_bytes),
             ]
             if mark:
@@ -100,7 +112,8 @@ def render_matrix(m: Any, out: Any) -> None:
                 else f"peak {_gb(lo)}-{_gb(hi)} GB (base chips hold fewer pending ops)")
         out.print(f"[dim]GB = 10^9 B; {peak} at "
                   f"{m.context_tokens:,} tokens (weights {_gb(m.weights_bytes)} GB) on every SKU; "
-                  f"model limit {m.context_limit:,} tokens; tok/s blank where it does not fit[/]")
+                  f"model limit {m.context_limit:,} tokens; TTFT = time to first token of the whole "
+                  f"prompt; tok/s and TTFT blank where it does not fit[/]")
     if any(r.unverified for r in m.rows):
         out.print("[dim]* rests on a weak source in apple_skus.toml[/]")
     if any(r.fits and not r.runs for r in m.rows):

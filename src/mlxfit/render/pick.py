@@ -6,7 +6,13 @@ from typing import Any
 
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.names import base_name
-from mlxfit.render import SCHEMA_VERSION, bare_machine, machine_to_json, tps_to_json
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    bare_machine,
+    machine_to_json,
+    seconds_to_json,
+    tps_to_json,
+)
 from mlxfit.verbs.pick import Candidate, PickResult
 
 
@@ -26,6 +32,8 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "max_safe_context": c.max_safe_context,
         "context_limit": c.context_limit,
         "predicted_decode_tps": tps_to_json(c.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(c.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(c.predicted_ttft_s),
         "is_default": c.is_default,
         "chosen": c.chosen,
         "budget": c.budget,
@@ -91,6 +99,7 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
     t.add_column("fits", no_wrap=True)
     t.add_column("max ctx", justify="right", no_wrap=True)
     t.add_column("tok/s", justify="right", no_wrap=True)
+    t.add_column("TTFT s", justify="right", no_wrap=True)
     for i, c in enumerate(rows, 1):
         name = c.model + (" (default)" if c.is_default else "")
         t.add_row(
@@ -100,6 +109,7 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
             f"{c.max_safe_context:,}",
             f"{c.predicted_decode_tps:,.1f}"
             if c.runs and c.predicted_decode_tps is not None else "",
+            f"{c.predicted_ttft_s:,.1f}" if c.runs and c.predicted_ttft_s is not None else "",
         )
     return t
 

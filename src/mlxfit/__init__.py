@@ -2,7 +2,7 @@
 
 Every CLI verb has a Python twin returning a frozen result, importable from here:
 ``mlxfit.fit``, ``mlxfit.matrix``, ``mlxfit.pick``, ``mlxfit.cluster``, ``mlxfit.measure``,
-``mlxfit.calibrate``, ``mlxfit.machine`` and ``mlxfit.serve_plan``. They are imported on first use (start-up time
+``mlxfit.calibrate``, ``mlxfit.machine``, ``mlxfit.models`` and ``mlxfit.serve_plan``. They are imported on first use (start-up time
 matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
 No subpackage carries a twin's name, so none can shadow it.
 """
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from mlxfit.verbs.machine import machine
     from mlxfit.verbs.matrix import matrix
     from mlxfit.verbs.measure.twin import measure
+    from mlxfit.verbs.models import models
     from mlxfit.verbs.pick import pick
     from mlxfit.verbs.serve_plan import serve_plan
 
@@ -35,6 +36,7 @@ _PUBLIC = {
     "measure": "mlxfit.verbs.measure.twin",
     "calibrate": "mlxfit.verbs.calibrate.twin",
     "machine": "mlxfit.verbs.machine",
+    "models": "mlxfit.verbs.models",
     "serve_plan": "mlxfit.verbs.serve_plan",
     "weights_summary": "mlxfit.verbs.fit",
     "resolve_machine": "mlxfit.hardware.resolve",
@@ -42,8 +44,8 @@ _PUBLIC = {
 }
 
 __all__ = [
-    "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "pick",
-    "probe_machine", "resolve_machine", "serve_plan", "weights_summary",
+    "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "models",
+    "pick", "probe_machine", "resolve_machine", "serve_plan", "weights_summary",
 ]
 
 

@@ -23,7 +23,8 @@ except ImportError:  # pragma: no cover
     from click.exceptions import UsageError as ClickUsageError
 
 # In the order `mlxfit --help` lists them.
-VERBS = ("fit", "serve-plan", "machine", "matrix", "pick", "measure", "calibrate", "cluster")
+VERBS = ("fit", "serve-plan", "machine", "matrix", "pick", "models", "measure", "calibrate",
+         "cluster")
 
 
 class _Verbs(TyperGroup):

@@ -22,10 +22,12 @@ def calibrate_cmd(
     show_all: bool = typer.Option(False, "--all", help="Every run, not only the worst."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
     show_toml: bool = typer.Option(False, "--show-toml", help="Print the calibration file --write would store."),
+    param: list[str] | None = typer.Option(None, "--param", help="Fit only this constant (act_hidden, score_arrays, ...); repeatable."),  # noqa: B008
 ) -> None:
     """Fit the calibration constants to `mlxfit measure --save` records; old vs new error."""
     try:
-        r = calibrate(from_file, write=write, backends=tuple(backend) if backend else None)
+        r = calibrate(from_file, write=write, backends=tuple(backend) if backend else None,
+                      **({"params": tuple(param)} if param else {}))
     except MlxfitError as e:
         fail(e, as_json)
         return

@@ -6,7 +6,7 @@ import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.cli.sizes import tokens
-from mlxfit.errors import MlxfitError
+from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json, render_cluster
 from mlxfit.render.cluster_launch import write_launch
@@ -32,15 +32,18 @@ def cluster_cmd(
     link_gbs: float | None = typer.Option(
         None, "--link-gbs", help="Your measured link bandwidth, GB/s (replaces the table)."),
     macos: int | None = typer.Option(None, "--macos", help="macOS major version (default 26)."),
-    revision: str | None = typer.Option(None, "--revision"),
+    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (a unique prefix of a cached snapshot too)."),
     gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS"),
-    kv_bits: int | None = typer.Option(None, "--kv-bits"),
-    kv_group_size: int = typer.Option(64, "--kv-group-size"),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS"),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk (mlx-lm --prefill-step-size)."),
+    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
+    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
     backend: str = typer.Option("metal", "--backend", help="metal or cpu."),
     write: str | None = typer.Option(
-        None, "--write", help="Write hostfile.json, run.sh and plan.json for mlx.launch here."),
+        None, "--write", help="Write hostfile.json, run.sh and plan.json for mlx.launch here "
+                              "(only for a plan that fits, unless --force)."),
+    force: bool = typer.Option(False, "--force", help="With --write: write the launch files "
+                                                      "even when the plan does not fit."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
     explain: bool = typer.Option(False, "--explain", help="Every host's terms."),
     q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it."),
@@ -58,6 +61,12 @@ def cluster_cmd(
                     kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                     backend=backend, q_bits=q_bits, q_group_size=q_group_size, q_mode=q_mode,
                     quant_predicate=quant_predicate, dtype=dtype)
+        if write and not r.fits and not force:
+            why = r.why if r.plan is None or not r.plan.supported else \
+                f"the {r.plan.strategy} plan does not fit at {r.context_tokens:,} tokens"
+            raise UsageError(f"write: nothing written: {why}; a launch script for it would "
+                             "run out of memory (--force writes it anyway)", param="write",
+                             also=("force",))
         written = write_launch(r, write) if write else []
     except MlxfitError as e:
         fail(e, as_json)

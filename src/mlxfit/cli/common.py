@@ -10,6 +10,7 @@ import typer
 
 from mlxfit.errors import MachineError, MlxfitError
 from mlxfit.render import SCHEMA_VERSION, dumps
+from mlxfit.render.tabular import FORMATS
 
 # A twin's parameter -> the flag that sets it, where it is not "--" + the name with "-" for "_".
 FLAGS = {
@@ -17,6 +18,7 @@ FLAGS = {
     "backends": "--backend",  # calibrate
     "hosts": "--host",  # cluster
     "from_file": "--from",  # calibrate
+    "params": "--param",  # calibrate
 }
 
 
@@ -81,6 +83,13 @@ def error_doc(e: Exception, kind: str | None = None) -> dict:
     return {"schema_version": SCHEMA_VERSION,
             "error": {"kind": kind or error_kind(e), "message": error_text(e),
                       "file": file, "field": field}}
+
+
+def check_format(fmt: str) -> None:
+    """--format's value: one of render.tabular.FORMATS."""
+    if fmt not in FORMATS:
+        raise MlxfitError(f"--format must be {', '.join(FORMATS[:-1])} or {FORMATS[-1]}, got "
+                          f"{fmt!r}", field="--format")
 
 
 def fail(e: Exception, as_json: bool = False) -> NoReturn:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from typer.core import TyperCommand
 
 from mlxfit.cli.common import console, fail
 from mlxfit.cli.sizes import gigabytes, tokens
@@ -31,7 +32,21 @@ def _chart_path(model: str, extra: list[str], chart: bool) -> tuple[str, str | N
     return (rest[0] if rest else DEFAULT_MODEL), (paths[0] if paths else None)
 
 
-@app.command("fit", context_settings={"allow_extra_args": True})
+class _FitCommand(TyperCommand):
+    """`--chart=out.svg` is `--chart out.svg`: the flag takes no value of its own (Typer has no
+    optional option values), so the path is split off and read as the positional word."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        split: list[str] = []
+        for a in args:
+            if a.startswith("--chart="):
+                split += ["--chart", a.removeprefix("--chart=")]
+            else:
+                split.append(a)
+        return super().parse_args(ctx, split)
+
+
+@app.command("fit", cls=_FitCommand, context_settings={"allow_extra_args": True})
 def fit_cmd(
     typer_ctx: typer.Context,
     model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
@@ -43,8 +58,8 @@ def fit_cmd(
     gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated (the rest is prompt)."),
     prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
     kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
-    kv_group_size: int = typer.Option(64, "--kv-group-size"),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS"),
+    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
     max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
@@ -54,7 +69,7 @@ def fit_cmd(
     parallel: int | None = typer.Option(None, "--parallel", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
     prompt_cache: int | None = typer.Option(None, "--prompt-cache", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
     draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
-    chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg writes a file."),
+    chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg (or --chart=out.svg) writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
     q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it (default 4)."),
     q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from mlxfit.cli.common import console, fail
+from mlxfit.cli.common import check_format, console, fail
 from mlxfit.cli.sizes import tokens
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
-from mlxfit.render.matrix import matrix_to_json, render_matrix
+from mlxfit.render.matrix import matrix_text, matrix_to_json, render_matrix
 from mlxfit.verbs.matrix import matrix
 
 app = typer.Typer()
@@ -24,12 +24,13 @@ def matrix_cmd(
     gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated (the rest is prompt)."),
     prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
     kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
-    kv_group_size: int = typer.Option(64, "--kv-group-size"),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS"),
+    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
     max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size."),
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    fmt: str = typer.Option("table", "--format", help="table, markdown (for a model card), csv or json."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
     q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it."),
     q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
     q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
@@ -38,7 +39,9 @@ def matrix_cmd(
     quants: str | None = typer.Option(None, "--quants", help='One column set per conversion: "3,4,6,8,mixed_3_6,mxfp4".'),
 ) -> None:
     """MODEL on every Apple Silicon SKU: fits, max safe context, decode tok/s, headroom."""
+    as_json = as_json or fmt == "json"
     try:
+        check_format(fmt)
         m = matrix(model, ctx, chips=chips, only_fits=only_fits, macos=macos,
                    revision=revision, gen=gen, prefill_step_size=prefill_step_size,
                    kv_bits=kv_bits, kv_group_size=kv_group_size,
@@ -50,6 +53,8 @@ def matrix_cmd(
         fail(e, as_json)
     if as_json:
         print(dumps(matrix_to_json(m)))
+    elif fmt in ("markdown", "csv"):
+        print(matrix_text(m, fmt), end="")
     else:
         render_matrix(m, console())
     raise typer.Exit(0 if m.n_fit or any(q.n_fit for q in m.quants) else 1)

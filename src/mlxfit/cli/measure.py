@@ -6,6 +6,7 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.progress import ProgressLine
 from mlxfit.cli.sizes import tokens
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
@@ -22,8 +23,8 @@ def measure_cmd(
     gen: int = typer.Option(16, "--gen", parser=tokens, metavar="TOKENS", help="Tokens generated (>= 1); decode tok/s is over them."),
     prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
     kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
-    kv_group_size: int = typer.Option(64, "--kv-group-size"),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS"),
+    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
     max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size (as mlx-lm)."),
     random_weights: bool = typer.Option(False, "--random-weights", help="Build from the config with random weights (nothing downloaded; same memory)."),
     dtype: str | None = typer.Option(None, "--dtype", help="With --random-weights: float32, bfloat16 or float16 (default: the checkpoint's)."),
@@ -32,14 +33,18 @@ def measure_cmd(
     seed: int = typer.Option(0, "--seed", help="Random weights and prompt tokens."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (with the full record)."),
     save: bool = typer.Option(False, "--save", help="Append the record to ~/.cache/mlxfit/measurements.jsonl (what `mlxfit calibrate` fits)."),
+    force: bool = typer.Option(False, "--force", help="Run even when the predicted peak exceeds this machine's memory."),
 ) -> None:
     """Run mlx-lm for real and set its measured memory (and tok/s) beside the prediction."""
+    display = ProgressLine(console(stderr=True), prefill_step_size)
     try:
-        m = measure(model, ctx, gen=gen, prefill_step_size=prefill_step_size,
-                    kv_bits=kv_bits, kv_group_size=kv_group_size,
-                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
-                    random_weights=random_weights, dtype=dtype, revision=revision,
-                    seed=seed, machine=machine, save=save)
+        with display:
+            m = measure(model, ctx, gen=gen, prefill_step_size=prefill_step_size,
+                        kv_bits=kv_bits, kv_group_size=kv_group_size,
+                        quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
+                        random_weights=random_weights, dtype=dtype, revision=revision,
+                        seed=seed, machine=machine, save=save, force=force,
+                        on_progress=display.update, on_warning=display.warn)
     except MlxfitError as e:
         fail(e, as_json)
         return

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import typer
 
-from mlxfit.cli.common import console, fail
+from mlxfit.cli.common import check_format, console, fail
 from mlxfit.cli.sizes import gigabytes, tokens
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
-from mlxfit.render.pick import pick_to_json, render_pick
+from mlxfit.render.pick import pick_text, pick_to_json, render_pick
 from mlxfit.verbs.pick import pick
 
 app = typer.Typer()
@@ -22,7 +22,14 @@ def pick_cmd(
     macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit."),
     default_model: str | None = typer.Option(None, "--default-model", help="Replaces [pick] default_model of ~/.config/mlxfit/config.toml."),
     coexist_fraction: float | None = typer.Option(None, "--coexist-fraction", help="Share of RAM an auto-pick may take (default 0.6)."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk (mlx_lm.generate --prefill-step-size)."),
+    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
+    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
+    max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size (mlx-lm --max-kv-size; ignored by models with their own cache)."),
+    only_fits: bool = typer.Option(False, "--only-fits", help="With --catalog: list only the catalog models that run here."),
+    fmt: str = typer.Option("table", "--format", help="table, markdown (for a model card), csv or json."),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
     quants: str | None = typer.Option(None, "--quants", help='With --catalog: each unquantized entry also as mlx_lm.convert would write it, e.g. "4,mixed_3_6,mxfp4".'),
     q_bits: int | None = typer.Option(None, "--q-bits", help="With --catalog: unquantized entries also as `mlx_lm.convert -q --q-bits B` would write them."),
     q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
@@ -31,16 +38,23 @@ def pick_cmd(
     dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
 ) -> None:
     """The downloaded model to auto-load here, and why each candidate was chosen or not."""
+    as_json = as_json or fmt == "json"
     try:
+        check_format(fmt)
         p = pick(ctx, catalog=catalog, machine=machine, memory_budget_gb=memory_budget,
                  macos=macos, default_model=default_model,
-                 coexist_fraction=coexist_fraction, quants=quants, q_bits=q_bits,
+                 coexist_fraction=coexist_fraction, prefill_step_size=prefill_step_size,
+                 kv_bits=kv_bits, kv_group_size=kv_group_size,
+                 quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
+                 only_fits=only_fits, quants=quants, q_bits=q_bits,
                  q_group_size=q_group_size, q_mode=q_mode, quant_predicate=quant_predicate,
                  dtype=dtype)
     except MlxfitError as e:
         fail(e, as_json)
     if as_json:
         print(dumps(pick_to_json(p)))
+    elif fmt in ("markdown", "csv"):
+        print(pick_text(p, fmt), end="")
     else:
         render_pick(p, console())
-    raise typer.Exit(0 if p.chosen else 1)
+    raise typer.Exit(0 if p.answered else 1)

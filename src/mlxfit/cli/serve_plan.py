@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.sizes import gigabytes, tokens
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.serve_plan import render_serve_plan, serve_plan_to_json
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.verbs.serve_plan import serve_plan
@@ -18,13 +18,13 @@ app = typer.Typer()
 @app.command("serve-plan")
 def serve_plan_cmd(
     model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
-    ctx: int = typer.Option(32768, "--ctx", help="Tokens each request may reach (prompt + generated)."),
+    ctx: int = typer.Option(32768, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens each request may reach (prompt + generated)."),
     machine: str | None = typer.Option(None, "--machine", help='e.g. "M4 Pro 48GB"; default: this machine.'),
     users: int | None = typer.Option(None, "--users", help="Plan for this many concurrent requests (default: as many as fit)."),
-    memory_budget: float | None = typer.Option(None, "--memory-budget", help="Usable GB (10^9 B); replaces the machine's envelope."),
+    memory_budget: float | None = typer.Option(None, "--memory-budget", parser=gigabytes, metavar="SIZE", help="Usable GB (10^9 B); replaces the machine's envelope."),
     macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
     revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (HF cache or the Hub)."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx_lm.server's --prefill-step-size."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx_lm.server's --prefill-step-size."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
 ) -> None:
     """How many concurrent requests mlx_lm.server holds at --ctx, how fast, with which flags."""
@@ -33,10 +33,10 @@ def serve_plan_cmd(
                        macos=macos, revision=revision, prefill_step_size=prefill_step_size,
                        progress=not as_json)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
         return
     if as_json:
-        print(json.dumps(serve_plan_to_json(p), indent=2))
+        print(dumps(serve_plan_to_json(p)))
     else:
         render_serve_plan(p, console())
     raise typer.Exit(0 if p.concurrency else 1)

@@ -140,6 +140,13 @@ def validate_serving(cfg: ModelConfig, run: Run, serving: Serving) -> tuple[Run,
         raise UsageError("max_kv_size: mlx_lm.server has no such flag (parallel and "
                          "prompt_cache size an mlx_lm.server run)", param="max_kv_size",
                          also=("parallel", "prompt_cache"))
+    if cfg.own_cache and run.max_kv_size is not None:
+        # mlx-lm's make_prompt_cache calls the model's make_cache() and never passes
+        # max_kv_size to it (mlx_lm/models/cache.py, 0.32): the flag does nothing here.
+        warnings.append(f"--max-kv-size {run.max_kv_size} is ignored by mlx-lm for this model "
+                        "(it builds its own caches with make_cache()): sized without it, and "
+                        "left out of the mlx_lm command")
+        run = replace(run, max_kv_size=None)
     if serving.sequences > 1:
         blockers = batch_blockers(cfg, run, serving)
         if blockers:

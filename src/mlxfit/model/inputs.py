@@ -56,8 +56,9 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
                      lookup_bytes=lookup, params=MatmulParams.of(w))
+    detail = {**weights_detail(w), "download_bytes": getattr(src, "download_bytes", None)}
     return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
-                       weights_detail=weights_detail(w), vision_bytes=w.vision_bytes,
+                       weights_detail=detail, vision_bytes=w.vision_bytes,
                        with_vision=with_vision, source_notes=tuple(src.notes))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION
-from mlxfit.verbs.calibrate.twin import CalibrationResult, ErrorStats
+from mlxfit.verbs.calibrate.twin import CalibrationResult, ErrorStats, runs
 
 
 def result_to_json(r: CalibrationResult) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def result_to_json(r: CalibrationResult) -> dict[str, Any]:
              "fitted": list(b.fitted),
              "unused": list(b.unused), "old": b.old, "new": b.new,
              "old_peak_error": stats(b.old_stats), "new_peak_error": stats(b.new_stats),
-             "kv_mismatches": b.kv_mismatches}
+             "kv_mismatches": b.kv_mismatches, "refused": b.refused or None}
             for b in r.backends
         ],
         "decode": None if r.decode is None else {
@@ -57,26 +57,29 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
 
     n = sum(b.n_runs for b in r.backends)
     skipped = f" ({len(r.skipped)} skipped)" if r.skipped else ""
-    out.print(f"[bold]{n}[/] measured runs from {r.source}{skipped}; old constants: "
+    out.print(f"[bold]{runs(n, 'measured run')}[/] from {r.source}{skipped}; old constants: "
               f"{r.calibration}", soft_wrap=True)
     if any(b.n_runs != b.n_records for b in r.backends):
         out.print("[dim]identical runs count once, with their largest peak[/]")
     for b in r.backends:
         o, w = b.old_stats, b.new_stats
-        out.print(f"\n[bold]backend {b.backend}[/]: {b.n_records} distinct runs, "
+        out.print(f"\n[bold]backend {b.backend}[/]: {runs(b.n_records, 'distinct run')}, "
                   "|peak error| median "
                   f"{_pct(o.median)} -> [bold]{_pct(w.median)}[/], p90 {_pct(o.p90)} -> "
                   f"{_pct(w.p90)}, max {_pct(o.max)} -> {_pct(w.max)}", soft_wrap=True)
+        if b.refused:
+            out.print(f"[yellow]not fitted, constants kept:[/] {b.refused}", soft_wrap=True)
         if b.kv_mismatches:
-            out.print(f"[yellow]{b.kv_mismatches} runs whose caches mlxfit does not predict to "
+            out.print(f"[yellow]{runs(b.kv_mismatches)} whose caches mlxfit does not predict to "
                       "the byte (their error is not only the transient's)[/]", soft_wrap=True)
-        t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-        t.add_column("constant", no_wrap=True)
-        t.add_column("old", justify="right", no_wrap=True)
-        t.add_column("new", justify="right", no_wrap=True)
-        for k in b.fitted:
-            t.add_row(k, _v(b.old[k]), _v(b.new[k]))
-        out.print(t)
+        if b.fitted:
+            t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+            t.add_column("constant", no_wrap=True)
+            t.add_column("old", justify="right", no_wrap=True)
+            t.add_column("new", justify="right", no_wrap=True)
+            for k in b.fitted:
+                t.add_row(k, _v(b.old[k]), _v(b.new[k]))
+            out.print(t)
         if b.unused:
             out.print(f"[dim]not exercised by these runs, kept: {', '.join(b.unused)}[/]",
                       soft_wrap=True)
@@ -84,12 +87,12 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
     if d is not None:
         if d.fitted:
             so, sn = d.stats("old"), d.stats("new")
-            out.print(f"\n[bold]decode[/] ({d.n_records} Metal tok/s runs): "
+            out.print(f"\n[bold]decode[/] ({runs(d.n_records, 'Metal tok/s run')}): "
                       + ", ".join(f"{k} {_v(d.old[k])} -> {_v(d.new[k])}" for k in d.fitted)
                       + f"; |tok/s error| median {_pct(so.median)} -> {_pct(sn.median)}",
                       soft_wrap=True)
         else:
-            out.print(f"\ndecode: {d.n_records} Metal tok/s runs, no usable fit (kept)")
+            out.print(f"\ndecode: {runs(d.n_records, 'Metal tok/s run')}, no usable fit (kept)")
     else:
         out.print("\n[dim]decode: no Metal run with a measured tok/s and a known bandwidth: "
                   "eta and fixed_s kept[/]", soft_wrap=True)

@@ -33,6 +33,35 @@ def _ticks(lo: int, hi: int) -> list[int]:
     return t
 
 
+def ctx_ticks(lo: int, hi: int) -> list[tuple[int, str]]:
+    """The context axis of every rendering (terminal, SVG, PNG): powers of two, labelled
+    256, 1K, 4K, 16K, ..."""
+    return [(t, _fmt_ctx(t)) for t in _ticks(lo, hi)]
+
+
+def nice_ticks(vmax: float, n: int = 5) -> tuple[float, list[float]]:
+    """A y axis from 0 to a round top above vmax, in at most about n steps of 1, 2, 2.5 or 5
+    x 10^k: (top, ticks). The same for every rendering."""
+    if not vmax > 0:
+        return 1.0, [0.0, 1.0]
+    raw = vmax / n
+    mag = 10 ** math.floor(math.log10(raw))
+    step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
+    k = math.ceil(vmax / step - 1e-9)
+    return step * k, [step * i for i in range(k + 1)]
+
+
+def tick_label(v: float) -> str:
+    return f"{v:g}" if v == round(v, 1) else f"{v:.2f}"
+
+
+def axes_of(d: ChartData) -> tuple[tuple[float, list[float]], tuple[float, list[float]]]:
+    """(memory GB top, ticks), (tok/s top, ticks): the y axes the three renderings share."""
+    mem = max(max(p.total_bytes for p in d.points), d.usable_bytes) / 1e9
+    tps = max([p.decode_tps for p in d.points if p.decode_tps is not None] or [1.0])
+    return nice_ticks(mem * 1.05), nice_ticks(tps * 1.05)
+
+
 def _at(d: ChartData, ctx: float) -> ChartPoint:
     """The series point at or just below ctx (the series is a step between points)."""
     best = d.points[0]
@@ -65,7 +94,7 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
     safe_col = col(d.max_safe_context) if d.max_safe_context >= lo else None
 
     def panel(rows: int, values: list[float | None], ymax: float, unit: str,
-              hline: float | None, ok: list[bool]) -> list[Text]:
+              hline: float | None, ok: list[bool], yticks: list[float]) -> list[Text]:
         grid = [[(" ", "")] * w for _ in range(rows)]
         for c in kink_cols:
             for r in range(rows):
@@ -73,6 +102,7 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
         if safe_col is not None:
             for r in range(rows):
                 grid[r][safe_col] = ("┊", "green")
+        hr = -1
         if hline is not None:
             hr = rows - 1 - min(rows - 1, round(hline / ymax * (rows - 1)))
             for c in range(w):
@@ -82,37 +112,39 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
                 continue
             r = rows - 1 - min(rows - 1, round(v / ymax * (rows - 1)))
             grid[r][c] = ("●", "cyan") if ok[c] else ("×", "red")
+        # Each tick is labelled on the row it falls on, so a value can be read off the axis.
+        labels = {rows - 1 - round(v / ymax * (rows - 1)): tick_label(v) for v in yticks}
         lines = [Text(" " * 9 + unit, style="bold")]
         for r in range(rows):
-            y = ymax * (rows - 1 - r) / (rows - 1)
-            label = f"{y:7.1f} " if r in (0, rows // 2, rows - 1) else " " * 8
+            label = f"{labels[r]:>7} " if r in labels else " " * 8
             t = Text(label + "│", style="dim")
             for ch, st in grid[r]:
                 t.append(ch, style=st)
+            if hline is not None and r == hr:
+                t.append(f" usable {hline:,.2f}", style="yellow")
             lines.append(t)
         return lines
 
+    (ymax_mem, mem_ticks), (ymax_tps, tps_ticks) = axes_of(d)
     totals = [p.total_bytes / 1e9 for p in cols]
-    ymax_mem = max(max(totals), d.usable_bytes / 1e9) * 1.05 or 1.0
     ok = [p.fits for p in cols]
     tps = [p.decode_tps for p in cols]
-    ymax_tps = max([v for v in tps if v is not None] or [1.0]) * 1.1
 
     console.print(Text(d.title, style="bold"))
-    for line in panel(12, totals, ymax_mem, "GB total (peak)", d.usable_bytes / 1e9, ok):
+    for line in panel(12, totals, ymax_mem, "GB total (peak)", d.usable_bytes / 1e9, ok,
+                      mem_ticks):
         console.print(line, soft_wrap=True)
-    for line in panel(7, tps, ymax_tps, "decode tok/s", None, ok):
+    for line in panel(7, tps, ymax_tps, "decode tok/s", None, ok, tps_ticks):
         console.print(line, soft_wrap=True)
     ttft = [p.ttft_s for p in cols]
     if any(v is not None for v in ttft):
-        ymax_ttft = max(v for v in ttft if v is not None) * 1.1 or 1.0
-        for line in panel(7, ttft, ymax_ttft, "TTFT s", None, ok):
+        ymax_ttft, ttft_ticks = nice_ticks(max(v for v in ttft if v is not None) * 1.05)
+        for line in panel(7, ttft, ymax_ttft, "TTFT s", None, ok, ttft_ticks):
             console.print(line, soft_wrap=True)
     axis = Text(" " * 8 + "└" + "─" * w, style="dim")
     console.print(axis, soft_wrap=True)
     ticks = [" "] * (w + 10)
-    for t in _ticks(lo, hi):
-        s = _fmt_ctx(t)
+    for t, s in ctx_ticks(lo, hi):
         c = 9 + col(t)
         for i, ch in enumerate(s):
             if c + i < len(ticks):
@@ -139,12 +171,16 @@ def write_chart(d: ChartData, path: str | Path) -> Path:
     """Write ``.svg`` (no dependency) or ``.png`` (needs matplotlib)."""
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix == ".svg":
-        p.write_text(svg(d))
-        return p
-    if suffix == ".png":
-        write_png(d, p)
-        return p
+    try:
+        if suffix == ".svg":
+            p.write_text(svg(d))
+            return p
+        if suffix == ".png":
+            write_png(d, p)
+            return p
+    except OSError as e:  # a missing folder, a directory of that name, no permission
+        raise MlxfitError(f"--chart {path}: cannot write it: {e.strerror or e}",
+                          file=str(p)) from None
     raise MlxfitError(f"--chart {path}: the file must end in .png or .svg")
 
 
@@ -164,9 +200,7 @@ def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
     def x(n: float) -> float:
         return left + (math.log(max(n, d.lo)) - la) / (lb - la) * pw
 
-    mem_max = max(max(p.total_bytes for p in d.points), d.usable_bytes) * 1.05 / 1e9
-    tps_vals = [p.decode_tps for p in d.points if p.decode_tps is not None]
-    tps_max = (max(tps_vals) if tps_vals else 1.0) * 1.1
+    (mem_max, mem_ticks), (tps_max, tps_ticks) = axes_of(d)
     y0_mem, y0_tps = top + ph, top + ph + gap + ph
 
     def ym(v: float) -> float:
@@ -184,16 +218,16 @@ def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
                    'stroke="#999"/>')
         out.append(f'<text x="12" y="{y0 - ph / 2:.1f}" transform="rotate(-90 12 '
                    f'{y0 - ph / 2:.1f})" text-anchor="middle">{label}</text>')
-    for frac in (0, 0.5, 1):
-        out.append(f'<text x="{left - 6}" y="{ym(mem_max * frac) + 4:.1f}" text-anchor="end">'
-                   f'{mem_max * frac:.1f}</text>')
-        out.append(f'<text x="{left - 6}" y="{yt(tps_max * frac) + 4:.1f}" text-anchor="end">'
-                   f'{tps_max * frac:.0f}</text>')
-    for t in _ticks(d.lo, d.hi):
+    for v in mem_ticks:
+        out.append(f'<text x="{left - 6}" y="{ym(v) + 4:.1f}" text-anchor="end">'
+                   f'{tick_label(v)}</text>')
+    for v in tps_ticks:
+        out.append(f'<text x="{left - 6}" y="{yt(v) + 4:.1f}" text-anchor="end">'
+                   f'{tick_label(v)}</text>')
+    for t, s in ctx_ticks(d.lo, d.hi):
         out.append(f'<line x1="{x(t):.1f}" y1="{y0_tps}" x2="{x(t):.1f}" y2="{y0_tps + 4}" '
                    'stroke="#666"/>')
-        out.append(f'<text x="{x(t):.1f}" y="{y0_tps + 16}" text-anchor="middle">'
-                   f'{_fmt_ctx(t)}</text>')
+        out.append(f'<text x="{x(t):.1f}" y="{y0_tps + 16}" text-anchor="middle">{s}</text>')
     out.append(f'<text x="{left + pw / 2}" y="{y0_tps + 32}" text-anchor="middle">'
                'context tokens (log scale)</text>')
     for i, k in enumerate(d.kinks):
@@ -209,7 +243,8 @@ def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
     yu = ym(d.usable_bytes / 1e9)
     out.append(f'<line x1="{left}" y1="{yu:.1f}" x2="{left + pw}" y2="{yu:.1f}" '
                'stroke="#e69500" stroke-dasharray="6,4"/>')
-    out.append(f'<text x="{left + pw - 4}" y="{yu - 4:.1f}" text-anchor="end" fill="#e69500">'
+    # At the left, where the memory curve is lowest (it grows with the context): not over it.
+    out.append(f'<text x="{left + 4}" y="{yu - 4:.1f}" fill="#e69500">'
                f'usable {d.usable_bytes / 1e9:,.2f} GB</text>')
     mem = " ".join(f"{x(p.ctx):.1f},{ym(p.total_bytes / 1e9):.1f}" for p in d.points)
     out.append(f'<polyline points="{mem}" fill="none" stroke="#1f77b4" stroke-width="2"/>')
@@ -231,7 +266,11 @@ def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
                    'time to first token, s</text>')
     if d.lo <= d.max_safe_context <= d.hi:
         xs = x(d.max_safe_context)
-        out.append(f'<text x="{xs:.1f}" y="{y0_tps + 62}" text-anchor="middle" fill="#2ca02c">'
+        out.append(f'<line x1="{xs:.1f}" y1="{top}" x2="{xs:.1f}" y2="{y0_tps}" '
+                   'stroke="#2ca02c" stroke-dasharray="6,3"/>')
+        anchor = "end" if xs > left + pw / 2 else "start"  # inside the frame
+        out.append(f'<text x="{xs + (-4 if anchor == "end" else 4):.1f}" y="{y0_tps + 62}" '
+                   f'text-anchor="{anchor}" fill="#2ca02c">'
                    f'largest safe {d.max_safe_context:,}</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
@@ -278,13 +317,20 @@ def write_png(d: ChartData, path: Path) -> None:
         a3.set_ylim(bottom=0)
     a2.set_xscale("log", base=2)
     a2.set_xlabel("context tokens (log scale)")
+    ticks = ctx_ticks(d.lo, d.hi)  # the terminal's and the SVG's labels: 256, 1K, 4K, ...
+    a2.set_xticks([t for t, _ in ticks], [s for _, s in ticks])
+    a2.minorticks_off()
+    (mem_top, mem_ticks), (tps_top, tps_ticks) = axes_of(d)
+    a1.set_yticks(mem_ticks, [tick_label(v) for v in mem_ticks])
+    a2.set_yticks(tps_ticks, [tick_label(v) for v in tps_ticks])
     for ax in (a1, a2):
         for k in d.kinks:
             ax.axvline(k.ctx, color="#aaa", ls=":")
         ax.axvline(d.requested_ctx, color="#444", lw=0.8)
         if d.lo <= d.max_safe_context <= d.hi:
             ax.axvline(d.max_safe_context, color="#2ca02c", ls="--", lw=0.8)
-        ax.set_ylim(bottom=0)
+    a1.set_ylim(0, mem_top)
+    a2.set_ylim(0, tps_top)
     for i, k in enumerate(d.kinks):
         a1.annotate(k.label, xy=(k.ctx, 0), xycoords=("data", "axes fraction"),
                     xytext=(3, 4 + 11 * (i % 3)), textcoords="offset points", fontsize=7,
@@ -293,11 +339,14 @@ def write_png(d: ChartData, path: Path) -> None:
                 xycoords=("data", "axes fraction"), xytext=(3, 4), textcoords="offset points",
                 fontsize=7)
     if d.lo <= d.max_safe_context <= d.hi:
+        right = math.log(d.max_safe_context) > (math.log(d.lo) + math.log(max(d.hi, 2))) / 2
         a2.annotate(f"largest safe {d.max_safe_context:,}", xy=(d.max_safe_context, 0),
-                    xycoords=("data", "axes fraction"), xytext=(3, 16),
-                    textcoords="offset points", fontsize=7, color="#2ca02c")
-    a1.legend(loc="upper left", fontsize=8)
-    a1.set_title(d.title, fontsize=10)
+                    xycoords=("data", "axes fraction"), xytext=(-3 if right else 3, 16),
+                    textcoords="offset points", fontsize=7, color="#2ca02c",
+                    ha="right" if right else "left")  # inside the frame
+    # Above the plot, not over the usable line or the curve.
+    a1.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8, frameon=False)
+    fig.suptitle(d.title, fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -104,8 +104,11 @@ def _weights_note(d: dict[str, Any]) -> str:
         parts.append("/".join(k.lower() for k in d["by_dtype"]))
     if d.get("expert_bytes"):
         parts.append(f"experts {gb(d['expert_bytes'])}")
-    if d.get("param_count"):
-        parts.append(f"{d['param_count'] / 1e9:.2f}B params")
+    n = d.get("param_count")
+    if n:
+        parts.append(f"{n / 1e9:.2f}B params" if n >= 1e8 else f"{n / 1e6:.1f}M params")
+    if d.get("download_bytes") is not None:
+        parts.append(f"download {gb(d['download_bytes'])}")
     return "; ".join(parts)
 
 
@@ -211,6 +214,10 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{bd['aggregate_tps']:,.1f} tok/s in all")
     if sv.get("command"):
         console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
+        if sv["command"].startswith("mlx_lm.generate"):
+            console.print(f"[dim]  prompt.txt: the {r.run.ctx - r.run.gen:,}-token prompt this "
+                          f"run was sized for; --max-tokens is your --gen "
+                          f"({r.run.gen:,}, at least 1)[/]", soft_wrap=True)
 
 
 def render_advice(a: Any, console: Any) -> None:
@@ -229,6 +236,9 @@ def render_advice(a: Any, console: Any) -> None:
                       f"{speed}", soft_wrap=True)
         for c in o.changes:
             console.print(f"    [dim]cost: {c.cost}[/]", soft_wrap=True)
+        own = [c.mlxfit for c in o.changes if c.mlxfit]
+        if own:
+            console.print(f"    [dim]re-check with mlxfit: {' '.join(own)}[/]", soft_wrap=True)
         if o.ttft_cost_s is not None:
             console.print(f"    [dim]cost: time to first token {o.ttft_cost_s:+,.1f} s "
                           f"(predicted {r.predicted_ttft_s or 0:,.1f} s)[/]", soft_wrap=True)
@@ -249,8 +259,8 @@ def advice_to_json(a: Advice) -> dict[str, Any]:
         "problem": a.problem,
         "options": [
             {
-                "changes": [{"kind": c.kind, "label": c.label, "cost": c.cost}
-                            for c in o.changes],
+                "changes": [{"kind": c.kind, "label": c.label, "cost": c.cost,
+                             "mlxfit": c.mlxfit or None} for c in o.changes],
                 "model": o.model,
                 "setup": list(o.setup),
                 "command": o.command,

@@ -31,6 +31,6 @@ def render_machine(m: Machine, out: Any) -> None:
     for n in m.notes:
         out.print(f"  [dim]note: {n}[/]")
     if m.sources:
-        out.print("  [bold]probed from[/]")
+        out.print("  [bold]where each figure came from[/]")
         for figure, where in m.sources.items():
             out.print(f"    {figure}: {where}", soft_wrap=True)

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, seconds_to_json, tps_to_json
+from mlxfit._version import __version__
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    machine_to_json,
+    run_to_json,
+    seconds_to_json,
+    tps_to_json,
+)
 from mlxfit.render.fit import fit_machine, render_conversion
 from mlxfit.render.quants import quants_to_json, render_quants
+from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -123,3 +131,36 @@ def render_matrix(m: Any, out: Any) -> None:
         out.print(f"[yellow]warning:[/] {w}")
     for n in m.notes:
         out.print(f"[dim]note: {n}[/]")
+
+
+CSV_HEADERS = ("family", "name", "chip", "gpu_cores", "ram_bytes", "bandwidth_gbs",
+               "usable_bytes", "total_bytes", "headroom_bytes", "fits", "runs",
+               "max_safe_context", "predicted_decode_tps", "unverified")
+
+
+def matrix_text(m: MatrixResult, fmt: str) -> str:
+    """--format csv (the JSON's values, one row per SKU) or markdown: a table to paste into a
+    model card, "which Macs run this model, at what context, how fast"."""
+    if fmt == "csv":
+        rows = []
+        for r in m.rows:
+            d = row_to_json(r)
+            flat = {**d["machine"], **{k: v for k, v in d.items() if k != "machine"}}
+            flat["name"] = r.name
+            rows.append([flat[k] for k in CSV_HEADERS])
+        return csv_text(CSV_HEADERS, rows)
+    cells = [[r.name, f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
+              "yes" if r.runs else "buffer" if r.fits else "no", f"{r.max_safe_context:,}",
+              f"{r.predicted_decode_tps:,.1f}"
+              if r.runs and r.predicted_decode_tps is not None else ""]
+             for r in m.rows]
+    head = (f"Which Macs run **{m.model}** at {m.context_tokens:,} tokens with mlx-lm "
+            f"(macOS {m.macos_major}; weights {_gb(m.weights_bytes)} GB, peak "
+            f"{_gb(m.rows[0].total_bytes) if m.rows else '?'} GB; estimated by mlxfit "
+            f"{__version__}): {m.n_fit} of {m.skus_considered} SKUs\n\n")
+    foot = ("\n*runs*: the peak fits the GPU's usable memory; *max context*: the largest "
+            "context that fits; decode tok/s: predicted, blank where it does not run; GB = "
+            "10^9 B" + ("; * a weakly sourced bandwidth" if any(r.unverified for r in m.rows)
+                        else "") + ".\n")
+    return head + markdown(("Mac", "GB/s", "runs", "max context", "decode tok/s"), cells,
+                           right=(False, True, False, True, True)) + foot

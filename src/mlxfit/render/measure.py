@@ -26,6 +26,7 @@ def measurement_to_json(m: Measurement) -> dict:
              "predicted": t.predicted, "error": t.error, "exact": t.exact}
             for t in m.terms
         ],
+        "warnings": list(m.warnings),
         "notes": list(m.notes),
         "saved_to": m.saved_to,
         "record": m.record,
@@ -98,6 +99,8 @@ def render_measurement(m: Any, out: Any) -> None:
     out.print(f"[dim]{name} = 10^{9 if name == 'GB' else 6} B; mlx {m.record.get('mlx_version')}, "
               f"mlx-lm {m.record.get('mlx_lm_version')}; calibration {m.calibration}[/]",
               soft_wrap=True)
+    for w in m.warnings:
+        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for n in m.notes:
         out.print(f"[dim]note: {n}[/]", soft_wrap=True)
     if m.saved_to:

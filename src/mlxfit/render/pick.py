@@ -4,15 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxfit._version import __version__
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.names import base_name
 from mlxfit.render import (
     SCHEMA_VERSION,
     bare_machine,
     machine_to_json,
+    run_to_json,
     seconds_to_json,
     tps_to_json,
 )
+from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.verbs.pick import Candidate, PickResult
 
 
@@ -57,6 +60,8 @@ def pick_to_json(p: PickResult) -> dict[str, Any]:
         "rule": p.rule,
         "reason": p.reason,
         "context_tokens": p.context_tokens,
+        "run": run_to_json(p.run) if p.run is not None else None,
+        "only_fits": p.only_fits,
         "machine": machine_to_json(_machine(p)),
         "coexist_fraction": p.coexist_fraction,
         "coexist_fraction_from": p.coexist_fraction_from,
@@ -103,7 +108,8 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
     for i, c in enumerate(rows, 1):
         name = c.model + (" (default)" if c.is_default else "")
         t.add_row(
-            "[bold green]>[/]" if c.chosen else ("" if catalog else str(i)),
+            ("" if catalog else f"[bold green]> {i}[/]") if c.chosen else
+            ("" if catalog else str(i)),
             f"[bold green]{name}[/]" if c.chosen else name,
             c.quant, _gb(c.weights_bytes), _gb(c.total_bytes), _fits(c),
             f"{c.max_safe_context:,}",
@@ -115,7 +121,15 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
 
 
 def render_pick(p: Any, out: Any) -> None:
-    head = f"[bold green]{p.chosen}[/]" if p.chosen else "[bold red]nothing[/]"
+    runs_here = [c for c in p.catalog or () if c.runs]
+    if p.chosen:
+        head = f"[bold green]{p.chosen}[/]"
+    elif runs_here:  # --catalog answers the question even with nothing downloaded
+        n = len(runs_here)
+        head = (f"[bold yellow]nothing downloaded[/]; {n} catalog model{'s' if n > 1 else ''} "
+                f"run{'' if n > 1 else 's'} here (below)")
+    else:
+        head = "[bold red]nothing[/]"
     out.print(f"pick for [bold]{p.machine_name}[/] at {p.context_tokens:,} tokens: {head}")
     out.print(f"  {p.reason}", soft_wrap=True)
     out.print(f"  usable {_gb(p.usable_bytes)} GB ({p.usable_source}); coexist budget "
@@ -142,6 +156,8 @@ def render_pick(p: Any, out: Any) -> None:
         if p.catalog:
             out.print(_table(p.catalog, "built-in catalog, not downloaded: what could run "
                              "here", catalog=True))
+        elif p.only_fits:
+            out.print("built-in catalog: nothing (not downloaded) runs here")
         else:
             out.print("built-in catalog: every entry is downloaded")
     if p.candidates or p.catalog:
@@ -149,6 +165,34 @@ def render_pick(p: Any, out: Any) -> None:
                   "budget, usable = only within the usable memory, buffer = the total fits but "
                   "one array exceeds the GPU's largest buffer[/]")
     for w in p.warnings:
+        if p.skipped and w.startswith("skipped "):
+            continue  # listed under "skipped" already
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for n in p.notes:
         out.print(f"[dim]note: {n}[/]")
+
+
+TEXT_HEADERS = ("model", "source", "quant", "weights GB", "peak GB", "runs", "max context",
+                "tok/s")
+CSV_HEADERS = ("model", "source", "revision", "quant", "weights_bytes", "total_bytes", "fits",
+               "runs", "fits_coexist", "max_safe_context", "context_limit",
+               "predicted_decode_tps", "chosen")
+
+
+def pick_text(p: PickResult, fmt: str) -> str:
+    """--format markdown or csv: the downloaded candidates, then the catalog's rows."""
+    rows = list(p.candidates) + list(p.catalog or ())
+    if fmt == "csv":
+        return csv_text(CSV_HEADERS, [[candidate_to_json(c)[k] for k in CSV_HEADERS]
+                                      for c in rows])
+    cells = [[c.model + (" (chosen)" if c.chosen else ""),
+              "downloaded" if c.source_kind != "catalog" else "catalog", c.quant,
+              _gb(c.weights_bytes), _gb(c.total_bytes), "yes" if c.runs else "no",
+              f"{c.max_safe_context:,}",
+              f"{c.predicted_decode_tps:,.1f}" if c.runs and c.predicted_decode_tps else ""]
+             for c in rows]
+    head = (f"Models for **{p.machine_name}** at {p.context_tokens:,} tokens "
+            f"(usable {_gb(p.usable_bytes)} GB; estimated by mlxfit {__version__} for mlx-lm)"
+            "\n\n")
+    return head + markdown(TEXT_HEADERS, cells,
+                           right=(False, False, False, True, True, False, True, True))

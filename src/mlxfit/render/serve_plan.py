@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION, tps_to_json
+from mlxfit.render import SCHEMA_VERSION, bare_machine, machine_to_json, tps_to_json
 from mlxfit.render.fit import fit_to_json, gb
 from mlxfit.verbs.serve_plan import ServePlan
 
@@ -17,9 +17,10 @@ def serve_plan_to_json(p: ServePlan) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
         "model": p.model,
-        "machine": p.machine_name,
+        "machine": machine_to_json(p.machine or bare_machine(
+            p.machine_name, 0, p.usable_bytes, "")),
         "usable_bytes": p.usable_bytes,
-        "ctx": p.ctx,
+        "context_tokens": p.ctx,
         "users": p.users,
         "batched": p.batched,
         "concurrency": p.concurrency,

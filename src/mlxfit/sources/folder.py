@@ -151,6 +151,8 @@ def _load_folder(
         config = read_config(folder / "config.json")
         shards, shard_notes = _folder_shards(folder)
         tensors = read_headers(shards)
+        # A Hub snapshot's stubs are sparse up to the real file size, so this holds there too.
+        download = sum(p.stat().st_size for p in shards)
     except OSError as e:  # a folder we may not list or search (chmod 000): stat, glob, iterdir
         raise _unreadable(e, folder) from None
     return ModelSource(
@@ -162,4 +164,5 @@ def _load_folder(
         files=tuple(str(p) for p in shards),
         revision=revision,
         notes=notes + shard_notes,
+        download_bytes=download,
     )

@@ -7,14 +7,15 @@ model code; the network only for the Hub, and never under HF_HUB_OFFLINE=1.
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 
-from mlxfit.errors import SourceError
+from mlxfit.errors import HubUnreachable, SourceError
 from mlxfit.settings import Settings, from_environ
-from mlxfit.sources.catalog import load_entry
+from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import _load_folder, _unreadable
-from mlxfit.sources.hf_cache import _from_hf_cache, hf_hub_cache_dir
+from mlxfit.sources.hf_cache import _from_hf_cache, hf_hub_cache_dir, repo_id_of
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
 
 
@@ -35,6 +36,41 @@ def _from_catalog(spec: str, revision: str | None, directory: Path) -> ModelSour
         revision=None,
         notes=notes,
     )
+
+
+def known_ids(s: Settings) -> list[str]:
+    """Every model id mlxfit can size offline: the catalog's and the cache's repos."""
+    ids = list(catalog_ids(s.catalog_dir))
+    try:
+        cache = hf_hub_cache_dir(s)
+        ids += [r for p in cache.iterdir() if (r := repo_id_of(p.name))] if cache.is_dir() else []
+    except OSError:  # an unreadable cache: the catalog still suggests
+        pass
+    return ids
+
+
+def did_you_mean(spec: str, s: Settings) -> str:
+    """"did you mean X?" from the catalog and the cache, or "" when nothing is close: the same
+    name under another org (or none), else ids a few edits away (any case)."""
+    ids = {i.casefold(): i for i in known_ids(s)}
+    want = spec.strip().casefold()
+    name = want.rsplit("/", 1)[-1]
+    hits = [i for k, i in ids.items() if k.rsplit("/", 1)[-1] == name and k != want]
+    if not hits:
+        hits = [ids[k] for k in difflib.get_close_matches(want, list(ids), n=3, cutoff=0.85)]
+    if not hits:
+        names = {k.rsplit("/", 1)[-1]: i for k, i in ids.items()}
+        hits = [names[k] for k in difflib.get_close_matches(name, list(names), n=3, cutoff=0.85)]
+    hits = list(dict.fromkeys(hits))  # best first (difflib's order), once each
+    if not hits:
+        return ""
+    return "did you mean " + (hits[0] if len(hits) == 1 else
+                              f"{', '.join(hits[:-1])} or {hits[-1]}") + "?"
+
+
+def _with_hint(where: str, spec: str, s: Settings) -> str:
+    hint = did_you_mean(spec, s)
+    return f"{where}; {hint}" if hint else where
 
 
 def resolve_model(spec: str, revision: str | None = None, *, progress: bool = False,
@@ -83,11 +119,21 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     where = (f"{spec} not found: not a folder, not in the Hugging Face cache at {cache}, "
              "not in the built-in catalog")
     if not hub.is_repo_id(spec):
-        raise SourceError(f"{where}, and not a Hugging Face repo id (org/name)")
+        raise SourceError(_with_hint(f"{where}, and not a Hugging Face repo id (org/name)",
+                                     spec, s))
     if s.hub.offline:
         cached = hub.load_cached(spec, revision, settings=s)
         if cached is not None:
             return cached
-        raise SourceError(f"{where}, not in mlxfit's Hub metadata cache at {s.hub_cache_dir}; "
-                          "HF_HUB_OFFLINE=1 is set, so the Hub was not asked")
-    return hub.fetch_model(spec, revision, progress=progress, settings=s)
+        raise SourceError(_with_hint(
+            f"{where}, not in mlxfit's Hub metadata cache at {s.hub_cache_dir}; "
+            "HF_HUB_OFFLINE=1 is set, so the Hub was not asked", spec, s))
+    try:
+        return hub.fetch_model(spec, revision, progress=progress, settings=s)
+    except HubUnreachable:
+        raise
+    except SourceError as e:  # the Hub has no such repo (or refuses it): a near name may help
+        hint = did_you_mean(spec, s)
+        if not hint:
+            raise
+        raise SourceError(f"{e}; {hint}", param=e.param, file=e.file, field=e.field) from None

@@ -24,6 +24,9 @@ class ModelSource:
     revision: str | None = None  # commit sha of an hf-cache snapshot or of the Hub model read
     notes: tuple[str, ...] = ()
     transfer: HubTransfer | None = None  # hub only: requests and bytes it took (for --verbose)
+    # The safetensors shards' size on disk (what a download of the weights takes, vision or
+    # audio towers included even where mlx-lm drops them); None where unknown (the catalog).
+    download_bytes: int | None = None
 
 
 @dataclass(frozen=True)

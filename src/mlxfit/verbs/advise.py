@@ -20,7 +20,7 @@ from typing import Any, Protocol
 
 from mlxfit.errors import MlxfitError
 from mlxfit.estimate.memory import Run, attn_groups
-from mlxfit.estimate.serving import Serving, command_line
+from mlxfit.estimate.serving import SERVER_PROMPT_CONCURRENCY, Serving, command_line
 from mlxfit.estimate.solve import FitResult
 from mlxfit.model.config import ModelConfig
 
@@ -69,8 +69,11 @@ class Evaluator(Protocol):
 @dataclass(frozen=True)
 class Change:
     kind: str  # a key of RANK
-    label: str  # "--prefill-step-size 512"
+    label: str  # mlx-lm's flag ("--prefill-step-size 512"), or the sysctl / model to use
     cost: str  # what it costs the user, in words
+    # mlxfit's own flag that re-checks this change, where it is not the label's
+    # ("--prompt-cache 0" for mlx_lm.server's "--prompt-cache-size 0"); "" when the same.
+    mlxfit: str = ""
 
     @property
     def rank(self) -> int:
@@ -269,7 +272,8 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
             return _change(c, Change(
                 "prompt_cache", f"--prompt-cache-size {v}",
                 f"mlx_lm.server keeps {v} cached prompts instead of {k}: a conversation evicted "
-                "from the cache is prefilled again"), serving=replace(c.serving, prompt_cache=v))
+                "from the cache is prefilled again", f"--prompt-cache {v}"),
+                serving=replace(c.serving, prompt_cache=v))
         out.append(_Lever("prompt_cache", RANK["prompt_cache"],
                           [lambda c, v=v: pc(c, v) for v in _coarse([k * 3 // 4, k // 2, k // 4, 0],
                                                                     k, 0)],
@@ -315,8 +319,9 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
     if s.ev.siblings:
         out.append(_discrete("quant", RANK["quant"], [
             (lambda c, sib=sib: _change(c, Change(
-                "quant", f"model {sib}",
-                "different weights: a smaller quantization (lower quality) and a new download"),
+                "quant", f"--model {sib}",
+                "different weights: a smaller quantization (lower quality) and a new download",
+                f"mlxfit fit {sib}"),
                 model=sib))
             for sib in s.ev.siblings]))
     else:
@@ -360,8 +365,10 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
     if serving.server and n > 1:
         def par(c: _Cand, v: int) -> _Cand:
             return _change(c, Change(
-                "parallel", f"--parallel {v}",
-                f"{v} concurrent requests instead of {n}: the others wait in the queue"),
+                "parallel", f"--decode-concurrency {v} --prompt-concurrency "
+                f"{min(v, SERVER_PROMPT_CONCURRENCY)}",
+                f"{v} concurrent requests instead of {n}: the others wait in the queue",
+                f"--parallel {v}"),
                 serving=replace(c.serving, parallel=v))
         out.append(_Lever("parallel", RANK["parallel"],
                           [lambda c, v=v: par(c, v) for v in _coarse(
@@ -370,9 +377,10 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
 
     def at(c: _Cand, v: int) -> _Cand:
         return _change(c, Change(
-            "context", f"--ctx {v}",
+            "context", f"a context of {v:,} tokens",
             f"not the run asked for: prompt + output must stay within {v:,} tokens instead of "
-            f"{run.ctx:,}"), run=replace(c.run, ctx=v, gen=min(c.run.gen, v - 1)))
+            f"{run.ctx:,} (mlx-lm has no flag for it: trim the prompt)", f"--ctx {v}"),
+            run=replace(c.run, ctx=v, gen=min(c.run.gen, v - 1)))
     hi = min(s.base.max_safe_context, run.ctx - 1)
     out.append(_Lever("context", RANK["context"], [],
                       lambda s, c: s.largest(1, hi, lambda v: at(c, v)) if hi >= 1 else None,

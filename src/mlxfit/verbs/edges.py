@@ -81,6 +81,11 @@ def vision_note(inputs: ModelInputs) -> tuple[str, ...]:
         note = (f"vision/audio towers ({inputs.vision_bytes / 1e9:.2f} GB) excluded: mlx-lm "
                 "drops them for text generation (--with-vision to count them)")
         return (note,)
+    if inputs.with_vision and not inputs.vision_bytes:
+        where = ("this catalog descriptor holds the text model only (the repo of that name may "
+                 "store one)" if inputs.source_kind == "catalog" else
+                 "its safetensors hold no vision/audio tensors")
+        return (f"--with-vision: no vision/audio tower to count: {where}",)
     return ()
 
 

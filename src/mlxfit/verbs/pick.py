@@ -23,13 +23,12 @@ the pick.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.estimate.memory import run_from
+from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
@@ -48,6 +47,8 @@ from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
 from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
 from mlxfit.verbs.fit import fit_served
+from mlxfit.verbs.pick_rule import Option, choose
+from mlxfit.verbs.pick_rule import gb as _gb
 
 # ---------------------------------------------------------------------------------------------
 # Settings: ~/.config/mlxfit/config.toml, [pick] table
@@ -105,22 +106,6 @@ class Skipped:
     location: str
     kind: str  # "adapter" | "drafter" | "not-a-model" | "broken"
     reason: str
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 @dataclass(frozen=True)
@@ -237,123 +222,6 @@ def scan_cache(cache: Path) -> tuple[list[_Loaded], list[Skipped], list[str]]:
 
 
 # ---------------------------------------------------------------------------------------------
-# The rule (pure)
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Option:
-    """What the rule needs of a candidate."""
-
-    model: str
-    weights_bytes: int
-    total_bytes: int
-    fits: bool  # runs: total <= usable and no array over the GPU's largest buffer
-    fits_coexist: bool  # runs and total <= coexist budget
-    blocked: str = ""  # why it cannot run although the total fits (an oversize array)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    chosen: bool
-    budget: str  # "usable" | "coexist": the budget the rule held this candidate to
-    reason: str
-
-
-@dataclass(frozen=True)
-class Choice:
-    index: int | None  # into the options, None when nothing was chosen
-    rule: str  # "default" | "coexist" | "fits" | "none"
-    reason: str
-    verdicts: tuple[Verdict, ...]  # one per option, in the options' order
-
-
-def _gb(n: float) -> str:
-    return f"{n / 1e9:,.2f} GB"
-
-
-def choose(options: Sequence[Option], default_model: str, usable: int, coexist: int,
-           coexist_fraction: float, default_absent: str = "is not downloaded") -> Choice:
-    """The seed's chooseAutoModel, with a reason for every candidate. ``default_absent`` says
-    why the default is not among the options, when it is not."""
-    n = len(options)
-    default_i = next((i for i, o in enumerate(options)
-                      if o.model.casefold() == default_model.casefold()), None)
-    order = sorted(range(n), key=lambda i: (-options[i].weights_bytes, options[i].model))
-    cx = f"the coexist budget ({coexist_fraction:g} of RAM, {_gb(coexist)})"
-    us = f"the usable {_gb(usable)}"
-
-    def needs(o: Option, budget: str) -> str:
-        return f"needs {_gb(o.total_bytes)} > {budget}"
-
-    def no_fit(o: Option) -> str:
-        return o.blocked or needs(o, us)
-
-    verdicts: list[Verdict | None] = [None] * n
-    if default_i is not None and options[default_i].fits:
-        for i, o in enumerate(options):
-            if i == default_i:
-                verdicts[i] = Verdict(True, "usable", f"the default model, downloaded, fits {us}")
-            else:
-                extra = "" if o.fits else f"; would not fit anyway ({no_fit(o)})"
-                verdicts[i] = Verdict(False, "usable",
-                                      f"the default model is downloaded and fits{extra}")
-        return Choice(default_i, "default",
-                      f"the default model {options[default_i].model} is downloaded and fits "
-                      f"{us}", tuple(v for v in verdicts if v))
-
-    if default_i is not None:
-        verdicts[default_i] = Verdict(False, "usable", f"the default model, but it does not fit "
-                                      f"({no_fit(options[default_i])})")
-    # The default, when present here, does not fit: neither test below can pick it.
-    chosen = next((i for i in order if options[i].fits_coexist), None)
-    rule = "coexist"
-    if chosen is None:
-        chosen = next((i for i in order if options[i].fits), None)
-        rule = "fits" if chosen is not None else "none"
-    budget = "coexist" if rule == "coexist" else "usable"
-    seen_chosen = False
-    for i in order:
-        if i == default_i:
-            continue
-        o = options[i]
-        if i == chosen:
-            seen_chosen = True
-            why = ("the largest that fits the coexist budget" if rule == "coexist" else
-                   f"nothing fits the coexist budget; the largest that fits {us} (other apps "
-                   "will be squeezed)")
-            verdicts[i] = Verdict(True, budget, why)
-        elif not seen_chosen:  # larger than the chosen one (or nothing chosen)
-            if rule == "coexist":
-                why = f"over the coexist budget: {needs(o, _gb(coexist))}" + (
-                    f"; fits {us}, but an auto-pick leaves room for other apps" if o.fits
-                    else f"; and {o.blocked}" if o.blocked else f"; over {us} too")
-            else:
-                why = f"does not fit: {no_fit(o)}"
-            verdicts[i] = Verdict(False, budget, why)
-        else:
-            verdicts[i] = Verdict(False, budget,
-                                  f"smaller than {options[chosen].model}, which was chosen")
-    if rule == "none":
-        if n == 0:
-            reason = "no candidate: no loadable MLX model in the Hugging Face cache"
-        else:
-            small = min(options, key=lambda o: o.total_bytes)
-            reason = (f"none of the {n} downloaded models fits: the smallest peak, "
-                      f"{small.model}, {no_fit(small)}")
-    elif rule == "coexist":
-        reason = f"{options[chosen].model} is the largest that fits {cx}"  # type: ignore[index]
-        if default_i is None:
-            reason = f"the default model {default_model} {default_absent}; " + reason
-        else:
-            reason = "the default model does not fit; " + reason
-    else:
-        reason = (f"nothing fits {cx}; {options[chosen].model} "  # type: ignore[index]
-                  f"is the largest that fits {us}")
-    return Choice(chosen, rule, reason, tuple(v for v in verdicts if v))
-
-
-# ---------------------------------------------------------------------------------------------
 # pick()
 # ---------------------------------------------------------------------------------------------
 
@@ -407,10 +275,18 @@ class PickResult:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     machine: Machine | None = None  # the machine sized for (the JSON's machine object)
+    run: Run | None = None  # the run every candidate was sized for
+    only_fits: bool = False  # the catalog rows are only those that run here
 
     @property
     def chosen_candidate(self) -> Candidate | None:
         return next((c for c in self.candidates if c.chosen), None)
+
+    @property
+    def answered(self) -> bool:
+        """A downloaded model was chosen, or (asked with the catalog) a catalog model runs
+        here: the question has an answer (exit 0)."""
+        return self.chosen is not None or any(c.runs for c in self.catalog or ())
 
 
 def quant_label(weights_detail: dict[str, Any]) -> str:
@@ -433,6 +309,12 @@ def pick(
     cache_dir: str | os.PathLike[str] | None = None,
     config_path: str | os.PathLike[str] | None = None,
     calibration=None,
+    prefill_step_size: int = 2048,
+    kv_bits: int | None = None,
+    kv_group_size: int = 64,
+    quantized_kv_start: int = 5000,
+    max_kv_size: int | None = None,
+    only_fits: bool = False,
     quants: str | None = None,
     q_bits: int | None = None, q_group_size: int | None = None, q_mode: str | None = None,
     quant_predicate: str | None = None, dtype: str | None = None,
@@ -440,11 +322,16 @@ def pick(
     """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
 
     ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
-    ``cache_dir`` replaces the Hugging Face cache found from the environment; ``quants``
-    ("4,mixed_3_6,mxfp4") and the convert flags ``q_bits``...``dtype`` add, with ``catalog``,
-    each unquantized entry as mlx_lm.convert would write it in those quantizations."""
+    ``cache_dir`` replaces the Hugging Face cache found from the environment. The run
+    parameters are ``fit``'s (mlx-lm's flags); ``only_fits`` keeps only the catalog rows that
+    run here (the downloaded candidates are all kept: the rule's reasons name them);
+    ``quants`` ("4,mixed_3_6,mxfp4") and the convert flags ``q_bits``...``dtype`` add, with
+    ``catalog``, each unquantized entry as mlx_lm.convert would write it in those
+    quantizations."""
     # Every parameter is checked before the settings file is read or the machine probed.
-    run = run_from(ctx=ctx)
+    run = run_from(ctx=ctx, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
+                   kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
+                   max_kv_size=max_kv_size)
     check_machine_params(memory_budget_gb, macos)
     recipes = pick_recipes(quants, q_bits, q_group_size, q_mode, quant_predicate, dtype)
     if default_model is not None and not default_model.strip():
@@ -503,7 +390,10 @@ def pick(
                   f"Hugging Face cache at {cache}")
 
     cat_rows = _catalog_rows(run, m, cal, usable, coexist, settings,
-                             {c.model.casefold() for c in cands}, recipes) if catalog else None
+                             {c.model.casefold() for c in cands}, notes, recipes) \
+        if catalog else None
+    if cat_rows is not None and only_fits:
+        cat_rows = [c for c in cat_rows if c.runs]
     return PickResult(
         chosen=options[choice.index].model if choice.index is not None else None,
         rule=choice.rule, reason=reason, context_tokens=ctx, machine_name=m.name,
@@ -514,7 +404,7 @@ def pick(
         cache_dir=str(cache), candidates=tuple(cands),
         skipped=tuple(sorted(skipped, key=lambda s: s.model.casefold())),
         catalog=tuple(cat_rows) if cat_rows is not None else None,
-        warnings=tuple(warnings), notes=tuple(notes), machine=m,
+        warnings=tuple(warnings), notes=tuple(notes), machine=m, run=run, only_fits=only_fits,
     )
 
 
@@ -549,9 +439,12 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
 
 
 def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings,
-                  downloaded: set[str], quants: tuple = ()) -> list[Candidate]:
+                  downloaded: set[str], notes: list[str], quants: tuple = ()
+                  ) -> list[Candidate]:
     """The built-in catalog minus what is downloaded: what could run here, one row per quant
-    variant; those that fit first, largest first, then the rest, closest to fitting first."""
+    variant; those that fit first, largest first, then the rest, closest to fitting first. An
+    entry the run cannot apply to (--kv-bits on a sliding-window model) is left out, with a
+    note saying why."""
     rows: list[Candidate] = []
     for rid in catalog_ids():
         if rid.casefold() in downloaded:
@@ -563,8 +456,11 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
         variants = [(e.repo_id, src)] + [
             (name, conv) for name, conv, _ in predicted_quants(src, quants, e.repo_id)]
-        rows += [_catalog_row(s, name, run, m, cal, usable, coexist, settings)
-                 for name, s in variants]
+        for name, s in variants:
+            try:
+                rows.append(_catalog_row(s, name, run, m, cal, usable, coexist, settings))
+            except MlxfitError as err:
+                notes.append(f"catalog {name} left out: {err}")
     rows.sort(key=lambda c: (0, -c.weights_bytes, c.model) if c.runs
               else (1, c.total_bytes, c.model))
     return rows
@@ -585,14 +481,3 @@ def _catalog_row(src: ModelSource, rid: str, run, m, cal, usable: int, coexist: 
     return _candidate(r, None, "built-in catalog", fc, False,
                       "coexist" if r.runs else "usable", coexist if r.runs else usable,
                       why, rid.casefold() == settings.default_model.casefold(), ())
-
-
-# ---------------------------------------------------------------------------------------------
-# JSON
-# ---------------------------------------------------------------------------------------------
-
-
-
-
-
-

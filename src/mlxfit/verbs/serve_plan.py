@@ -23,6 +23,7 @@ from mlxfit.estimate.serving import (
     command_line,
 )
 from mlxfit.estimate.solve import FitResult, largest_true
+from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import model_arrays, model_inputs
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
@@ -84,6 +85,7 @@ class ServePlan:
     rows: tuple[PlanRow, ...]
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    machine: Machine | None = None  # the machine planned for (the JSON's machine object)
 
 
 def _table_sizes(n_max: int, users: int | None) -> list[int]:
@@ -192,4 +194,4 @@ def serve_plan(
         aggregate_tps=plan_row.aggregate_tps if plan_row else None,
         per_user_tps=plan_row.per_user_tps if plan_row else None,
         ttft_seconds=ttft, ttft_batch_seconds=ttft_b, command=command, rows=tuple(rows),
-        warnings=tuple(warnings), notes=tuple(notes))
+        warnings=tuple(warnings), notes=tuple(notes), machine=m)

@@ -54,6 +54,36 @@ def _residuals(samples: list[Sample], cal: Calibration, backend: str,
     return [(predict_peak(s, c) - s.peak) / s.peak for s in samples]
 
 
+def jacobian_columns(residuals: Callable[[dict[str, float]], list[float]],
+                     start: dict[str, float]) -> dict[str, list[float]]:
+    """d residual_i / d key at ``start``, by forward differences (as least_squares takes them)."""
+    r0 = residuals(start)
+    cols = {}
+    for k, v in start.items():
+        h = max(abs(v) * 1e-3, 1e-3)
+        rk = residuals(dict(start, **{k: v + h}))
+        cols[k] = [(a - b) / h for a, b in zip(rk, r0)]
+    return cols
+
+
+def numeric_rank(cols: list[list[float]], tol: float = 1e-6) -> int:
+    """How many of these columns are independent (Gram-Schmidt on the columns scaled to unit
+    length; a remainder under ``tol`` is dependent): how many constants the records determine."""
+    basis: list[list[float]] = []
+    for c in cols:
+        norm = sum(x * x for x in c) ** 0.5
+        if norm == 0:
+            continue
+        v = [x / norm for x in c]
+        for b in basis:
+            d = sum(x * y for x, y in zip(v, b))
+            v = [x - d * y for x, y in zip(v, b)]
+        rest = sum(x * x for x in v) ** 0.5
+        if rest > tol:
+            basis.append([x / rest for x in v])
+    return len(basis)
+
+
 def _cost(res: list[float], values: dict[str, float], prior: dict[str, float]) -> float:
     pen = sum(((values[k] - v0) / max(abs(v0), 1.0)) ** 2 for k, v0 in prior.items())
     return sum(r * r for r in res) + PRIOR_WEIGHT * pen

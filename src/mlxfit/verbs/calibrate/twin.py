@@ -43,7 +43,9 @@ from mlxfit.settings import parse_toml, read_toml, user_calibration
 from mlxfit.verbs.calibrate.fitting import (
     _residuals,
     _with_backend,
+    jacobian_columns,
     least_squares,
+    numeric_rank,
     predict_peak,
     predicted_caches,
 )
@@ -101,6 +103,33 @@ def fittable(cal: Calibration, backend: str, params: tuple[str, ...] = FIT_PARAM
     """The requested constants this calibration's backend has."""
     have = set(cal.backend(backend).__dataclass_fields__)
     return tuple(k for k in params if k in have)
+
+
+def undetermined(samples: list[Sample], cal: Calibration, backend: str,
+                 start: dict[str, float]) -> str:
+    """Why these records cannot fit these constants, or "": with fewer independent records than
+    constants they inform, the fit is exact whatever the constants, and a perfect score says
+    nothing. The reason lists which constants each record informs."""
+    cols = jacobian_columns(lambda v: _residuals(samples, cal, backend, v), start)
+    informed = [k for k in start if any(abs(x) > 1e-12 for x in cols[k])]
+    rank = numeric_rank([cols[k] for k in informed])
+    if len(informed) <= rank:
+        return ""
+    per = "; ".join(f"{s.name}: {', '.join(k for k in informed if abs(cols[k][i]) > 1e-12)}"
+                    for i, s in enumerate(samples[:6]))
+    more = f"; ... {len(samples) - 6} more" if len(samples) > 6 else ""
+    verb = "determines" if len(samples) == 1 else "determine"
+    return (
+        f"{runs(len(samples), 'distinct run')} {verb} {rank} of the {len(informed)} "
+        f"constants {'it' if len(samples) == 1 else 'they'} inform ({', '.join(informed)}): "
+        "fitting "
+        f"them all would score 0 % whatever they are; measure more runs (other contexts, "
+        f"prefill steps, models) or fit fewer (--param). Each run informs: {per}{more}")
+
+
+def runs(n: int, what: str = "run") -> str:
+    """'1 run', '2 runs': a count with its noun, plural-correct."""
+    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
@@ -202,6 +231,8 @@ class BackendFit:
     new_stats: ErrorStats
     kv_mismatches: int  # records whose caches mlxfit does not predict to the byte
     n_runs: int = 0  # measured runs (n_records counts identical runs once)
+    # Why nothing was fitted: the records determine fewer constants than they inform.
+    refused: str = ""
 
 
 @dataclass(frozen=True)
@@ -379,14 +410,19 @@ def calibrate(
     rows: list[Row] = []
     for b in sorted({s.backend for s in samples}):
         group = [s for s in samples if s.backend == b]
-        new_vals, fitted, unused = fit_memory(group, cal, b, params)
+        be = cal.backend(b)
+        start = {k: float(getattr(be, k)) for k in fittable(cal, b, params)}
+        refused = undetermined(group, cal, b, start)
+        if refused:  # kept as they are: nothing is fitted, the reason is reported
+            new_vals, fitted, unused = dict(start), (), ()
+        else:
+            new_vals, fitted, unused = fit_memory(group, cal, b, params)
         new_cal = _with_backend(cal, b, {k: new_vals[k] for k in fitted})
         old_peaks = [predict_peak(s, cal) for s in group]
         new_peaks = [predict_peak(s, new_cal) for s in group]
         kv_ok = [predicted_caches(s, cal) == s.caches for s in group]
         for s, o, n, ok in zip(group, old_peaks, new_peaks, kv_ok):
             rows.append(Row(s.name, b, s.peak, o, n, ok, s.repeats))
-        be = cal.backend(b)
         fits.append(BackendFit(
             backend=b, n_records=len(group),
             old={k: float(getattr(be, k)) for k in fittable(cal, b, params)}, new=new_vals,
@@ -394,11 +430,15 @@ def calibrate(
             old_stats=ErrorStats.of([(o - s.peak) / s.peak for s, o in zip(group, old_peaks)]),
             new_stats=ErrorStats.of([(n - s.peak) / s.peak for s, n in zip(group, new_peaks)]),
             kv_mismatches=sum(not ok for ok in kv_ok),
-            n_runs=sum(s.repeats for s in group),
+            n_runs=sum(s.repeats for s in group), refused=refused,
         ))
     decode = fit_decode([s.record for s in samples], cal)
     toml = _toml_for(tuple(fits), decode, _user_doc(target), str(src))
     written = None
+    if write and not any(b.fitted for b in fits) and not (decode and decode.fitted):
+        raise NoMeasurements(f"{src}: nothing fitted, nothing written: "
+                             + "; ".join(f"backend {b.backend}: {b.refused}"
+                                         for b in fits if b.refused))
     if write:
         try:
             parse_toml(toml, f"the calibration for {target}")  # never write what the loader rejects

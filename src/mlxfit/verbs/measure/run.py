@@ -23,6 +23,9 @@ from mlxfit.errors import MlxUnavailable, UsageError
 from mlxfit.model.tensors import MLX_FLOAT_DTYPES
 from mlxfit.verbs.measure.cache import _state_cache_bytes, _total_cache_bytes, describe_cache
 
+# on_progress(stage, done, total): what the CLI shows while mlx-lm runs (never timed).
+Progress = Callable[[str, int, int], None]
+
 
 def _text_field(config: dict, key: str) -> Any:
     """A language-model field, looked up at the top level, then under ``text_config``."""
@@ -178,8 +181,12 @@ def _measure(
     max_kv_size: int | None,
     dtype: str,
     seed: int,
+    on_progress: Progress | None = None,
 ) -> dict:
-    """Load (``load()`` returns the model), then run generate_step; see ``measure_run``."""
+    """Load (``load()`` returns the model), then run generate_step; see ``measure_run``.
+    ``on_progress(stage, done, total)``: "load" (0, 0) before the load, "prefill" (tokens
+    processed, prompt tokens) after each chunk, "decode" (steps, steps) after each token."""
+    tell = on_progress or (lambda stage, done, total: None)
     # mlx / mlx-lm are optional (the measure extra): imported to measure only
     import mlx.core as mx
     from mlx_lm.generate import generate_step, generation_stream, wired_limit
@@ -194,6 +201,7 @@ def _measure(
     mx.reset_peak_memory()
     active_before_load = mx.get_active_memory()
     t0 = time.perf_counter()
+    tell("load", 0, 0)
     model = load()
     mx.eval(model.parameters())
     # Initializers split the key: the new key is a view of the 16-byte split result. Re-seed
@@ -222,7 +230,8 @@ def _measure(
     def progress(processed: int, total: int) -> None:
         now = time.perf_counter()
         if processed == 0:
-            marks["prefill_start"] = now
+            tell("prefill", processed, total)  # before the clock starts: never timed
+            marks["prefill_start"] = time.perf_counter()
             mx.reset_peak_memory()
             return
         if processed >= total:  # the (total, total) call after the first generated token
@@ -239,7 +248,10 @@ def _measure(
                 "seconds": now - marks.get("last_chunk_end", marks["prefill_start"]),
             }
         )
-        marks["last_chunk_end"] = now
+        # The display is told between the chunk's clock and the next one's, so its time is
+        # in neither; the arrays it reads are MLX's counters only (no allocation).
+        tell("prefill", processed, total)
+        marks["last_chunk_end"] = time.perf_counter() if on_progress else now
         mx.reset_peak_memory()
 
     mx.reset_peak_memory()
@@ -258,6 +270,7 @@ def _measure(
             prompt_progress_callback=progress,
         ):
             generated += 1
+            tell("decode", generated, gen_tokens)
         mx.eval([c.state for c in prompt_cache])
     t_end = time.perf_counter()
     decode_peak = mx.get_peak_memory()
@@ -332,6 +345,7 @@ def measure_run(
     max_kv_size: int | None = None,
     dtype: str = "float32",
     seed: int = 0,
+    on_progress: Progress | None = None,
 ) -> dict:
     """Build ``config`` with random weights, run mlx-lm's ``generate_step`` so the caches end at
     ``ctx`` tokens; return what MLX counted.
@@ -351,7 +365,7 @@ def measure_run(
         lambda: build_model(config, dtype=dtype, seed=seed), config, ctx,
         prefill_step_size=prefill_step_size, gen_tokens=gen_tokens, kv_bits=kv_bits,
         kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
-        max_kv_size=max_kv_size, dtype=dtype, seed=seed,
+        max_kv_size=max_kv_size, dtype=dtype, seed=seed, on_progress=on_progress,
     )
     rec["random_weights"] = True
     return rec
@@ -369,6 +383,7 @@ def measure_folder(
     max_kv_size: int | None = None,
     seed: int = 0,
     dtype_label: str = "checkpoint",
+    on_progress: Progress | None = None,
 ) -> dict:
     """``measure_run`` for a checkpoint folder loaded by ``mlx_lm.utils.load_model`` (real
     weights; the tokenizer is not needed: the prompt is random token ids)."""
@@ -382,7 +397,7 @@ def measure_folder(
         lambda: load_model(folder)[0], config, ctx,
         prefill_step_size=prefill_step_size, gen_tokens=gen_tokens, kv_bits=kv_bits,
         kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
-        max_kv_size=max_kv_size, dtype=dtype_label, seed=seed,
+        max_kv_size=max_kv_size, dtype=dtype_label, seed=seed, on_progress=on_progress,
     )
     rec["random_weights"] = False
     return rec

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -64,6 +65,7 @@ from mlxfit.verbs.measure.inputs import (
     refuse_unsupported,
 )
 from mlxfit.verbs.measure.run import (
+    Progress,
     _check_tokens,
     build_model,
     measure_folder,
@@ -95,12 +97,48 @@ class Measurement:
     saved_to: str | None = None
     notes: tuple[str, ...] = ()
     machine: Any = None  # hardware.resolve.Machine the tok/s was predicted for, when known
+    warnings: tuple[str, ...] = ()  # what made the run slow (told as it started)
 
     def term(self, name: str) -> TermCheck:
         for t in self.terms:
             if t.name == name:
                 return t
         raise KeyError(name)
+
+
+def slow_on_cpu(backend: str, config: dict, wdtype: str, params: int | None) -> str:
+    """Why this run will be slow on MLX's CPU backend, or "". Measured on mlxfit's 2-core x86
+    CI box (shared, mlx 0.32.4): a random-weights Qwen3-0.6B 4-bit build had not finished a
+    256-token prompt after 120 s; its bf16 build took 117 s for 512 tokens (float32: over 150
+    s, so float32 is no cure); a 4.2M-parameter float32 model, 4 s for 1,200 tokens."""
+    if backend != "cpu":
+        return ""
+    q = config.get("quantization") or config.get("quantization_config")
+    if q:
+        bits = q.get("bits") if isinstance(q, dict) else None
+        return (f"MLX's CPU backend runs quantized{f' ({bits}-bit)' if bits else ''} matmuls "
+                "very slowly: a 0.6B 4-bit model had not finished a 256-token prompt after 2 "
+                "minutes on a 2-core x86 machine; measure on Apple Silicon (Metal), or an "
+                "unquantized copy of the config (without its \"quantization\") with "
+                "--random-weights")
+    if wdtype in ("bfloat16", "float16") and params is not None and params >= 10**8:
+        return (f"MLX's CPU backend is slow at this size ({params / 1e9:.2f}B parameters, "
+                f"{wdtype}): a 0.6B model took about 2 minutes for a 512-token prompt on a "
+                "2-core x86 machine; a smaller --ctx, or Apple Silicon (Metal)")
+    return ""
+
+
+def check_fits_here(inputs, run, cal, machine, force: bool) -> None:
+    """Refuse a run whose predicted peak exceeds this machine's usable memory: it would swap
+    or be killed (SIGSEGV, SIGKILL) before printing anything."""
+    if machine is None or force:
+        return
+    peak = totals_at(inputs.cfg, inputs.weights.total_bytes, run, cal).total
+    if peak > machine.usable_bytes:
+        raise UsageError(f"the run needs {peak / 1e9:,.2f} GB at its peak (predicted), more "
+                         f"than the {machine.usable_bytes / 1e9:,.2f} GB this machine "
+                         f"({machine.name}) can give it: it would swap or be killed; a smaller "
+                         "model or ctx, or force to run it anyway", also=("ctx", "force"))
 
 
 def predict(inputs, run, cal, machine=None) -> tuple[Any, float | None]:
@@ -151,6 +189,9 @@ def measure(
     calibration=None,
     save: bool = False,
     results_file: str | Path | None = None,
+    on_progress: Progress | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    force: bool = False,
 ) -> Measurement:
     """Run ``model`` with mlx-lm so its caches end at ``ctx`` tokens (``gen`` of them
     generated) and compare MLX's counters with mlxfit's prediction of the same run.
@@ -161,6 +202,11 @@ def measure(
     ``dtype``, by default the checkpoint's). The prediction uses the backend MLX ran on (``cpu``
     on Linux) and the calibration ``fit`` uses. ``save``: append the record to ``results_file``
     (default ``~/.cache/mlxfit/measurements.jsonl``), which ``mlxfit calibrate`` reads.
+
+    Before anything is built, the predicted peak is checked against this machine's memory
+    (refused when over, unless ``force``). ``on_warning(text)`` hears at once what makes the
+    run slow (bf16 or quantized weights on MLX's CPU backend); ``on_progress(stage, done,
+    total)`` each stage, prefill chunk and decode step (see ``measure.run.Progress``).
     """
     # Every parameter is checked before mlx is asked for or the model resolved. The run's
     # backend is the one MLX runs on, known once mlx is imported.
@@ -196,13 +242,28 @@ def measure(
 
     backend = _backend_in_use()
     run = replace(run, backend=backend)
+    cal = calibration_for_user(calibration)
+    m = None
+    try:
+        m = machine_for(machine)
+    except MlxfitError as e:
+        notes.append(f"machine unknown ({e}): no decode speed predicted, its memory not checked")
+    warnings: list[str] = []
+    params = None
     if src is not None:
         inputs = model_inputs(src)
         refuse_unsupported(inputs.cfg, run)
+        check_fits_here(inputs, run, cal, m, force)
+        params = int(inputs.weights_detail.get("param_count") or 0)
+    slow = slow_on_cpu(backend, config, wdtype, params)
+    if slow:  # said now, before minutes of silence, and kept in the report
+        warnings.append(slow)
+        if on_warning is not None:
+            on_warning(slow)
 
     kw = {"prefill_step_size": prefill_step_size, "gen_tokens": gen, "kv_bits": kv_bits,
           "kv_group_size": kv_group_size, "quantized_kv_start": quantized_kv_start,
-          "max_kv_size": max_kv_size, "seed": seed}
+          "max_kv_size": max_kv_size, "seed": seed, "on_progress": on_progress}
     if src is None:
         # Refuse before building anything (the activation dtype is the one asked for).
         refuse_unsupported(parse_config(config, act_bytes=4 if wdtype == "float32" else 2,
@@ -224,12 +285,6 @@ def measure(
     else:
         rec = measure_folder(src.location, ctx, dtype_label=wdtype, **kw)
 
-    cal = calibration_for_user(calibration)
-    m = None
-    try:
-        m = machine_for(machine)
-    except MlxfitError as e:
-        notes.append(f"machine unknown ({e}): no decode speed predicted")
     bw = m.bandwidth_gbs if m is not None else None
     tot, tps = predict(inputs, run, cal, m)
     if backend == "cpu":
@@ -272,6 +327,7 @@ def measure(
         backend=backend, run=run, terms=terms, measured_peak_phase=measured_phase(rec),
         predicted_peak_phase=tot.phase.name, calibration=cal.source, record=rec,
         saved_to=None if saved is None else str(saved), notes=tuple(notes), machine=m,
+        warnings=tuple(warnings),
     )
 
 

@@ -1,0 +1,49 @@
+"""`mlxfit measure`'s progress on a terminal: one line on stderr, redrawn in place (stage,
+prefill chunks done / total, decode steps, elapsed), gone when the run ends. Nothing at all
+when stderr is not a terminal; warnings are printed either way, as they come."""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Any
+
+
+class ProgressLine:
+    def __init__(self, console: Any, prefill_step_size: int | None = None):
+        self.console = console
+        self.step = prefill_step_size
+        self.live: Any = None
+        self.t0 = time.monotonic()
+
+    def __enter__(self) -> ProgressLine:  # noqa: PYI034 (typing.Self needs Python 3.11)
+        if self.console.is_terminal:
+            from rich.live import Live  # rich is heavy: only a terminal run shows progress
+
+            self.live = Live("", console=self.console, transient=True, refresh_per_second=4)
+            self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.live is not None:
+            self.live.__exit__(*exc)
+            self.live = None
+
+    def text(self, stage: str, done: int, total: int) -> str:
+        secs = time.monotonic() - self.t0
+        if stage == "load":
+            what = "loading the model (building it, with --random-weights)"
+        elif stage == "prefill":
+            step = self.step or 2048
+            what = (f"prefill {done:,} of {total:,} prompt tokens (chunk "
+                    f"{math.ceil(done / step)} of {math.ceil(total / step)})")
+        else:
+            what = f"decode {done:,} of {total:,} tokens"
+        return f"measure: {what}, {secs:,.0f} s"
+
+    def update(self, stage: str, done: int, total: int) -> None:
+        if self.live is not None:  # drawn now: a stage can last minutes before the next call
+            self.live.update(self.text(stage, done, total), refresh=True)
+
+    def warn(self, message: str) -> None:
+        self.console.print(f"[yellow]warning:[/] {message}", soft_wrap=True, highlight=False)

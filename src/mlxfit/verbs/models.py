@@ -1,0 +1,79 @@
+"""`mlxfit models [QUERY]`: the built-in catalog and the models in the local Hugging Face cache,
+searchable, each with its family, quantization, weights and context limit (no machine, no fit).
+
+Offline by construction: the catalog ships with mlxfit and the cache is read as `pick` reads it
+(the same scan, so a model listed here is one `pick` would consider)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from mlxfit.model.inputs import ModelInputs, model_inputs
+from mlxfit.settings import from_environ
+from mlxfit.sources.catalog import catalog_ids, load_entry
+from mlxfit.sources.hf_cache import hf_hub_cache_dir
+from mlxfit.sources.source import CATALOG_NOTE, ModelSource
+from mlxfit.verbs.pick import Skipped, quant_label, scan_cache
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    model: str  # the repo id, as `fit` takes it
+    source: str  # "catalog" | "hf-cache"
+    revision: str | None  # the cached snapshot (hf-cache), None for the catalog
+    family: str  # mlx-lm's model module ("qwen3", "llama", ...)
+    model_type: str  # config.json's model_type
+    quant: str  # "4-bit", "bf16", "mxfp4", ...
+    weights_bytes: int  # exact, from the safetensors headers (or the catalog's manifest)
+    param_count: int
+    context_limit: int | None  # max_position_embeddings; None when the config has none
+    downloaded: bool  # in the local cache (a catalog row: some revision of it is)
+
+
+@dataclass(frozen=True)
+class ModelsResult:
+    query: str | None
+    rows: tuple[ModelRow, ...]  # matching rows: downloaded first, then the catalog, by name
+    total: int  # rows before the query
+    cache_dir: str
+    skipped: tuple[Skipped, ...] = ()  # cached repos that are not loadable models, and why
+
+
+def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool) -> ModelRow:
+    cfg, w = inputs.cfg, inputs.weights_detail
+    return ModelRow(model=inputs.name, source=source, revision=revision, family=cfg.family,
+                    model_type=cfg.model_type, quant=quant_label(w),
+                    weights_bytes=inputs.weights.total_bytes,
+                    param_count=int(w.get("param_count") or 0),
+                    context_limit=cfg.max_position, downloaded=downloaded)
+
+
+def matches(row: ModelRow, query: str | None) -> bool:
+    """Every word of the query is in the row's id, family, model_type or quant (any case)."""
+    if not query:
+        return True
+    text = f"{row.model} {row.family} {row.model_type} {row.quant} {row.source}".casefold()
+    return all(word in text for word in query.casefold().split())
+
+
+def models(query: str | None = None, *, cache_dir: str | Path | None = None) -> ModelsResult:
+    """The catalog and the cached models whose id, family, model_type or quant contain every
+    word of ``query`` (all of them without one)."""
+    settings = from_environ()
+    cache = Path(cache_dir) if cache_dir is not None else hf_hub_cache_dir(settings)
+    loaded, skipped, _ = scan_cache(cache)
+    cached = [_row(ld.inputs, "hf-cache", ld.revision, True) for ld in loaded]
+    have = {r.model.casefold() for r in cached}
+    listed = []
+    for rid in catalog_ids(settings.catalog_dir):
+        e = load_entry(rid, settings.catalog_dir)
+        if e is None:  # pragma: no cover - listed ids always load or raise
+            continue
+        src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
+                          config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
+        listed.append(_row(model_inputs(src), "catalog", None, rid.casefold() in have))
+    every = sorted(cached, key=lambda r: r.model.casefold()) + listed
+    rows = tuple(r for r in every if matches(r, query))
+    return ModelsResult(query=query, rows=rows, total=len(every), cache_dir=str(cache),
+                        skipped=tuple(skipped))

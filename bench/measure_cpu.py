@@ -30,6 +30,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_OUT = HERE / "results" / "cpu_measurements.jsonl"
+LONG_OUT = HERE / "results" / "cpu_measurements_long.jsonl"
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
 
 # --------------------------------------------------------------------------------------------
@@ -375,6 +376,45 @@ def campaign() -> list[dict]:
     return runs
 
 
+def long_campaign() -> list[dict]:
+    """Issue 18: MLA prefill and hybrid (gated-delta) layers at long prompts, tiny widths so
+    each run stays short on a shared CPU (``--long``; written to cpu_measurements_long.jsonl)."""
+    runs: list[dict] = []
+
+    def add(name, config, ctx, **kw):
+        tag = "_".join(f"{k}{v}" for k, v in sorted(kw.items()))
+        runs.append({"group": "long", "name": f"long/{name}/ctx{ctx}/{tag}", "config": config,
+                     "ctx": ctx, "kw": kw})
+
+    # Attention cost grows with the square of the prompt on the CPU's own BLAS (~3 GFLOP/s):
+    # MLA and the hybrid at narrower widths than the campaign's so 8K-16K prompts stay short.
+    mla = dict(DEEPSEEK_V3, max_position_embeddings=40960, hidden_size=128, num_hidden_layers=2,
+               num_attention_heads=2, num_key_value_heads=2, kv_lora_rank=64, q_lora_rank=96,
+               qk_rope_head_dim=32, qk_nope_head_dim=32, v_head_dim=32, intermediate_size=256,
+               moe_intermediate_size=64, first_k_dense_replace=2)
+    for ctx in (2100, 4200, 8400):
+        add("mla_mini", mla, ctx, prefill_step_size=2048)
+    add("mla_mini", mla, 8400, prefill_step_size=512)
+    # One full-attention layer, the last (never computed in prefill): the runs measure the
+    # gated-delta state and scan at long prompts.
+    qn = dict(QWEN3_NEXT, max_position_embeddings=40960, hidden_size=128,
+              full_attention_interval=4, linear_num_value_heads=4, linear_num_key_heads=2,
+              linear_value_head_dim=32, linear_key_head_dim=32, intermediate_size=256,
+              moe_intermediate_size=64, shared_expert_intermediate_size=128)
+    qn_big = dict(qn, hidden_size=256, linear_num_value_heads=16, linear_num_key_heads=4,
+                  linear_value_head_dim=64, linear_key_head_dim=64)
+    for ctx in (8400, 16500):
+        add("qwen3_next_mini", qn, ctx, prefill_step_size=2048)
+        add("qwen3_next_hv16_d64", qn_big, ctx, prefill_step_size=2048)
+    # Mamba2 (SSD scan) the same way: the attention layer last.
+    ssm = dict(NEMOTRON_H, max_position_embeddings=40960, hybrid_override_pattern=["M", "-", "M", "*"])
+    ssm_big = dict(ssm, mamba_num_heads=32, mamba_head_dim=64, hidden_size=512)
+    for ctx in (8400, 16500):
+        add("nemotron_h_mini", ssm, ctx, prefill_step_size=2048)
+        add("nemotron_h_mh32_d64", ssm_big, ctx, prefill_step_size=2048)
+    return runs
+
+
 def _maybe_reexec_with_openblas(args) -> None:
     if args.no_openblas or os.environ.get("MLXFIT_BENCH_CHILD") == "1":
         return
@@ -450,12 +490,17 @@ def main(argv=None) -> int:
     ap.add_argument("--append", action="store_true", help="append instead of overwriting")
     ap.add_argument("--summary", action="store_true", help="print a table of --out and exit")
     ap.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS")
+    ap.add_argument("--long", action="store_true",
+                    help="the long-prompt MLA / hybrid runs of issue 18 instead of the campaign")
     args = ap.parse_args(argv)
+    if args.long and args.out == DEFAULT_OUT:
+        args.out = LONG_OUT
 
     if args.summary:
         summarize(args.out)
         return 0
-    runs = [r for r in campaign() if not args.only or any(s in r["name"] for s in args.only)]
+    runs = [r for r in (long_campaign() if args.long else campaign())
+            if not args.only or any(s in r["name"] for s in args.only)]
     if args.list:
         for r in runs:
             print(r["name"])

@@ -277,3 +277,14 @@ def config_table(name: str, path: Path | None = None,
     if not isinstance(table, dict):
         raise UsageError(f"{p}: [{name}] must be a table")
     return p, table
+
+
+# MLX's own command-buffer variables (mlx/backend/metal/device.cpp reads them at start-up).
+MLX_SCHEDULER_VARS = ("MLX_MAX_OPS_PER_BUFFER", "MLX_MAX_MB_PER_BUFFER")
+
+
+def mlx_scheduler_env(environ: Mapping[str, str] | None = None) -> list[str]:
+    """The MLX scheduler variables set in ``environ`` (default ``os.environ``), as NAME=VALUE:
+    they change this Mac's prediction (mlxfit.estimate.command_buffers)."""
+    env = os.environ if environ is None else environ
+    return [f"{k}={env[k]}" for k in MLX_SCHEDULER_VARS if env.get(k)]

@@ -35,6 +35,7 @@ class Backend:
     act_kv: float
     act_floor: float
     act_floor_tokens: float
+    cb_inflight: float
     act_linear: float
     bf16_act_bytes: float
     ssd_square: float

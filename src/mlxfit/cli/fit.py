@@ -77,6 +77,7 @@ def fit_cmd(
     q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8 (mlx_lm.convert --q-mode)."),
     quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6 (mlx_lm.convert's recipes)."),
     dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32: mlx_lm.convert --dtype."),
+    mlx_env: list[str] | None = typer.Option(None, "--mlx-env", help="MLX scheduler setting for the run, NAME=VALUE: MLX_MAX_MB_PER_BUFFER or MLX_MAX_OPS_PER_BUFFER (repeatable; default on this Mac: the environment)."),  # noqa: B008 (Typer's idiom for a list option)
 ) -> None:
     """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""
     try:
@@ -94,7 +95,8 @@ def fit_cmd(
                     advise=True if advise else "auto", chart=chart,
                     progress=not as_json, verbose=verbose, q_bits=q_bits,
                     q_group_size=q_group_size, q_mode=q_mode,
-                    quant_predicate=quant_predicate, dtype=dtype, plan=plan)
+                    quant_predicate=quant_predicate, dtype=dtype, plan=plan,
+                    mlx_env=mlx_env or None)
         if chart_file is not None:
             from mlxfit.render.chart import write_chart  # on demand: only with --chart
 

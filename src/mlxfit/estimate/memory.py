@@ -12,6 +12,7 @@ from typing import Any
 from mlxfit.calibration.constants import Backend
 from mlxfit.errors import UsageError
 from mlxfit.estimate import cache_sim as cs
+from mlxfit.estimate import command_buffers as cbuf
 from mlxfit.model.config import Attn, ModelConfig
 
 
@@ -27,6 +28,11 @@ class Run:
     quantized_kv_start: int = 5000
     max_kv_size: int | None = None
     backend: str = "metal"
+    # The Mac's GPU class ('g', 's', 'd': the architecture name's last letter; '' unknown) and
+    # MLX's scheduler overrides (MLX_MAX_OPS_PER_BUFFER / MLX_MAX_MB_PER_BUFFER): together they
+    # give the command-buffer commit rule (mlxfit.estimate.command_buffers).
+    gpu_class: str = ""
+    mlx_env: tuple[tuple[str, int], ...] = ()
 
     def schedule(self, ctx: int | None = None) -> cs.Schedule:
         return cs.Schedule(ctx=self.ctx if ctx is None else ctx, gen=self.gen,
@@ -280,8 +286,35 @@ class Phase:
         return self.kv_bytes + self.transient
 
 
-def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
-    """A chunk's activations: linear in the chunk and in the model's widths."""
+def floor_scale(cfg: ModelConfig, c: int, be: Backend, run: Run | None,
+                weights_bytes: int) -> tuple[float, tuple[int, int]]:
+    """The command-buffer floor under this run's commit rule over the rule it was fitted on
+    (50 ops / 50 MB: every fitted run is on a Pro/Max/Ultra GPU), and that rule. 1.0 when the
+    rules agree; otherwise the ratio of the mechanism's held bytes (estimate/command_buffers)."""
+    if run is None:
+        return 1.0, cbuf.FITTED_RULE
+    rule = cbuf.commit_rule(run.gpu_class or "s", dict(run.mlx_env))
+    if rule == cbuf.FITTED_RULE:
+        return 1.0, rule
+    # Cache slices are left out of the sizes (keys = 0): they move commits at long context
+    # only, and leaving them out keeps one computation per chunk size.
+    ref = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *cbuf.FITTED_RULE),
+                          be.cb_inflight)
+    new = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *rule), be.cb_inflight)
+    ratio = new / ref if ref else 1.0
+    # A rule tighter in both limits never holds more (looser: never less); where the commit
+    # points fall can push the modelled ratio a little across 1, which is not the mechanism.
+    if rule[0] <= cbuf.FITTED_RULE[0] and rule[1] <= cbuf.FITTED_RULE[1]:
+        ratio = min(ratio, 1.0)
+    elif rule[0] >= cbuf.FITTED_RULE[0] and rule[1] >= cbuf.FITTED_RULE[1]:
+        ratio = max(ratio, 1.0)
+    return ratio, rule
+
+
+def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = None,
+                     weights_bytes: int = 0) -> Term:
+    """A chunk's activations: linear in the chunk and in the model's widths, or the Metal
+    scheduler's floor (scaled to the run's command-buffer commit rule), whichever is larger."""
     h, f, q = cfg.hidden, ffn_width(cfg), q_width(cfg)
     moe_copies = cfg.top_k * cfg.hidden if cfg.is_moe else 0
     if cfg.num_layers == 1:
@@ -293,6 +326,8 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
     # ops / 50 MB): small per-op arrays saturate at a device-level live set, a floor reached
     # at act_floor_tokens of chunk.
     floor = be.act_floor * min(1.0, c / be.act_floor_tokens) if be.act_floor else 0.0
+    scale, rule = floor_scale(cfg, c, be, run, weights_bytes) if floor else (1.0, (0, 0))
+    floor *= scale
     linear = 0.0
     if cfg.linear_v_heads and be.act_linear:
         # Gated-delta layers (Qwen3-Next / 3.5): float32 copies of the value state per token.
@@ -301,10 +336,11 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend) -> Term:
         "activations",
         int(max(c * per_tok, floor) + linear),
         "max(chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
-        "+ act_moe*top_k*hidden), act_floor x min(1, chunk/act_floor_tokens)) "
+        "+ act_moe*top_k*hidden), act_floor x min(1, chunk/act_floor_tokens) x floor_scale) "
         "+ act_linear x chunk x Hv x Dv x 4",
         {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
          "bytes_per_chunk_token": round(per_tok), "floor": int(floor),
+         "commit_rule_ops_mb": list(rule), "floor_scale": round(scale, 3),
          "gated_delta": int(linear)},
     )
 
@@ -389,7 +425,8 @@ def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
                 {"growth_copy_layers": be.growth_copy_layers})
 
 
-def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phase:
+def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
+                  weights_bytes: int = 0) -> Phase:
     """Caches and transient while the n-th prefill chunk runs."""
     s = run.schedule()
     c = s.chunk_size(n_chunk)
@@ -402,7 +439,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int) -> Phas
     kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
              for a, n in groups)
     terms = [
-        activations_term(cfg, c, be),
+        activations_term(cfg, c, be, run, weights_bytes),
         scores_term(cfg, run, n_chunk, be, quant_now),
         keys_copy_term(cfg, run, n_chunk, be, quant_now),
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
@@ -442,12 +479,12 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     return Phase("decode at full context", int(kv + cfg.state_bytes), terms)
 
 
-def peak_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
+def peak_phase(cfg: ModelConfig, run: Run, be: Backend, weights_bytes: int = 0) -> Phase:
     """The phase with the largest caches + transient: the last two prefill chunks (the last
     full chunk has the most activations, the final chunk the most keys) or decode."""
     _, _, total = run.schedule().chunks()
     cands = [decode_phase(cfg, run, be)]
     for n in {total, total - 1}:
         if n >= 1:
-            cands.append(prefill_phase(cfg, run, be, n))
+            cands.append(prefill_phase(cfg, run, be, n, weights_bytes))
     return max(cands, key=lambda p: p.total_over_weights)

@@ -53,7 +53,7 @@ class Totals:
 def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
               extra: ExtraTerms | None = None) -> Totals:
     be = cal.backend(run.backend)
-    phase = peak_phase(cfg, run, be)
+    phase = peak_phase(cfg, run, be, weights_bytes)
     return Totals(
         weights=weights_bytes,
         kv=kv_term(cfg, run).bytes,

@@ -55,10 +55,18 @@ class Machine:
     # Pro'", "bandwidth_gbs": "apple_skus.toml, M4 Pro 16-core", ...): what `mlxfit machine`
     # shows as "probed from". Provenance, not identity: left out of ==, and of the hash.
     sources: dict[str, str] = field(default_factory=dict, hash=False, compare=False)
+    # The GPU architecture name Metal reports (apple_skus.toml gpu_arch): MLX picks its
+    # command-buffer limits from its last letter (mlxfit.estimate.command_buffers).
+    gpu_arch: str | None = None
 
     @property
     def ram_gb(self) -> float:
         return self.ram_bytes / GIB
+
+    @property
+    def gpu_class(self) -> str:
+        """The architecture name's last letter ('g' base, 's' Pro/Max, 'd' Ultra); '' unknown."""
+        return self.gpu_arch[-1] if self.gpu_arch else ""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -265,7 +273,15 @@ def _apple_machine(
         notes=tuple(notes),
         max_buffer_bytes=max_buffer_bytes_for(ram_bytes, table),
         sources=src,
+        gpu_arch=chip_arch(table, chip),
     )
+
+
+def chip_arch(table: SkuTable, chip: str | None) -> str | None:
+    """The chip's GPU architecture name from the SKU table (None when not known)."""
+    entry = table.get("chips", {}).get(chip) if chip else None
+    arch = entry.get("gpu_arch") if isinstance(entry, dict) else None
+    return arch if isinstance(arch, str) else None
 
 
 # "M4 Max 40c", "30-core", "40 core GPU", "38-core gpu"

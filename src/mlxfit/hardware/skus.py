@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,11 @@ def _validate(table: SkuTable, origin: str) -> None:
                     f"SKU table {origin}: a variant of {name!r} needs gpu_cores, bandwidth_gbs "
                     f"and a non-empty ram_gb list of whole GB"
                 )
+        arch = chip.get("gpu_arch")
+        if arch is not None and not (isinstance(arch, str)
+                                     and re.fullmatch(r"applegpu_g\d\d[a-z]", arch)):
+            raise MachineError(f"SKU table {origin}: chip {name!r} gpu_arch must look like "
+                               f"'applegpu_g16s', got {arch!r}")
         for key in COMPUTE_KEYS:
             v = chip.get(key)
             if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))

@@ -117,7 +117,11 @@ def render_matrix(m: Any, out: Any) -> None:
             t.add_row(*cells)
         out.print(t)
     if m.rows:
-        out.print(f"[dim]GB = 10^9 B; peak {_gb(m.rows[0].total_bytes)} GB at "
+        lo, hi = min(r.total_bytes for r in m.rows), max(r.total_bytes for r in m.rows)
+        # Base chips commit MLX's command buffers sooner (40 ops / 40 MB): a smaller transient.
+        peak = (f"peak {_gb(lo)} GB" if _gb(lo) == _gb(hi)
+                else f"peak {_gb(lo)}-{_gb(hi)} GB (base chips hold fewer pending ops)")
+        out.print(f"[dim]GB = 10^9 B; {peak} at "
                   f"{m.context_tokens:,} tokens (weights {_gb(m.weights_bytes)} GB) on every SKU; "
                   f"model limit {m.context_limit:,} tokens; TTFT = time to first token of the whole "
                   f"prompt; tok/s and TTFT blank where it does not fit[/]")

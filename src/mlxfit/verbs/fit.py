@@ -8,7 +8,9 @@ from typing import TYPE_CHECKING
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.command_buffers import parse_mlx_env
 from mlxfit.estimate.compute import predicted_ttft
+from mlxfit.estimate.kernels import kernel_note
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
     Serving,
@@ -28,6 +30,7 @@ from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
 from mlxfit.model.quantize import QuantRecipe
 from mlxfit.model.weights import summarize_weights
+from mlxfit.settings import mlx_scheduler_env
 from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
@@ -84,6 +87,7 @@ def fit(
     quant_predicate: str | None = None,
     dtype: str | None = None,
     plan: str = "auto",
+    mlx_env: list[str] | dict[str, int] | None = None,
 ) -> FitResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
 
@@ -100,7 +104,11 @@ def fit(
     flags; an unquantized model is then sized as convert would write it
     (mlxfit.verbs.convert_plan), the plan in ``weights_detail["conversion"]``.
     ``plan``: "auto", "table" or "mlx-lm": where the per-layer cache plan comes from
-    (mlxfit.verbs.plan)."""
+    (mlxfit.verbs.plan).
+
+    ``mlx_env``: MLX's scheduler variables (``MLX_MAX_MB_PER_BUFFER=100``,
+    ``MLX_MAX_OPS_PER_BUFFER``) as set for the run; sizing this Mac without it reads them from
+    the environment."""
     # Every parameter is checked before the model is resolved (Hub requests) or the machine
     # probed: a bad one is named as itself, not hidden behind a missing folder.
     if advise not in (False, None, "auto", True):
@@ -108,6 +116,9 @@ def fit(
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size, backend=backend)
+    env_pairs = parse_mlx_env(mlx_env if mlx_env is not None or machine is not None
+                              else mlx_scheduler_env())
+    run = replace(run, mlx_env=env_pairs)
     check_machine_params(memory_budget_gb, macos, wired_limit_mb)
     check_serving(parallel, prompt_cache)
     check_plan(plan)
@@ -162,8 +173,13 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                extra_terms=None, extra_warnings: tuple[str, ...] = ()) -> FitResult:
     """One model on one machine: the notes and warnings of ``fit``, then the pure core.
     ``extra_terms`` (solve.ExtraTerms): serving terms added to the total (mlxfit.estimate.serving)."""
+    if run.backend == "metal" and not run.gpu_class and m.gpu_class:
+        run = replace(run, gpu_class=m.gpu_class)  # the commit rule of this Mac's GPU
     warnings: list[str] = list(extra_warnings)
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
+    if run.backend == "metal" and m.gpu_arch:
+        k = kernel_note(inputs.cfg, min(run.prefill_step_size, run.ctx), m.gpu_arch, m.name)
+        notes += [k] if k else []
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
     chip = compute_for(m)

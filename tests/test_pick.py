@@ -437,7 +437,7 @@ def test_truncated_header_and_garbled_config(tmp_path):
     assert [c.model for c in p.candidates] == [QWEN4]
     reasons = {s.model: s.reason for s in p.skipped}
     assert "invalid JSON" in reasons[QWEN30]
-    assert "header length 1000000000000 exceeds" in reasons[QWEN8]
+    assert "its header length exceeds" in reasons[QWEN8]
 
 
 def test_snapshot_symlink_loop_is_skipped(tmp_path):

@@ -57,6 +57,16 @@ DEFAULT_MACOS = 26
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
+# The largest config.json, shard index or kv_config.json read, local or from the Hub: a
+# 200,000-tensor index is ~15 MB, so 64 MB is 4x the largest real one; anything past it is not
+# the small JSON file mlxfit expects (a /dev/zero, a 2 GB sparse file) and is refused unread.
+MAX_JSON_BYTES = 64_000_000
+
+# The largest file size believed from the Hub or the metadata cache: 2^53 bytes (9 PB) is
+# JavaScript's exact-integer limit, so every JSON client reads it unchanged, and no real shard
+# is within a factor of 10^5 of it. Past it a size is an error, not a number to sum.
+MAX_FILE_BYTES = 2**53
+
 
 # --------------------------------------------------------------------------- the values
 
@@ -74,13 +84,28 @@ class HubSettings:
     max_wait_seconds: float = 8.0  # also caps a server's Retry-After
     max_workers: int = 64  # concurrent requests; 100 shards = 2 waves
     ref_ttl_seconds: float = 24 * 3600  # a branch or tag -> commit mapping is trusted this long
-    max_json_bytes: int = 64_000_000  # config/index/kv_config: 200,000 tensors' index is ~15 MB
+    max_json_bytes: int = MAX_JSON_BYTES  # config/index/kv_config (also the local cap)
     max_info_bytes: int = 64_000_000  # the model info
+    # Wall-clock bounds (a server that drips a byte every few seconds never trips the per-read
+    # timeout): one request, retries included, and the whole fetch. A real fetch of a
+    # 1,000-shard model is ~2,000 requests in 64 parallel waves: 30-60 s on a slow link.
+    request_deadline_seconds: float = 60.0
+    fetch_deadline_seconds: float = 300.0
+    # The largest model*.safetensors count planned: the biggest real checkpoints have ~300
+    # shards (DeepSeek-V3 bf16: 163; Kimi K2 bf16 ~ 1,000 at 2 GB each is the far end). 4,096
+    # keeps a listing of 100,000 names from costing 200,000 requests.
+    max_shards: int = 4096
+    # mlxfit's own cache entries inflate to at most this many bytes (a legitimate entry is the
+    # JSON files plus the headers, base64: 4,096 shards' headers of a 200,000-tensor model are
+    # ~100 MB); past it a gzip member is a bomb, not an entry.
+    max_cache_entry_bytes: int = 512_000_000
 
 
 # The fields MLXFIT_HUB_<FIELD> sets (the others have Hugging Face's own variables).
 _HUB_TUNABLES = ("retries", "backoff_seconds", "max_wait_seconds", "max_workers",
-                 "ref_ttl_seconds", "max_json_bytes", "max_info_bytes")
+                 "ref_ttl_seconds", "max_json_bytes", "max_info_bytes",
+                 "request_deadline_seconds", "fetch_deadline_seconds", "max_shards",
+                 "max_cache_entry_bytes")
 
 
 @dataclass(frozen=True)

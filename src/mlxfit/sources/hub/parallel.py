@@ -1,0 +1,73 @@
+"""The parallel reads of one fetch, on daemon threads: the first failure cancels the rest, the
+whole fetch has a wall-clock deadline, and Ctrl-C returns at once. Daemon threads, not a
+``ThreadPoolExecutor``: the interpreter joins an executor's threads at exit, so a request held
+open by a slow server kept the process alive long after SIGINT (issue 13); a daemon thread
+still mid-request when mlxfit answers is simply dropped with the process."""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from mlxfit.errors import Cancelled, MlxfitError
+
+Job = tuple[Any, Callable[[], Any]]
+
+
+def run_parallel(jobs: Sequence[Job], workers: int, cancelled: threading.Event,
+                 deadline: float, too_slow: Callable[[], MlxfitError],
+                 on_done: Callable[[Any], None] | None = None) -> list[tuple[Any, Any]]:
+    """(key, result) of every job, in completion order, on up to ``workers`` threads. The
+    first exception is raised once the running jobs have stopped (they see ``cancelled`` at
+    their next read or retry; never waited for past ``deadline``, a ``time.monotonic()``).
+    Past ``deadline``, ``too_slow()`` is raised; on KeyboardInterrupt nothing is waited for."""
+    todo: queue.SimpleQueue[Job] = queue.SimpleQueue()
+    for job in jobs:
+        todo.put(job)
+    done: queue.SimpleQueue[tuple[Any, bool, Any]] = queue.SimpleQueue()
+
+    def work() -> None:
+        while not cancelled.is_set():
+            try:
+                key, fn = todo.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                done.put((key, True, fn()))
+            except BaseException as e:  # handed to the caller's thread
+                done.put((key, False, e))
+
+    threads = [threading.Thread(target=work, daemon=True, name="mlxfit-hub")
+               for _ in range(max(1, min(workers, len(jobs))))]
+    for t in threads:
+        t.start()
+    out: list[tuple[Any, Any]] = []
+    try:
+        while len(out) < len(jobs):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise too_slow()
+            try:
+                key, ok, value = done.get(timeout=min(left, 0.25))  # Ctrl-C lands within this
+            except queue.Empty:
+                continue
+            if not ok:
+                if isinstance(value, Cancelled):
+                    continue  # the failure that cancelled it comes on its own
+                raise value
+            out.append((key, value))
+            if on_done is not None:
+                on_done(key)
+    except KeyboardInterrupt:
+        cancelled.set()
+        raise
+    except BaseException:
+        cancelled.set()
+        for t in threads:  # nothing touches the network once we have answered, within reason
+            t.join(max(0.0, deadline - time.monotonic()))
+        raise
+    cancelled.set()
+    return out

@@ -18,8 +18,8 @@ import tempfile
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit
 
 from mlxfit.settings import MAX_FILE_BYTES, Settings, from_environ
@@ -107,7 +107,7 @@ class _Snapshot:
         file names plain and of the kinds a fetch writes, sizes bounded. ValueError if not."""
         doc = json.loads(_inflate(data, limit))
         if not isinstance(doc, dict):
-            raise ValueError("not a JSON object")
+            raise ValueError("not a JSON object")  # noqa: TRY004 (the caller catches ValueError)
         if doc.get("schema") != CACHE_SCHEMA:
             raise ValueError(f"schema {_shown(doc.get('schema'))}")
         transfer = _field(doc, "transfer", dict)

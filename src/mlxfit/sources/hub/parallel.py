@@ -37,7 +37,7 @@ def run_parallel(jobs: Sequence[Job], workers: int, cancelled: threading.Event,
                 return
             try:
                 done.put((key, True, fn()))
-            except BaseException as e:  # handed to the caller's thread
+            except BaseException as e:  # noqa: BLE001 (handed to the caller's thread)
                 done.put((key, False, e))
 
     threads = [threading.Thread(target=work, daemon=True, name="mlxfit-hub")

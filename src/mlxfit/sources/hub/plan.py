@@ -33,8 +33,8 @@ from mlxfit.sources.hub.cache import (
     _Snapshot,
     is_shard_name,
 )
-from mlxfit.sources.hub.parallel import run_parallel
 from mlxfit.sources.hub.http import _Http
+from mlxfit.sources.hub.parallel import run_parallel
 from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES
 from mlxfit.sources.source import INDEX_NAME
 

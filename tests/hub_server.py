@@ -16,7 +16,8 @@ token and 403 with one that has not been granted access.
 
 Faults are injected per request: a fixed latency on every request, and rules matching a path
 fragment (and optionally a range start) that answer a status (429 then 200, 500 forever...),
-delay the answer, or cut the connection in the middle of a body. Every request is logged with
+delay the answer, cut the connection in the middle of a body, hold it open half-sent, or drip
+the body a byte at a time. Every request is logged with
 the body bytes sent, so tests can assert that no tensor data ever left the server.
 
 Models are folders built by the tests (sparse shards for big ones): files are served from disk.
@@ -59,6 +60,8 @@ class Rule:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # sleep this long first (then answer normally, or with status)
     drop: bool = False  # send the headers and half the body, then cut the connection
+    drip: float = 0.0  # send the body one byte every this many seconds (a slow-drip server)
+    hold: float = 0.0  # send the headers and half the body, then hold the connection this long
     range_start: int | None = None  # only requests whose Range starts here
     method: str | None = None
     times: int | None = None  # how many requests it applies to (None: all)
@@ -399,18 +402,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self._method == "HEAD":
             return
-        limit = length // 2 if rule and rule.drop else length
+        limit = length // 2 if rule and (rule.drop or rule.hold) else length
+        step = 1 if rule and rule.drip else CHUNK
         with open(file, "rb") as f:
             f.seek(start)
             left = limit
             while left > 0:
-                chunk = f.read(min(CHUNK, left))
+                if rule and rule.drip:
+                    self.wfile.flush()
+                    time.sleep(rule.drip)
+                chunk = f.read(min(step, left))
                 if not chunk:
                     break
                 self.wfile.write(chunk)
                 self._sent += len(chunk)
                 left -= len(chunk)
-        if rule and rule.drop:
+        if rule and rule.hold:
+            self.wfile.flush()
+            time.sleep(rule.hold)
+        if rule and (rule.drop or rule.hold):
             self.wfile.flush()
             self.close_connection = True
             try:

@@ -10,7 +10,6 @@ import base64
 import gzip
 import json
 import os
-import resource
 import subprocess
 import sys
 import zlib
@@ -124,8 +123,7 @@ def _bomb(path: Path, inflated: int) -> None:
     z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
     block = b"\0" * (1 << 24)
     with open(path, "wb") as f:
-        for _ in range(inflated // len(block)):
-            f.write(z.compress(block))
+        f.writelines(z.compress(block) for _ in range(inflated // len(block)))
         f.write(z.flush())
 
 
@@ -152,9 +150,9 @@ def test_gzip_bomb_is_inflated_only_to_the_cap(cached, tmp_path: Path) -> None:
     entry, _ = cached
     _bomb(entry, 2 << 30)
     assert entry.stat().st_size < 8_000_000
-    env = dict(os.environ, MLXFIT_HUB_MAX_CACHE_ENTRY_BYTES="64000000",
+    child_env = dict(os.environ, MLXFIT_HUB_MAX_CACHE_ENTRY_BYTES="64000000",
                PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
-    r = subprocess.run([sys.executable, "-c", BOMB_CHILD, str(1 << 30)], env=env,
+    r = subprocess.run([sys.executable, "-c", BOMB_CHILD, str(1 << 30)], env=child_env,
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
     out = r.stdout.splitlines()

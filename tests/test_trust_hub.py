@@ -112,7 +112,7 @@ def test_ctrl_c_ends_within_a_second_and_caches_nothing(server: FakeHub, tmp_pat
         assert p.poll() is None, p.communicate()
         t = time.monotonic()
         p.send_signal(signal.SIGINT)
-        out, err = p.communicate(timeout=1.0)
+        _, err = p.communicate(timeout=1.0)
         print(f"BOUND sigint->exit seconds={time.monotonic() - t:.2f}")
     finally:
         if p.poll() is None:

@@ -151,7 +151,7 @@ def test_gzip_bomb_is_inflated_only_to_the_cap(cached, tmp_path: Path) -> None:
     _bomb(entry, 2 << 30)
     assert entry.stat().st_size < 8_000_000
     child_env = dict(os.environ, MLXFIT_HUB_MAX_CACHE_ENTRY_BYTES="64000000",
-               PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
+                     PYTHONPATH=str(Path(__file__).resolve().parent.parent / "src"))
     r = subprocess.run([sys.executable, "-c", BOMB_CHILD, str(1 << 30)], env=child_env,
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr

@@ -9,6 +9,8 @@ from typing import NoReturn
 import typer
 
 from mlxfit.errors import MlxfitError
+from mlxfit.render.text import controls
+from mlxfit.sources.redact import redact_text
 
 # A twin's parameter -> the flag that sets it, where it is not "--" + the name with "-" for "_".
 FLAGS = {
@@ -27,7 +29,8 @@ def flag(param: str) -> str:
 def console(stderr: bool = False):
     from rich.console import Console  # rich is heavy: imported when a report is printed
 
-    return Console(stderr=stderr, highlight=False)
+    # No emoji codes either: a model named "x:fire:" is printed as written.
+    return Console(stderr=stderr, highlight=False, emoji=False)
 
 
 def error_text(e: Exception) -> str:
@@ -45,9 +48,10 @@ def error_text(e: Exception) -> str:
 
 
 def print_error(msg: str) -> None:
-    """The one error line on stderr. A name with a newline in it (a folder, a model_type)
-    must not split the line."""
-    print("mlxfit: error: " + msg.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
+    """The one error line on stderr. A name with a newline or an ESC in it (a folder, a
+    model_type, a Hub file name) must neither split the line nor command the terminal, and no
+    URL in it may carry a user:password (HF_ENDPOINT's)."""
+    print("mlxfit: error: " + controls(redact_text(msg)), file=sys.stderr)
 
 
 def fail(e: Exception) -> NoReturn:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError
+from mlxfit.render.text import controls, esc
 from mlxfit.verbs.chart import ChartData, ChartPoint
 
 # --------------------------------------------------------------------------- shared geometry
@@ -98,7 +99,7 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
     tps = [p.decode_tps for p in cols]
     ymax_tps = max([v for v in tps if v is not None] or [1.0]) * 1.1
 
-    console.print(Text(d.title, style="bold"))
+    console.print(Text(controls(d.title), style="bold"))
     for line in panel(12, totals, ymax_mem, "GB total (peak)", d.usable_bytes / 1e9, ok):
         console.print(line, soft_wrap=True)
     for line in panel(7, tps, ymax_tps, "decode tok/s", None, ok):
@@ -123,7 +124,7 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
               f"─ usable: {d.usable_bytes / 1e9:,.2f} GB", "× over usable (swaps)"]
     console.print("  ".join(legend), style="dim", soft_wrap=True)
     for i, k in enumerate(d.kinks[:26]):
-        console.print(f"  {chr(ord('a') + i)}: {k.ctx:,} tokens: {k.label}", style="dim",
+        console.print(f"  {chr(ord('a') + i)}: {k.ctx:,} tokens: {esc(k.label)}", style="dim",
                       soft_wrap=True)
 
 
@@ -134,13 +135,17 @@ def write_chart(d: ChartData, path: str | Path) -> Path:
     """Write ``.svg`` (no dependency) or ``.png`` (needs matplotlib)."""
     p = Path(path)
     suffix = p.suffix.lower()
-    if suffix == ".svg":
-        p.write_text(svg(d))
-        return p
-    if suffix == ".png":
-        write_png(d, p)
-        return p
-    raise MlxfitError(f"--chart {path}: the file must end in .png or .svg")
+    if suffix not in (".svg", ".png"):
+        raise MlxfitError(f"--chart {controls(path)}: the file must end in .png or .svg")
+    try:
+        if suffix == ".svg":
+            p.write_text(svg(d))
+        else:
+            write_png(d, p)
+    except OSError as e:  # a directory that does not exist or is read-only, a full disk
+        raise MlxfitError(f"--chart {controls(path)}: cannot write it: "
+                          f"{controls(e.strerror or e)}") from None
+    return p
 
 
 def _esc(s: str) -> str:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
 from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
+from mlxfit.render.text import esc
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -102,21 +103,22 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
     if r.fits and r.oversize_buffers:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
-    console.print(f"[bold]{r.model}[/] on [bold]{r.machine_name}[/] "
+    console.print(f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] "
                   f"at {r.context_tokens:,} tokens: {verdict}")
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")
     t.add_column("GB (10^9 B)", justify="right")
     t.add_column("what it is")
-    t.add_row("weights", gb(r.weights_bytes), _weights_note(r.weights_detail))
+    t.add_row("weights", gb(r.weights_bytes), esc(_weights_note(r.weights_detail)))
     t.add_row("KV cache", gb(r.kv_bytes), f"at {r.context_tokens:,} tokens, mlx-lm's 256-token steps")
     if r.state_bytes:
         t.add_row("recurrent state", gb(r.state_bytes), "linear-attention / SSM / conv layers")
-    t.add_row("transient", gb(r.transient_bytes), f"peak: {r.peak_phase}")
+    t.add_row("transient", gb(r.transient_bytes), f"peak: {esc(r.peak_phase)}")
     for term in r.extra_terms:
-        t.add_row(term.name.replace("_", " "), gb(term.bytes), _EXTRA_WHAT.get(term.name, ""))
+        t.add_row(esc(term.name.replace("_", " ")), gb(term.bytes),
+                  esc(_EXTRA_WHAT.get(term.name, "")))
     t.add_row("[bold]total (peak)[/]", f"[bold]{gb(r.total_bytes)}[/]", "")
-    t.add_row("usable", gb(r.usable_bytes), r.usable_source)
+    t.add_row("usable", gb(r.usable_bytes), esc(r.usable_source))
     t.add_row("headroom", gb(r.usable_bytes - r.total_bytes), "")
     console.print(t)
     console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
@@ -128,15 +130,15 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if explain:
         console.print("\n[bold]terms[/] (bytes; formula; inputs)")
         for term in r.terms + r.speed_terms:
-            console.print(f"  [bold]{term.name}[/] = {term.bytes:,} B ({gb(term.bytes)})")
-            console.print(f"    {term.formula}", soft_wrap=True)
+            console.print(f"  [bold]{esc(term.name)}[/] = {term.bytes:,} B ({gb(term.bytes)})")
+            console.print(f"    {esc(term.formula)}", soft_wrap=True)
             if term.inputs:
                 inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
-                console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
+                console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
     for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {esc(w)}")
     for n in r.notes:
-        console.print(f"[dim]note: {n}[/]")
+        console.print(f"[dim]note: {esc(n)}[/]")
     if r.advice is not None:
         render_advice(r.advice, console)
 
@@ -162,7 +164,7 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{sv['prefill_batch']} prefilled together), {cache}; each up to "
                       f"{r.context_tokens:,} tokens")
     if sv.get("draft_model"):
-        console.print(f"speculative decoding: draft {sv['draft_model']}, "
+        console.print(f"speculative decoding: draft {esc(sv['draft_model'])}, "
                       f"{sv['num_draft_tokens']} draft tokens per step")
     bd = sv.get("batched_decode")
     if bd:
@@ -170,7 +172,7 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
                       f"{bd['aggregate_tps']:,.1f} tok/s in all ({bd['sequences']} sequences)")
     if sv.get("command"):
-        console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
+        console.print(f"[dim]mlx-lm: {esc(sv['command'])}[/]", soft_wrap=True)
 
 
 def render_advice(a: Any, console: Any) -> None:
@@ -178,26 +180,26 @@ def render_advice(a: Any, console: Any) -> None:
     if not a.needed:
         console.print("\n[bold]advice:[/] fits as asked, nothing to change")
         return
-    console.print(f"\n[bold]what would make it fit[/] ({a.problem}); cheapest first, "
+    console.print(f"\n[bold]what would make it fit[/] ({esc(a.problem)}); cheapest first, "
                   "your --ctx is never changed silently:")
     for i, o in enumerate(a.options, 1):
         r = o.result
         speed = (f"{r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
                  else "speed unknown")
-        console.print(f" [bold]{i}. {o.label}[/]: total {gb(r.total_bytes)} of "
+        console.print(f" [bold]{i}. {esc(o.label)}[/]: total {gb(r.total_bytes)} of "
                       f"{gb(r.usable_bytes)}, largest safe context {r.max_safe_context:,}, "
                       f"{speed}", soft_wrap=True)
         for c in o.changes:
-            console.print(f"    [dim]cost: {c.cost}[/]", soft_wrap=True)
+            console.print(f"    [dim]cost: {esc(c.cost)}[/]", soft_wrap=True)
         for cmd in o.setup:
-            console.print(f"    $ {cmd}", soft_wrap=True, markup=False)
-        console.print(f"    $ {o.command}", soft_wrap=True, markup=False)
+            console.print(f"    $ {esc(cmd)}", soft_wrap=True)
+        console.print(f"    $ {esc(o.command)}", soft_wrap=True)
     if not a.options:
         console.print(" [red]nothing found[/]")
     for n in a.notes:
-        console.print(f" [dim]note: {n}[/]")
+        console.print(f" [dim]note: {esc(n)}[/]")
     for x in a.refused:
-        console.print(f" [dim]not offered: {x.reason}[/]", soft_wrap=True)
+        console.print(f" [dim]not offered: {esc(x.reason)}[/]", soft_wrap=True)
 
 
 def advice_to_json(a: Advice) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
+from mlxfit.render.text import esc
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -56,8 +57,8 @@ def _gb(n: int) -> str:
 def render_matrix(m: Any, out: Any) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
-    flt = f", chips {m.chips_filter!r}" if m.chips_filter else ""
-    out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens on Apple Silicon "
+    flt = f", chips {esc(repr(m.chips_filter))}" if m.chips_filter else ""
+    out.print(f"[bold]{esc(m.model)}[/] at {m.context_tokens:,} tokens on Apple Silicon "
               f"(macOS {m.macos_major} working set{flt}): "
               f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it")
     if not m.rows:
@@ -77,8 +78,8 @@ def render_matrix(m: Any, out: Any) -> None:
             t.add_column("", no_wrap=True)
         for i, r in enumerate(m.rows):
             if i == 0 or m.rows[i - 1].family != r.family:
-                t.add_row(f"[bold cyan]{r.family}[/]")
-            cores = f"  {r.chip} {r.gpu_cores}-core"
+                t.add_row(f"[bold cyan]{esc(r.family)}[/]")
+            cores = f"  {esc(r.chip)} {r.gpu_cores}-core"
             cells = [
                 f"[bold]{cores}[/]" if r.this_machine else cores,
                 f"{r.ram_gb}GB",
@@ -104,6 +105,6 @@ def render_matrix(m: Any, out: Any) -> None:
         out.print("[dim]buffer: the total fits, but one array exceeds the GPU's largest buffer "
                   "(maxBufferLength): Metal cannot allocate it[/]")
     for w in m.warnings:
-        out.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {esc(w)}")
     for n in m.notes:
-        out.print(f"[dim]note: {n}[/]")
+        out.print(f"[dim]note: {esc(n)}[/]")

@@ -861,10 +861,13 @@ def test_fit_never_gives_an_inconsistent_number(ctx, gen, step, budget) -> None:
     extra = sum(t.bytes for t in getattr(r, "extra_terms", ()))
     assert r.total_bytes == (r.weights_bytes + r.kv_bytes + r.state_bytes + r.transient_bytes
                              + extra)
-    assert r.fits == (r.total_bytes <= r.usable_bytes)
+    # a verdict never contradicts itself: past the context limit it does not fit (issue 13)
+    assert r.fits == (r.total_bytes <= r.usable_bytes and ctx <= r.context_limit)
+    assert r.beyond_context == (ctx > r.context_limit)
     assert 0 <= r.max_safe_context <= r.context_limit
-    if r.fits and ctx <= r.context_limit:
+    if r.fits:
         assert r.max_safe_context >= ctx
+    assert (r.predicted_decode_tps is not None) == r.fits
 
 
 # ============================================================================ nothing written

@@ -45,6 +45,9 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "usable_bytes": r.usable_bytes,
         "headroom_bytes": r.usable_bytes - r.total_bytes,
         "fits": r.fits,
+        # additive (issue 13): why it does not fit or run, and the context-limit verdict
+        "problems": list(r.problems),
+        "beyond_context_limit": r.beyond_context,
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
@@ -101,6 +104,9 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
     verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
+    if r.beyond_context:  # memory is not why: say what is
+        verdict += (f" (--ctx {r.context_tokens:,} is beyond the model's context limit of "
+                    f"{r.context_limit:,} tokens)")
     if r.fits and r.oversize_buffers:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
     console.print(f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] "

@@ -381,10 +381,10 @@ def advise(base: FitResult, ev: Evaluator, serving: Serving) -> Advice:
     if not problem:
         return Advice(needed=False, problem="", notes=("fits as asked: nothing to change",))
     if base.beyond_context:  # no memory lever reads past the model's limit; --ctx is the user's
-        return Advice(needed=True, problem=problem, notes=(
-            f"no setting makes the model read past its {base.context_limit:,}-token limit: "
-            f"ask for --ctx {base.context_limit:,} or less, or use a model with a longer "
-            "context",))
+        note = (f"no setting makes the model read past its {base.context_limit:,}-token limit: "
+                f"ask for --ctx {base.context_limit:,} or less, or use a model with a longer "
+                "context")
+        return Advice(needed=True, problem=problem, notes=(note,))
     s = _Search(base, ev, serving)
     start = _Cand(run=base.run, serving=serving)
     levers = _levers(s, base.run, serving)

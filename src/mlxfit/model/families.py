@@ -393,6 +393,11 @@ class Family:
     gated_q: bool = False  # q_proj also produces the attention output gate (always)
     # The block pattern defines the depth: num_hidden_layers may be absent (nemotron_h.py).
     depth_from_pattern: bool = False
+    # head_dim when the config omits it, where mlx-lm's ModelArgs has its own default rather
+    # than hidden_size // heads (gemma3_text, gemma4_text: 256; cohere2: 128; gpt_oss,
+    # falcon_h1: 64). Gemma 3 12B's config has no head_dim, and 3840 // 16 = 240 sized its KV
+    # cache 6% small: found by the tensor cross-check (model.crosscheck).
+    head_dim_default: int | None = None
 
 
 # One row per mlx-lm module. own_cache is True exactly where mlx_lm/models/<module>.py defines
@@ -409,11 +414,11 @@ FAMILIES: dict[str, Family] = {
     "phimoe": Family(_standard, own_cache=False),
     "gemma": Family(_standard, own_cache=False),
     "gemma2": Family(_standard, own_cache=False, scores_always=True),
-    "gemma3": Family(_gemma3, own_cache=True),
+    "gemma3": Family(_gemma3, own_cache=True, head_dim_default=256),
     "gemma3n": Family(_gemma3n, own_cache=True),
-    "gemma4": Family(_gemma4, own_cache=True),
-    "cohere2": Family(lambda c: _pattern(c, 4), own_cache=True),
-    "gpt_oss": Family(_gpt_oss, own_cache=True),
+    "gemma4": Family(_gemma4, own_cache=True, head_dim_default=256),
+    "cohere2": Family(lambda c: _pattern(c, 4), own_cache=True, head_dim_default=128),
+    "gpt_oss": Family(_gpt_oss, own_cache=True, head_dim_default=64),
     "deepseek_v3": Family(_mla, own_cache=False),
     "deepseek_v32": Family(_mla_with_indexer, own_cache=True),
     "deepseek_v2": Family(_deepseek_v2, own_cache=False),
@@ -422,7 +427,7 @@ FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(_qwen_linear, own_cache=True, gated_q=True),
     "nemotron_h": Family(_nemotron_h, own_cache=True, depth_from_pattern=True),
     "granitemoehybrid": Family(_granite_hybrid, own_cache=True),
-    "falcon_h1": Family(_falcon_h1, own_cache=True),
+    "falcon_h1": Family(_falcon_h1, own_cache=True, head_dim_default=64),
     "jamba": Family(_jamba, own_cache=True),
     "lfm2": Family(_lfm2, own_cache=True),
     "llama4": Family(_llama4, own_cache=True),

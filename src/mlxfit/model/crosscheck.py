@@ -58,6 +58,22 @@ def _expected(a: Attn, cfg: ModelConfig, which: str) -> tuple[int, str]:
             + (" x 2 (output gate)" if gate == 2 else ""))
 
 
+def _culprit(a: Attn, cfg: ModelConfig, which: str, t: TensorInfo,
+             by_name: dict[str, TensorInfo]) -> str:
+    """The field to name: head_dim when q_proj and k_proj agree on a head width other than
+    the config's (both head counts then hold), else the head count of this projection."""
+    heads_field = "num_attention_heads" if which == "q" else "num_key_value_heads"
+    q, k = (by_name.get(t.name[:-len("x_proj.weight")] + f"{p}_proj.weight") for p in "qk")
+    if q is None or k is None or a.mla is not None:
+        return heads_field
+    gate = 2 if cfg.gated_q else 1
+    q_out, k_out = q.shape[0], k.shape[0]
+    if (q_out % (a.q_heads * gate) == 0 and k_out % a.kv_heads == 0
+            and q_out // (a.q_heads * gate) == k_out // a.kv_heads != a.head_dim):
+        return "head_dim"
+    return heads_field
+
+
 def check_dims(cfg: ModelConfig, tensors: Iterable[TensorInfo], config: dict[str, Any],
                where: str) -> None:
     """Raise ConfigError naming the first config field its tensors contradict."""
@@ -83,8 +99,7 @@ def check_dims(cfg: ModelConfig, tensors: Iterable[TensorInfo], config: dict[str
             continue
         want, said = _expected(a, cfg, m.group(2))
         if t.shape[0] != want:
-            field = {"q": "num_attention_heads", "k": "num_key_value_heads",
-                     "v": "num_key_value_heads"}[m.group(2)]
+            field = _culprit(a, cfg, m.group(2), t, by_name)
             raise fail(field, f"{said} = {want} for layer {i}", t,
                        f"{t.shape[0]} output features")
     if cfg.num_experts:

@@ -136,7 +136,7 @@ def _refused(r, kind):
 
 def test_sliding_window_model(advised):
     r, *_ = advised["sliding-window"]
-    (pre,) = [o for o in _by(r, "prefill_step") if len(o.changes) == 1]
+    (pre,) = [o for o in _by(r, "prefill_step_size") if len(o.changes) == 1]
     step = pre.result.run.prefill_step_size
     assert pre.label == f"--prefill-step-size {step}" and step in (1024, 512, 256)
     assert "prompt processing slower" in pre.changes[0].cost
@@ -272,7 +272,7 @@ def test_cli_shows_advice_when_it_does_not_fit():
     assert r.exit_code == 1
     assert "what would make it fit" in r.output
     first = mlxfit.fit(GEMMA, 32768, machine=M4PRO, advise=True).advice.options[0]
-    assert first.changes[0].kind == "prefill_step"
+    assert first.changes[0].kind == "prefill_step_size"
     assert f"$ {first.command}" in r.output
     assert first.command.startswith("mlx_lm.generate --model mlx-community/gemma-3-27b-it-4bit "
                                     "--max-tokens 1 --prefill-step-size ")
@@ -286,7 +286,7 @@ def test_cli_advise_when_it_fits_and_json():
     r = runner.invoke(app, ["fit", GEMMA, "--ctx", "32768", "--machine", M4PRO, "--json"])
     assert r.exit_code == 1
     d = json.loads(r.output)
-    assert d["schema_version"] == 1 and d["advice"]["needed"] is True
+    assert d["schema_version"] == 2 and d["advice"]["needed"] is True
     first = d["advice"]["options"][0]
     assert first["changes"][0]["label"].startswith("--prefill-step-size ")
     assert first["total_bytes"] <= first["usable_bytes"]

@@ -39,8 +39,11 @@ def test_catalog_model_json_shape_and_sum():
                 "kv_bytes", "transient_bytes", "total_bytes", "usable_bytes", "fits",
                 "max_safe_context", "predicted_decode_tps", "terms", "warnings"):
         assert key in d
-    assert d["schema_version"] == 1
-    assert set(d["machine"]) >= {"name", "ram_bytes", "bandwidth_gbs", "usable_bytes"}
+    assert d["schema_version"] == 2
+    assert set(d["machine"]) == {"name", "chip", "gpu_cores", "ram_bytes", "bandwidth_gbs",
+                                 "usable_bytes", "usable_source", "macos_major"}
+    assert (d["machine"]["chip"], d["machine"]["gpu_cores"], d["machine"]["macos_major"]) == (
+        "M4 Pro", 16, 26)
     assert d["weights_bytes"] == 4_607_731_712  # the real mlx-lm conversion, to the byte
     assert d["total_bytes"] == (d["weights_bytes"] + d["kv_bytes"] + d["state_bytes"]
                                 + d["transient_bytes"])

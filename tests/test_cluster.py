@@ -403,7 +403,7 @@ def test_cli_json_and_write(tmp_path):
                "--link", "tb4", "--json", "--write", str(out))
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["schema_version"] == 1 and d["chosen"] == "pipeline" and d["fits"] is True
+    assert d["schema_version"] == 2 and d["chosen"] == "pipeline" and d["fits"] is True
     assert {p["strategy"] for p in d["plans"]} == {"pipeline", "tensor"}
     names = {Path(p).name for p in d["written"]}
     assert names == {"hostfile.json", "plan.json", "run.sh", SPLIT_SCRIPT}

@@ -169,8 +169,9 @@ def test_memory_budget_replaces_usable(table):
     assert b.usable_bytes == 20 * GIB
     assert b.usable_source.startswith("--memory-budget")
     assert b.bandwidth_gbs == m.bandwidth_gbs and b.ram_bytes == m.ram_bytes
-    over = machine_with_budget(m, 30 * GIB)
-    assert any("exceeds" in n for n in over.notes)
+    assert machine_with_budget(m, 24 * GIB).usable_bytes == m.ram_bytes  # all of it: allowed
+    with pytest.raises(MachineError, match="is more than the 25.77 GB"):  # more than RAM
+        machine_with_budget(m, 24 * GIB + 1)
     with pytest.raises(MachineError):
         machine_with_budget(m, 0)
 

@@ -13,6 +13,7 @@ from mlxfit.errors import MachineError, UsageError
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import all_skus, resolve_machine
 from mlxfit.hardware.skus import load_sku_table
+from mlxfit.render import SCHEMA_VERSION, dumps
 from mlxfit.render.matrix import matrix_to_json
 from mlxfit.verbs.matrix import filter_skus, matrix
 
@@ -129,10 +130,10 @@ def test_cli_row_equals_cli_fit(sku, cli_matrix_rows):
     assert f["machine"]["name"] == sku
     assert (row["total_bytes"], row["fits"], row["runs"], row["max_safe_context"],
             row["predicted_decode_tps"], row["usable_bytes"], row["headroom_bytes"],
-            row["bandwidth_gbs"]) == (
+            row["machine"]) == (
         f["total_bytes"], f["fits"], f["runs"], f["max_safe_context"],
         f["predicted_decode_tps"], f["usable_bytes"], f["headroom_bytes"],
-        f["machine"]["bandwidth_gbs"])
+        f["machine"])
 
 
 def test_rows_round_trip_through_resolve_machine(table):
@@ -291,9 +292,11 @@ def test_cli_json_is_the_twin_and_exit_codes():
     r = runner.invoke(app, ["matrix", QWEN30, "--ctx", "16384", "--chips", "M4*", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.stdout)
-    assert d == matrix_to_json(matrix(QWEN30, 16384, chips="M4*"))
-    assert d["schema_version"] == 1 and d["fits_count"] == sum(x["fits"] for x in d["rows"])
-    assert {x["chip"] for x in d["rows"]} == {"M4", "M4 Pro", "M4 Max"}
+    assert d == json.loads(dumps(matrix_to_json(matrix(QWEN30, 16384, chips="M4*"))))
+    assert d["schema_version"] == SCHEMA_VERSION == 2
+    assert d["fits_count"] == sum(x["fits"] for x in d["rows"])
+    assert {x["machine"]["chip"] for x in d["rows"]} == {"M4", "M4 Pro", "M4 Max"}
+    assert all(x["machine"]["ram_bytes"] % 2**30 == 0 for x in d["rows"])
     # Nothing fits: exit 1 (as `fit`), an empty table with --only-fits.
     r = runner.invoke(app, ["matrix", QWEN30, "--chips", "M1", "--only-fits", "--json"])
     assert r.exit_code == 1 and json.loads(r.stdout)["rows"] == []

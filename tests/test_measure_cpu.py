@@ -444,7 +444,9 @@ def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
                 "--json", "--save")
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    terms = {t["name"]: t for t in doc["terms"]}
+    assert doc["schema_version"] == 2 and doc["source"] == "folder"
+    assert doc["run"]["prefill_step_size"] == 256 and doc["run"]["kv_group_size"] == 64
+    terms = {t["name"]: t for t in doc["comparison"]}
     assert terms["weights"]["measured"] == terms["weights"]["predicted"]
     assert terms["kv_cache"]["measured"] == terms["kv_cache"]["predicted"]
     assert doc["backend"] == "cpu" and doc["run"]["kv_bits"] == 8

@@ -139,14 +139,14 @@ def test_no_hub_request_for_a_bad_parameter(hub: FakeHub):
     (["fit", MISSING, "--memory-budget", "-1"],
      "mlxfit: error: --memory-budget must be a positive number of GB, got -1.0"),
     (["fit", MISSING, "--kv-bits", "8", "--kv-group-size", "48"],
-     "mlxfit: error: --kv-group-size must be 32, 64 or 128, got 48"),
+     "mlxfit: error: --kv-group-size must be 32, 64 or 128 (what mx.quantize supports), got 48"),
     (["fit", MISSING, "--prefill-step-size", "0"],
      "mlxfit: error: --prefill-step-size must be positive, got 0"),
     (["fit", MISSING, "--parallel", "0"],
      "mlxfit: error: --parallel must be between 1 and 4096, got 0"),
     (["matrix", MISSING, "--macos", "3"], ("mlxfit: error: --macos must be a macOS major "
-                                           "version from 11 (the first on Apple Silicon) to 99, "
-                                           "got 3")),
+                                           "version MLX runs on (14, 15, 26), got 3: MLX needs "
+                                           "macOS 14 or later")),
 ])
 def test_cli_words_the_parameter_as_its_flag(args, line):
     r = runner.invoke(app, args)

@@ -265,12 +265,13 @@ def test_cli_serving_flags_and_json():
                             "--prompt-cache", "2", "--json"])
     assert r.exit_code == 0, r.output
     d = json.loads(r.output)
-    assert d["schema_version"] == 1
-    assert set(d["serving_terms"]) == {"parallel_kv", "batched_transient", "prompt_cache"}
-    assert d["terms"]["prompt_cache"] == 2 * d["kv_bytes"]
+    assert d["schema_version"] == 2
+    serving = {t["name"]: t["bytes"] for t in d["serving_terms"]}
+    assert set(serving) == {"parallel_kv", "batched_transient", "prompt_cache"}
+    assert {t["name"]: t["bytes"] for t in d["terms"]}["prompt_cache"] == 2 * d["kv_bytes"]
     assert d["serving"]["parallel"] == 4 and d["command"].startswith("mlx_lm.server")
     assert d["total_bytes"] == (d["weights_bytes"] + d["kv_bytes"] + d["state_bytes"]
-                                + d["transient_bytes"] + sum(d["serving_terms"].values()))
+                                + d["transient_bytes"] + sum(serving.values()))
 
 
 def test_cli_serving_report():

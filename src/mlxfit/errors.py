@@ -20,13 +20,18 @@ class MlxfitError(Exception):
 
     ``param`` names the parameter at fault as the Python twins call it ("ctx", "machine"),
     ``also`` the other parameters the message names; the message words them by those names. The
-    CLI words each as its flag (--ctx, --machine): mlxfit.cli.common.error_text."""
+    CLI words each as its flag (--ctx, --machine): mlxfit.cli.common.error_text. ``file`` is
+    the file at fault and ``field`` the key in it (config.json's 'hidden_size'), where known:
+    what `--json` reports as error.file and error.field."""
 
     def __init__(self, message: str = "", *, param: str | None = None,
-                 also: tuple[str, ...] = ()):
+                 also: tuple[str, ...] = (), file: str | None = None,
+                 field: str | None = None):
         super().__init__(message)
         self.param = param
         self.also = tuple(also)
+        self.file = file
+        self.field = field
 
     @property
     def params(self) -> tuple[str, ...]:

@@ -54,6 +54,10 @@ else:  # pragma: no cover - exercised on 3.10 only
 DEFAULT_MODEL = "mlx-community/Qwen3-8B-4bit"
 # macOS major version assumed for the GPU working-set limit when --macos is not given.
 DEFAULT_MACOS = 26
+# The macOS major versions MLX runs on: MLX needs macOS 14.0 or later (its install page,
+# ml-explore.github.io/mlx/build/html/install.html, for mlx 0.32); Apple went from 15 to 26
+# (2025), so 16 to 25 do not exist. A release after 26 is added here when it ships.
+MACOS_MAJORS = (14, 15, 26)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 

@@ -12,8 +12,10 @@ import typer
 from typer.core import TyperGroup
 from typer.main import get_command
 
-from mlxfit.cli.common import error_text, print_error
+from mlxfit._version import __version__
+from mlxfit.cli.common import error_doc, error_text, print_error
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 
 try:  # typer 0.28 vendors click; older releases use click itself
     from typer._click.exceptions import UsageError as ClickUsageError
@@ -38,37 +40,52 @@ class _Verbs(TyperGroup):
 
 app = typer.Typer(
     cls=_Verbs,
-    add_completion=False,
+    add_completion=True,  # Typer's own --install-completion / --show-completion
     no_args_is_help=True,
     help="Will this model run on this Mac with MLX, at what context, how fast?",
     pretty_exceptions_enable=False,
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        print(f"mlxfit {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print mlxfit's version and exit."),
+) -> None:
     """Will this model run on this Mac with MLX, at what context, how fast?"""
 
 
 def main() -> None:
     """The console script: click's usage errors (unknown flag, non-numeric value) become the
     same single line and exit code 2 as every other bad input, not a framed usage box."""
-    def one_line(msg: str) -> NoReturn:  # outside the app: exit directly, not typer.Exit
+    as_json = "--json" in sys.argv[1:]
+
+    def one_line(msg: str, e: Exception) -> NoReturn:  # outside the app: exit, not typer.Exit
+        if as_json:  # a script asked for JSON: the error is a JSON object too
+            doc = error_doc(e, "usage" if isinstance(e, ClickUsageError) else None)
+            doc["error"]["message"] = msg
+            print(dumps(doc))
         print_error(msg)
         sys.exit(2)
 
     try:
-        rc = app(standalone_mode=False)
+        rc = app(standalone_mode=False, prog_name="mlxfit")
     except ClickUsageError as e:
         if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
             print(e.ctx.get_help())  # a bare `mlxfit` asks for help
             sys.exit(0)
         verb = e.ctx.command_path.partition(" ")[2] if e.ctx is not None else ""
-        one_line(f"{e.format_message()} (see mlxfit {verb + ' ' if verb else ''}--help)")
+        one_line(f"{e.format_message()} (see mlxfit {verb + ' ' if verb else ''}--help)", e)
     except KeyboardInterrupt:
         sys.exit(130)
     except MlxfitError as e:  # commands catch their own; this is the last net
-        one_line(error_text(e))
+        one_line(error_text(e), e)
     sys.exit(rc if isinstance(rc, int) else 0)
 
 

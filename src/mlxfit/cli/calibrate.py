@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.calibrate import render_calibration, result_to_json
 from mlxfit.verbs.calibrate.twin import calibrate
 
@@ -27,10 +27,10 @@ def calibrate_cmd(
     try:
         r = calibrate(from_file, write=write, backends=tuple(backend) if backend else None)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
         return
     if as_json:
-        print(json.dumps(result_to_json(r), indent=2))
+        print(dumps(result_to_json(r)))
     elif show_toml:
         print(r.toml, end="")
     else:

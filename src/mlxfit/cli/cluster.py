@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.sizes import tokens
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json, render_cluster
 from mlxfit.render.cluster_launch import write_launch
 from mlxfit.render.text import esc
@@ -24,7 +24,7 @@ def cluster_cmd(
     hosts_file: str | None = typer.Option(
         None, "--hosts-file", help="TOML file of \\[\\[hosts]] (machine, name, ssh, ips, rdma, "
                                    "memory_budget_gb, count); listed before any --host."),
-    ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end."),
+    ctx: int = typer.Option(8192, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context at the end."),
     strategy: str = typer.Option("auto", "--strategy", help="pipeline, tensor or auto."),
     link: str | None = typer.Option(None, "--link", help="tb5 (JACCL RDMA), tb4 or 10gbe "
                                                             "(ring over TCP); default tb5."),
@@ -34,11 +34,11 @@ def cluster_cmd(
         None, "--link-gbs", help="Your measured link bandwidth, GB/s (replaces the table)."),
     macos: int | None = typer.Option(None, "--macos", help="macOS major version (default 26)."),
     revision: str | None = typer.Option(None, "--revision"),
-    gen: int = typer.Option(0, "--gen", help="How many of the --ctx tokens are generated."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size"),
+    gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS"),
     kv_bits: int | None = typer.Option(None, "--kv-bits"),
     kv_group_size: int = typer.Option(64, "--kv-group-size"),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS"),
     backend: str = typer.Option("metal", "--backend", help="metal or cpu."),
     write: str | None = typer.Option(
         None, "--write", help="Write hostfile.json, run.sh and plan.json for mlx.launch here."),
@@ -55,13 +55,13 @@ def cluster_cmd(
                     backend=backend)
         written = write_launch(r, write) if write else []
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
         return
     if as_json:
         doc = cluster_to_json(r)
         if written:
             doc["written"] = [str(p) for p in written]
-        print(json.dumps(doc, indent=2))
+        print(dumps(doc))
     else:
         c = console()
         render_cluster(r, c, explain=explain)

@@ -8,7 +8,8 @@ from typing import NoReturn
 
 import typer
 
-from mlxfit.errors import MlxfitError
+from mlxfit.errors import MachineError, MlxfitError
+from mlxfit.render import SCHEMA_VERSION, dumps
 from mlxfit.render.text import controls
 from mlxfit.sources.redact import redact_text
 
@@ -26,11 +27,20 @@ def flag(param: str) -> str:
     return FLAGS.get(param, "--" + param.replace("_", "-"))
 
 
+# Width of a report sent to a pipe or a file: no line is wrapped (a verdict, a note, a warning
+# stays one line for grep); only a terminal's own width wraps.
+UNWRAPPED_WIDTH = 10_000
+
+
 def console(stderr: bool = False):
     from rich.console import Console  # rich is heavy: imported when a report is printed
 
     # No emoji codes either: a model named "x:fire:" is printed as written.
-    return Console(stderr=stderr, highlight=False, emoji=False)
+    c = Console(stderr=stderr, highlight=False, emoji=False)
+    if c.is_terminal:
+        return c
+    return Console(stderr=stderr, highlight=False, emoji=False, width=UNWRAPPED_WIDTH,
+                   soft_wrap=True)
 
 
 def error_text(e: Exception) -> str:
@@ -54,7 +64,34 @@ def print_error(msg: str) -> None:
     print("mlxfit: error: " + controls(redact_text(msg)), file=sys.stderr)
 
 
-def fail(e: Exception) -> NoReturn:
-    """One line on stderr, exit 2: what the user gave us cannot be sized as asked."""
+def error_kind(e: Exception) -> str:
+    """The error's kind in `--json`: its class in snake case without "Error" (ConfigError ->
+    "config", HubUnreachable -> "hub_unreachable"); click's usage errors are "usage"."""
+    if not isinstance(e, MlxfitError):
+        return "usage" if isinstance(e, typer.BadParameter) else "error"
+    name = type(e).__name__.removesuffix("Error") or "mlxfit"
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def error_doc(e: Exception, kind: str | None = None) -> dict:
+    """`--json`'s error object: kind, the message as on stderr, the file and the field (the flag
+    for a parameter, else the config key) at fault where known."""
+    if isinstance(e, MlxfitError):
+        file, field = e.file, (flag(e.param) if e.param else e.field)
+        if field is None and isinstance(e, MachineError):
+            field = "--machine"
+    else:  # click's: its parameter object names the flag
+        opts = getattr(getattr(e, "param", None), "opts", None) or [None]
+        file, field = None, opts[0]
+    return {"schema_version": SCHEMA_VERSION,
+            "error": {"kind": kind or error_kind(e), "message": redact_text(error_text(e)),
+                      "file": file, "field": field}}
+
+
+def fail(e: Exception, as_json: bool = False) -> NoReturn:
+    """One line on stderr, exit 2: what the user gave us cannot be sized as asked. Under
+    --json the error is also a JSON object on stdout, so a script reads one object either way."""
+    if as_json:
+        print(dumps(error_doc(e)))
     print_error(error_text(e))
     raise typer.Exit(2)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.sizes import gigabytes, tokens
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.fit import fit_to_json, render_fit
 from mlxfit.render.text import esc
 from mlxfit.settings import DEFAULT_MODEL
@@ -36,17 +36,17 @@ def _chart_path(model: str, extra: list[str], chart: bool) -> tuple[str, str | N
 def fit_cmd(
     typer_ctx: typer.Context,
     model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
-    ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end (prompt + generated)."),
+    ctx: int = typer.Option(8192, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context at the end (prompt + generated)."),
     machine: str | None = typer.Option(None, "--machine", help='e.g. "M4 Pro 24GB"; default: this machine.'),
-    memory_budget: float | None = typer.Option(None, "--memory-budget", help="Usable GB (10^9 B); replaces the machine's envelope."),
+    memory_budget: float | None = typer.Option(None, "--memory-budget", parser=gigabytes, metavar="SIZE", help="Usable GB (10^9 B); replaces the machine's envelope."),
     macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
     revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (HF cache or the Hub)."),
-    gen: int = typer.Option(0, "--gen", help="How many of the --ctx tokens are generated (the rest is prompt)."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx-lm's prefill chunk."),
+    gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated (the rest is prompt)."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
     kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
     kv_group_size: int = typer.Option(64, "--kv-group-size"),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
-    max_kv_size: int | None = typer.Option(None, "--max-kv-size", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS"),
+    max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
@@ -62,7 +62,7 @@ def fit_cmd(
     try:
         model, chart_file = _chart_path(model, typer_ctx.args, chart)
     except typer.BadParameter as e:
-        fail(e)
+        fail(e, as_json)
         return
     try:
         r = fit(model, ctx, machine=machine, memory_budget_gb=memory_budget, macos=macos,
@@ -78,10 +78,10 @@ def fit_cmd(
 
             write_chart(r.chart, chart_file)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
         return
     if as_json:
-        print(json.dumps(fit_to_json(r), indent=2))
+        print(dumps(fit_to_json(r)))
     else:
         out = console()
         render_fit(r, out, explain=explain)

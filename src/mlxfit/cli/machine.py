@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict
-
 import typer
 
 from mlxfit.cli.common import console, fail
 from mlxfit.errors import MlxfitError
-from mlxfit.render.machine import render_machine
+from mlxfit.render import dumps
+from mlxfit.render.machine import machine_doc, render_machine
 from mlxfit.verbs.machine import machine
 
 app = typer.Typer()
@@ -25,8 +23,8 @@ def machine_cmd(
     try:
         m = machine(spec, macos=macos)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
     if as_json:
-        print(json.dumps(asdict(m), indent=2))
+        print(dumps(machine_doc(m)))
         return
     render_machine(m, console())

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.sizes import tokens
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.matrix import matrix_to_json, render_matrix
 from mlxfit.verbs.matrix import matrix
 
@@ -16,17 +16,17 @@ app = typer.Typer()
 @app.command("matrix")
 def matrix_cmd(
     model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, or catalog id."),
-    ctx: int = typer.Option(8192, "--ctx", help="Tokens in context at the end (prompt + generated)."),
+    ctx: int = typer.Option(8192, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context at the end (prompt + generated)."),
     only_fits: bool = typer.Option(False, "--only-fits", help="Show only the SKUs where it fits."),
     chips: str | None = typer.Option(None, "--chips", help='Shell patterns, comma-separated: "M4*", "M3 Max,M2 Ultra".'),
     macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
     revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit in the HF cache."),
-    gen: int = typer.Option(0, "--gen", help="How many of the --ctx tokens are generated (the rest is prompt)."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", help="mlx-lm's prefill chunk."),
+    gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated (the rest is prompt)."),
+    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
     kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
     kv_group_size: int = typer.Option(64, "--kv-group-size"),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start"),
-    max_kv_size: int | None = typer.Option(None, "--max-kv-size", help="Rotating cache size."),
+    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS"),
+    max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size."),
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
@@ -39,9 +39,9 @@ def matrix_cmd(
                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
                    backend=backend, with_vision=with_vision)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
     if as_json:
-        print(json.dumps(matrix_to_json(m), indent=2))
+        print(dumps(matrix_to_json(m)))
     else:
         render_matrix(m, console())
     raise typer.Exit(0 if m.n_fit else 1)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
-
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.sizes import gigabytes, tokens
 from mlxfit.errors import MlxfitError
+from mlxfit.render import dumps
 from mlxfit.render.pick import pick_to_json, render_pick
 from mlxfit.verbs.pick import pick
 
@@ -15,10 +15,10 @@ app = typer.Typer()
 
 @app.command("pick")
 def pick_cmd(
-    ctx: int = typer.Option(8192, "--ctx", help="Tokens in context the model must hold."),
+    ctx: int = typer.Option(8192, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context the model must hold."),
     catalog: bool = typer.Option(False, "--catalog", help="Also rank the built-in catalog (not downloaded)."),
     machine: str | None = typer.Option(None, "--machine", help='e.g. "M4 Pro 24GB"; default: this machine.'),
-    memory_budget: float | None = typer.Option(None, "--memory-budget", help="Usable GB (10^9 B); replaces the machine's envelope."),
+    memory_budget: float | None = typer.Option(None, "--memory-budget", parser=gigabytes, metavar="SIZE", help="Usable GB (10^9 B); replaces the machine's envelope."),
     macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit."),
     default_model: str | None = typer.Option(None, "--default-model", help="Replaces [pick] default_model of ~/.config/mlxfit/config.toml."),
     coexist_fraction: float | None = typer.Option(None, "--coexist-fraction", help="Share of RAM an auto-pick may take (default 0.6)."),
@@ -30,9 +30,9 @@ def pick_cmd(
                  macos=macos, default_model=default_model,
                  coexist_fraction=coexist_fraction)
     except MlxfitError as e:
-        fail(e)
+        fail(e, as_json)
     if as_json:
-        print(json.dumps(pick_to_json(p), indent=2))
+        print(dumps(pick_to_json(p)))
     else:
         render_pick(p, console())
     raise typer.Exit(0 if p.chosen else 1)

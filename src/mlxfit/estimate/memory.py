@@ -80,15 +80,18 @@ def check_run(run: Run) -> None:
     if run.prefill_step_size < 1:
         raise UsageError(f"prefill_step_size must be positive, got {run.prefill_step_size}",
                          param="prefill_step_size")
-    if run.kv_bits is not None:
-        if run.kv_bits not in (2, 3, 4, 5, 6, 8):
-            raise UsageError(f"kv_bits must be one of 2,3,4,5,6,8, got {run.kv_bits}",
-                             param="kv_bits")
-        if run.kv_group not in (32, 64, 128):
-            raise UsageError(f"kv_group_size must be 32, 64 or 128, got {run.kv_group}",
-                             param="kv_group_size")
-        if run.quantized_kv_start < 0:
-            raise UsageError("quantized_kv_start must be >= 0", param="quantized_kv_start")
+    if run.kv_bits is not None and run.kv_bits not in (2, 3, 4, 5, 6, 8):
+        raise UsageError(f"kv_bits must be one of 2,3,4,5,6,8, got {run.kv_bits}",
+                         param="kv_bits")
+    # Checked with or without kv_bits: a value mlx-lm would reject is never silently carried.
+    # mx.quantize (mlx 0.32) supports group sizes 32, 64 and 128 only ("The supported group
+    # sizes are 32, 64, and 128"); mlx-lm passes --kv-group-size to it unchanged.
+    if run.kv_group not in (32, 64, 128):
+        raise UsageError(f"kv_group_size must be 32, 64 or 128 (what mx.quantize supports), "
+                         f"got {run.kv_group}", param="kv_group_size")
+    if run.quantized_kv_start < 0:
+        raise UsageError(f"quantized_kv_start must be >= 0, got {run.quantized_kv_start}",
+                         param="quantized_kv_start")
     if run.max_kv_size is not None and run.max_kv_size < 1:
         raise UsageError(f"max_kv_size must be positive, got {run.max_kv_size}",
                          param="max_kv_size")

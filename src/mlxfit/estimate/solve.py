@@ -157,6 +157,9 @@ class FitResult:
     # --ctx past the config's max_position_embeddings: mlx-lm would run it, but the model was
     # not trained to read that far, so it does not fit whatever the memory (issue 13)
     beyond_context: bool = False
+    # The hardware.resolve.Machine it was sized for (set by verbs.fit.fit_inputs; the pure core
+    # takes only its figures): what the JSON's machine object is made from.
+    machine: Any = None
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:

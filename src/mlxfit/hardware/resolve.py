@@ -363,21 +363,21 @@ def resolve_machine(spec: str, macos_major: int = DEFAULT_MACOS, table: SkuTable
 
 
 def machine_with_budget(m: Machine, budget_bytes: int) -> Machine:
-    """`--memory-budget` replaces the usable figure outright, whatever the machine said."""
+    """`--memory-budget` replaces the usable figure outright, whatever the machine said; a
+    budget above the machine's RAM cannot be right and is refused."""
     if budget_bytes <= 0:
         raise MachineError(f"memory_budget_gb must be positive, got {budget_bytes} bytes",
                            param="memory_budget_gb")
-    notes = m.notes
     if budget_bytes > m.ram_bytes:
-        notes = notes + (
-            f"--memory-budget {_fmt_gib(budget_bytes)} GiB exceeds the {_fmt_gib(m.ram_bytes)} GiB of RAM",
-        )
-    source = f"--memory-budget {_fmt_gib(budget_bytes)} GiB"
+        raise MachineError(f"memory_budget_gb {budget_bytes / 1e9:,.2f} GB is more than the "
+                           f"{m.ram_bytes / 1e9:,.2f} GB ({_fmt_gib(m.ram_bytes)} GiB) of RAM "
+                           f"of {m.name}", param="memory_budget_gb")
+    # In the unit it was given in: GB = 10^9 B, as every usable figure is printed.
+    source = f"--memory-budget {budget_bytes / 1e9:,.2f} GB"
     return replace(
         m,
         usable_bytes=budget_bytes,
         usable_source=source,
-        notes=notes,
         sources={**m.sources, "usable_bytes": source},
     )
 

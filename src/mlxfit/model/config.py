@@ -144,17 +144,22 @@ class Fields:
         v = self.d.get(key)
         if v is None:
             if default is None:
-                raise ConfigError(f"{self.where}: missing required field '{key}'")
+                raise ConfigError(f"{self.where}: missing required field '{key}'",
+                                  file=self.where, field=key)
             return default
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise ConfigError(f"{self.where}: field '{key}' must be an integer, got {v!r}")
+            raise ConfigError(f"{self.where}: field '{key}' must be an integer, got {v!r}",
+                              file=self.where, field=key)
         if isinstance(v, float) and (not math.isfinite(v) or v != int(v)):
-            raise ConfigError(f"{self.where}: field '{key}' must be an integer, got {v!r}")
+            raise ConfigError(f"{self.where}: field '{key}' must be an integer, got {v!r}",
+                              file=self.where, field=key)
         v = int(v)
         if v < minimum:
-            raise ConfigError(f"{self.where}: field '{key}' must be >= {minimum}, got {v}")
+            raise ConfigError(f"{self.where}: field '{key}' must be >= {minimum}, got {v}",
+                              file=self.where, field=key)
         if v > 10**9:
-            raise ConfigError(f"{self.where}: field '{key}' is implausibly large ({v})")
+            raise ConfigError(f"{self.where}: field '{key}' is implausibly large ({v})",
+                              file=self.where, field=key)
         return v
 
     def first_int(self, keys: tuple[str, ...], default: int) -> int:
@@ -168,7 +173,8 @@ class Fields:
         if v is None:
             return default
         if not isinstance(v, bool):
-            raise ConfigError(f"{self.where}: field '{key}' must be true/false, got {v!r}")
+            raise ConfigError(f"{self.where}: field '{key}' must be true/false, got {v!r}",
+                              file=self.where, field=key)
         return v
 
     def str_list(self, key: str, n: int) -> list[str] | None:
@@ -176,9 +182,11 @@ class Fields:
         if v is None:
             return None
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-            raise ConfigError(f"{self.where}: field '{key}' must be a list of strings")
+            raise ConfigError(f"{self.where}: field '{key}' must be a list of strings",
+                              file=self.where, field=key)
         if len(v) < n:
-            raise ConfigError(f"{self.where}: '{key}' has {len(v)} entries for {n} layers")
+            raise ConfigError(f"{self.where}: '{key}' has {len(v)} entries for {n} layers",
+                              file=self.where, field=key)
         return v[:n]
 
     def int_list(self, key: str) -> list[int] | None:
@@ -188,5 +196,6 @@ class Fields:
         if not isinstance(v, list) or not all(
             isinstance(x, int) and not isinstance(x, bool) for x in v
         ):
-            raise ConfigError(f"{self.where}: field '{key}' must be a list of integers")
+            raise ConfigError(f"{self.where}: field '{key}' must be a list of integers",
+                              file=self.where, field=key)
         return v

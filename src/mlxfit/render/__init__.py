@@ -1,25 +1,88 @@
-"""Presentation only: each verb's result as Rich text and as JSON."""
+"""Presentation only: each verb's result as Rich text and as JSON.
+
+The JSON pieces every verb shares live here, once: the schema version, the machine object, the
+run object, a term, tok/s, the float rounding and the text on stdout (docs/json.md)."""
 
 from __future__ import annotations
 
-from dataclasses import asdict
+import json
+import math
 from typing import Any
 
-from mlxfit.estimate.memory import Run
+from mlxfit.estimate.memory import Run, Term
+from mlxfit.hardware.resolve import Machine
 
-# The version of every verb's --json object (fit, matrix, pick, cluster, measure, calibrate).
-SCHEMA_VERSION = 1
+# The version of every verb's --json object (fit, matrix, pick, machine, cluster, measure,
+# calibrate, models, families). Schema 2: docs/json.md, "Changes from schema 1".
+SCHEMA_VERSION = 2
+
+# Floats are rounded to this many significant digits when printed (no 49.99999999999999).
+FLOAT_DIGITS = 6
+
+
+def machine_to_json(m: Machine) -> dict[str, Any]:
+    """The one machine object of every verb's JSON."""
+    return {
+        "name": m.name,
+        "chip": m.chip,
+        "gpu_cores": m.gpu_cores,
+        "ram_bytes": m.ram_bytes,
+        "bandwidth_gbs": m.bandwidth_gbs,
+        "usable_bytes": m.usable_bytes,
+        "usable_source": m.usable_source,
+        "macos_major": m.macos_major,
+    }
+
+
+def bare_machine(name: str, ram_bytes: int, usable_bytes: int, usable_source: str,
+                 bandwidth_gbs: float | None = None) -> Machine:
+    """A Machine from the figures a result carries, for a result made without one (the pure
+    core called directly): what it does not know (chip, GPU cores, macOS) is None."""
+    return Machine(name=name, chip=None, gpu_cores=None, ram_bytes=ram_bytes,
+                   bandwidth_gbs=bandwidth_gbs, usable_bytes=usable_bytes,
+                   usable_source=usable_source, is_apple_silicon=False, macos_major=None,
+                   unverified=False)
 
 
 def run_to_json(run: Run) -> dict[str, Any]:
-    """The run object of schema 1. Its prefill key keeps the name schema 1 was published with
-    ("prefill_step"), although the code calls it prefill_step_size end to end, as mlx-lm
-    does: renaming a key is a new schema version, not a refactor."""
-    d = asdict(run)
-    return {("prefill_step" if k == "prefill_step_size" else k): v for k, v in d.items()}
+    """The one run object: mlx-lm's parameter names (mlx_lm.generate's flags with "_"), plus
+    mlxfit's ctx, gen and backend."""
+    return {
+        "ctx": run.ctx,
+        "gen": run.gen,
+        "prefill_step_size": run.prefill_step_size,
+        "kv_bits": run.kv_bits,
+        "kv_group_size": run.kv_group,
+        "quantized_kv_start": run.quantized_kv_start,
+        "max_kv_size": run.max_kv_size,
+        "backend": run.backend,
+    }
+
+
+def term_to_json(t: Term) -> dict[str, Any]:
+    """A term as every "terms" list gives it: name, bytes, formula, inputs."""
+    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": dict(t.inputs)}
 
 
 def tps_to_json(tps: float | None) -> float | None:
     """Tokens per second as every verb's JSON gives them: two decimals (so a matrix row and
     `fit --json` on that SKU compare equal), or None where no speed is predicted."""
     return round(tps, 2) if tps is not None else None
+
+
+def rounded(x: Any) -> Any:
+    """``x`` with every float rounded to FLOAT_DIGITS significant digits (ints untouched)."""
+    if isinstance(x, float):
+        if x == 0 or not math.isfinite(x):
+            return x
+        return round(x, FLOAT_DIGITS - 1 - math.floor(math.log10(abs(x))))
+    if isinstance(x, dict):
+        return {k: rounded(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [rounded(v) for v in x]
+    return x
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """A verb's JSON object as printed on stdout: floats rounded, indented."""
+    return json.dumps(rounded(doc), indent=2, default=str)

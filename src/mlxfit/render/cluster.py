@@ -4,33 +4,47 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.estimate.memory import Term
-from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    bare_machine,
+    machine_to_json,
+    run_to_json,
+    term_to_json,
+    tps_to_json,
+)
 from mlxfit.render.text import esc
+from mlxfit.verbs.cluster.hosts import HostMachine
 from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
 
 
-def _term(t: Term) -> dict[str, Any]:
-    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": t.inputs}
+def _host_machine(h: HostMachine | HostPlan) -> dict[str, Any]:
+    m = getattr(h, "machine", None)
+    if m is None:  # a plan built without resolve_hosts: only its figures
+        m = bare_machine(h.machine_name, h.ram_bytes, h.usable_bytes, h.usable_source,
+                         h.bandwidth_gbs)
+    return machine_to_json(m)
 
 
-def _host_json(hp: HostPlan) -> dict[str, Any]:
+def _machine_json(hp: HostPlan, hosts: tuple[HostMachine, ...]) -> dict[str, Any]:
+    return _host_machine(next((h for h in hosts if h.rank == hp.rank), hp))
+
+
+def _host_json(hp: HostPlan, hosts: tuple[HostMachine, ...]) -> dict[str, Any]:
     return {
-        "rank": hp.rank, "name": hp.label, "machine": hp.machine_name,
-        "ram_bytes": hp.ram_bytes, "bandwidth_gbs": hp.bandwidth_gbs,
-        "usable_bytes": hp.usable_bytes, "usable_source": hp.usable_source,
+        "rank": hp.rank, "name": hp.label, "machine": _machine_json(hp, hosts),
+        "usable_bytes": hp.usable_bytes,
         "layers": {"start": hp.layers[0], "end": hp.layers[1], "count": hp.n_layers},
         "weights_bytes": hp.weights_bytes, "own_weights_bytes": hp.sharded_weights_bytes,
         "replicated_weights_bytes": hp.replicated_weights_bytes, "kv_bytes": hp.kv_bytes,
         "state_bytes": hp.state_bytes, "transient_bytes": hp.transient_bytes,
         "comm_buffer_bytes": hp.comm_bytes, "total_bytes": hp.total_bytes,
         "headroom_bytes": hp.headroom_bytes, "fits": hp.fits, "peak_phase": hp.peak_phase,
-        "decode_seconds": round(hp.decode_seconds, 6) if hp.decode_seconds is not None else None,
-        "explain": [_term(t) for t in hp.terms],
+        "decode_seconds": hp.decode_seconds,
+        "terms": [term_to_json(t) for t in hp.terms],
     }
 
 
-def plan_to_json(p: Plan) -> dict[str, Any]:
+def plan_to_json(p: Plan, hosts: tuple[HostMachine, ...] = ()) -> dict[str, Any]:
     return {
         "strategy": p.strategy, "supported": p.supported, "refusal": p.refusal,
         "fits": p.fits, "failing_hosts": list(p.failing_hosts),
@@ -39,25 +53,34 @@ def plan_to_json(p: Plan) -> dict[str, Any]:
         "decode_seconds": p.decode_seconds, "comm_seconds": p.comm_seconds,
         "split": list(p.split), "even_split": list(p.even_split),
         "even_split_fits": p.even_split_fits,
-        "hosts": [_host_json(h) for h in p.hosts],
-        "speed_terms": [_term(t) for t in p.speed_terms],
+        "hosts": [_host_json(h, hosts) for h in p.hosts],
+        "speed_terms": [term_to_json(t) for t in p.speed_terms],
         "assumptions": list(p.assumptions), "sums": dict(p.sums),
     }
 
 
 def cluster_to_json(r: ClusterResult) -> dict[str, Any]:
+    """The chosen plan's verdict, largest safe context and speed are at the top; every plan
+    considered is in "plans"."""
+    p = r.plan
     return {
         "schema_version": SCHEMA_VERSION,
         "model": r.model, "source": r.source_kind, "mlx_lm_module": r.mlx_lm_module,
         "run": run_to_json(r.run), "context_tokens": r.context_tokens,
         "context_limit": r.context_limit,
+        "strategy_requested": r.strategy_requested, "chosen": r.chosen, "why": r.why,
+        "fits": r.fits,
+        "max_safe_context": p.max_safe_context if p is not None and p.supported else 0,
+        "predicted_decode_tps": tps_to_json(p.predicted_decode_tps)
+        if p is not None and p.supported else None,
         "link": {"name": r.link.name, "backend": r.link.backend,
                  "latency_us": r.link.latency_s * 1e6, "bandwidth_gbs": r.link.bandwidth_gbs,
                  "nominal_gbps": r.link.nominal_gbps, "unverified": r.link.unverified,
                  "source": r.link.source},
-        "strategy_requested": r.strategy_requested, "chosen": r.chosen, "why": r.why,
-        "fits": r.fits, "weights_bytes": r.weights_bytes, "kv_bytes": r.kv_bytes,
-        "plans": [plan_to_json(p) for p in r.plans],
+        "weights_bytes": r.weights_bytes, "kv_bytes": r.kv_bytes,
+        "hosts": [{"rank": h.rank, "name": h.label, "machine": _host_machine(h)}
+                  for h in r.hosts],
+        "plans": [plan_to_json(q, r.hosts) for q in r.plans],
         "warnings": list(r.warnings), "notes": list(r.notes),
     }
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import UsageError
+from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json
 from mlxfit.verbs.cluster.results import ClusterResult
 
@@ -128,7 +129,7 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
         written.append(f)
 
     put("hostfile.json", json.dumps(hostfile_json(r), indent=4) + "\n")
-    put("plan.json", json.dumps(cluster_to_json(r), indent=2) + "\n")
+    put("plan.json", dumps(cluster_to_json(r)) + "\n")
     if p and p.strategy == "pipeline" and p.split != p.even_split:
         put(SPLIT_SCRIPT, _SPLIT_TEMPLATE.format(split=list(p.split), script=SPLIT_SCRIPT))
     cmds = launch_commands(r)

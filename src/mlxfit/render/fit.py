@@ -4,9 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlxfit.estimate.memory import Term
 from mlxfit.estimate.solve import FitResult
-from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
+from mlxfit.hardware.resolve import Machine
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    bare_machine,
+    machine_to_json,
+    run_to_json,
+    term_to_json,
+    tps_to_json,
+)
 from mlxfit.render.text import esc
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
@@ -19,8 +26,13 @@ def gb(n: float) -> str:
     return f"{n / 1e9:,.2f} GB"
 
 
-def _term(t: Term) -> dict[str, Any]:
-    return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": t.inputs}
+def fit_machine(r: FitResult) -> Machine:
+    """The machine a result was sized for; a result made by the pure core alone (no Machine)
+    gets one from its figures, with what it does not know as None."""
+    if r.machine is not None:
+        return r.machine
+    return bare_machine(r.machine_name, r.ram_bytes, r.usable_bytes, r.usable_source,
+                        r.bandwidth_gbs)
 
 
 def fit_to_json(r: FitResult) -> dict[str, Any]:
@@ -28,13 +40,7 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "model": r.model,
         "source": r.source_kind,
-        "machine": {
-            "name": r.machine_name,
-            "ram_bytes": r.ram_bytes,
-            "bandwidth_gbs": r.bandwidth_gbs,
-            "usable_bytes": r.usable_bytes,
-            "usable_source": r.usable_source,
-        },
+        "machine": machine_to_json(fit_machine(r)),
         "run": run_to_json(r.run),
         "context_tokens": r.context_tokens,
         "weights_bytes": r.weights_bytes,
@@ -52,15 +58,15 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
         "peak_phase": r.peak_phase,
-        "terms": {t.name: t.bytes for t in r.terms},
+        "terms": [term_to_json(t) for t in r.terms],
+        "speed_terms": [term_to_json(t) for t in r.speed_terms],
         "weights": r.weights_detail,
-        "explain": [_term(t) for t in r.terms + r.speed_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
-        # Additive (issue 6): serving terms are also in "terms" and in total_bytes.
         "command": r.serving.get("command"),
         "serving": {k: v for k, v in r.serving.items() if k != "command"} or None,
-        "serving_terms": {t.name: t.bytes for t in r.extra_terms},
+        # The serving terms (--parallel, --prompt-cache, --draft-model), also in "terms".
+        "serving_terms": [term_to_json(t) for t in r.extra_terms],
         "max_buffer_bytes": r.max_buffer_bytes,
         "buffers": [{"name": b.name, "bytes": b.bytes, "what": b.what,
                      "over_limit": r.max_buffer_bytes is not None and b.bytes > r.max_buffer_bytes}

@@ -5,7 +5,22 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.hardware.resolve import Machine
+from mlxfit.render import SCHEMA_VERSION, machine_to_json
 from mlxfit.render.text import esc
+
+
+def machine_doc(m: Machine) -> dict[str, Any]:
+    """`mlxfit machine --json`: the machine object every verb uses, then what only this verb
+    shows (where each figure came from)."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "machine": machine_to_json(m),
+        "is_apple_silicon": m.is_apple_silicon,
+        "unverified": m.unverified,
+        "max_buffer_bytes": m.max_buffer_bytes,
+        "notes": list(m.notes),
+        "sources": dict(m.sources),
+    }
 
 
 def render_machine(m: Machine, out: Any) -> None:

@@ -4,19 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION, run_to_json, tps_to_json
+from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, tps_to_json
+from mlxfit.render.fit import fit_machine
 from mlxfit.render.text import esc
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
 def row_to_json(r: MatrixRow) -> dict[str, Any]:
+    """One SKU: its machine object (what `fit --machine <name> --json` gives), then the fit."""
     return {
         "family": r.family,
-        "chip": r.chip,
-        "gpu_cores": r.gpu_cores,
-        "ram_gb": r.ram_gb,
         "name": r.name,
-        "bandwidth_gbs": r.bandwidth_gbs,
+        "machine": machine_to_json(fit_machine(r.result)),
         "usable_bytes": r.usable_bytes,
         "total_bytes": r.total_bytes,
         "headroom_bytes": r.headroom_bytes,

@@ -4,33 +4,27 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION
+from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json
 from mlxfit.render.text import esc
 from mlxfit.verbs.measure.twin import Measurement
 
 
 def measurement_to_json(m: Measurement) -> dict:
-    """The ``--json`` object: the comparison, then the full record."""
-
-    def num(x):
-        return None if x is None else (round(x, 3) if isinstance(x, float) else x)
-
+    """The ``--json`` object: measured beside predicted, term by term, then the full record."""
     return {
         "schema_version": SCHEMA_VERSION,
         "model": m.model,
-        "source_kind": m.source_kind,
+        "source": m.source_kind,
+        "machine": machine_to_json(m.machine) if m.machine is not None else None,
         "random_weights": m.random_weights,
         "dtype": m.dtype,
         "backend": m.backend,
         "calibration": m.calibration,
-        "run": {"ctx": m.run.ctx, "gen": m.run.gen, "prefill_step_size": m.run.prefill_step_size,
-                "kv_bits": m.run.kv_bits, "kv_group_size": m.run.kv_group,
-                "quantized_kv_start": m.run.quantized_kv_start,
-                "max_kv_size": m.run.max_kv_size},
+        "run": run_to_json(m.run),
         "peak_phase": {"measured": m.measured_peak_phase, "predicted": m.predicted_peak_phase},
-        "terms": [
-            {"name": t.name, "unit": t.unit, "measured": num(t.measured),
-             "predicted": num(t.predicted), "error": num(t.error), "exact": t.exact}
+        "comparison": [
+            {"name": t.name, "unit": t.unit, "measured": t.measured,
+             "predicted": t.predicted, "error": t.error, "exact": t.exact}
             for t in m.terms
         ],
         "notes": list(m.notes),

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxfit.hardware.resolve import Machine
 from mlxfit.model.names import base_name
-from mlxfit.render import SCHEMA_VERSION, tps_to_json
+from mlxfit.render import SCHEMA_VERSION, bare_machine, machine_to_json, tps_to_json
 from mlxfit.render.text import esc
 from mlxfit.verbs.pick import Candidate, PickResult
 
@@ -36,6 +37,12 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
     }
 
 
+def _machine(p: PickResult) -> Machine:
+    if p.machine is not None:
+        return p.machine
+    return bare_machine(p.machine_name, p.ram_bytes, p.usable_bytes, p.usable_source)
+
+
 def pick_to_json(p: PickResult) -> dict[str, Any]:
     return {
         "schema_version": SCHEMA_VERSION,
@@ -43,8 +50,7 @@ def pick_to_json(p: PickResult) -> dict[str, Any]:
         "rule": p.rule,
         "reason": p.reason,
         "context_tokens": p.context_tokens,
-        "machine": {"name": p.machine_name, "ram_bytes": p.ram_bytes,
-                    "usable_bytes": p.usable_bytes, "usable_source": p.usable_source},
+        "machine": machine_to_json(_machine(p)),
         "coexist_fraction": p.coexist_fraction,
         "coexist_fraction_from": p.coexist_fraction_from,
         "coexist_bytes": p.coexist_bytes,

@@ -21,25 +21,27 @@ def read_config(path: Path) -> dict[str, Any]:
     """config.json as a dict. Python's json accepts the bare Infinity/NaN tokens real configs
     carry (a Nemotron config has one), so no custom parser is needed."""
     if path.is_symlink() and not path.exists():
-        raise ConfigError(f"{path}: broken symlink -> {os.readlink(path)}")
+        raise ConfigError(f"{path}: broken symlink -> {os.readlink(path)}", file=str(path))
     try:
         data = json.loads(read_regular(path, MAX_JSON_BYTES).decode("utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: missing (every model folder needs config.json)") from None
+        raise ConfigError(f"{path}: missing (every model folder needs config.json)",
+                          file=str(path)) from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {why(e)}") from None
+        raise ConfigError(f"{path}: cannot read: {why(e)}", file=str(path)) from None
     except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not valid UTF-8") from None
+        raise ConfigError(f"{path}: not valid UTF-8", file=str(path)) from None
     except json.JSONDecodeError as e:
         raise ConfigError(
-            f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}"
-        ) from None
+            f"{path}: invalid JSON at line {e.lineno} column {e.colno}: {e.msg}",
+            file=str(path)) from None
     except RecursionError:
-        raise ConfigError(f"{path}: JSON nested too deeply") from None
+        raise ConfigError(f"{path}: JSON nested too deeply", file=str(path)) from None
     except ValueError:  # an integer literal past sys.get_int_max_str_digits() (4,300 digits)
-        raise ConfigError(f"{path}: a number with too many digits") from None
+        raise ConfigError(f"{path}: a number with too many digits", file=str(path)) from None
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: must be a JSON object, got a {type(data).__name__}")
+        raise ConfigError(f"{path}: must be a JSON object, got a {type(data).__name__}",
+                          file=str(path))
     return data
 
 

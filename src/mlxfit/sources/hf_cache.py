@@ -132,12 +132,36 @@ def _refs_error(repo_id: str, cache: Path, e: Exception) -> SourceError:
                        f"({getattr(e, 'strerror', None) or e})")
 
 
+_HEX = frozenset("0123456789abcdef")
+MIN_PREFIX = 4  # as git: a shorter prefix of a commit hash is not accepted
+
+
+def expand_revision(repo_dir: Path, revision: str) -> str:
+    """``revision`` as the cache knows it: a ref name or a full snapshot hash as given; a
+    unique prefix of a cached snapshot's hash (mlxfit prints 12 characters) as that hash."""
+    rev = revision.strip().lower()
+    if (repo_dir / "refs" / revision).is_file() or not MIN_PREFIX <= len(rev) < 40 \
+            or not set(rev) <= _HEX:
+        return revision
+    try:
+        snaps = sorted(p.name for p in (repo_dir / "snapshots").iterdir() if p.is_dir())
+    except OSError:
+        return revision
+    hits = [s for s in snaps if s.startswith(rev)]
+    if len(hits) > 1:
+        raise SourceError(f"revision {revision} of {repo_id_of(repo_dir.name)} matches {len(hits)} cached "
+                          f"snapshots ({', '.join(h[:12] for h in hits)}): give more of the hash")
+    return hits[0] if hits else revision
+
+
 def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
     """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
     # The hub's folder name for a model repo; checked before importing huggingface_hub
     # (~150 ms), so a catalog or missing model never pays for it.
     if not (cache / cache_dirname(repo_id)).is_dir():
         return None
+    if revision:
+        revision = expand_revision(cache / cache_dirname(repo_id), revision)
     # huggingface_hub is heavy: imported only when the HF cache is looked up
     from huggingface_hub import try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError

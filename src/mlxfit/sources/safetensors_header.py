@@ -36,7 +36,7 @@ MAX_HEADER_BYTES = 100_000_000
 def _fail(path: Path | str, problem: str) -> WeightsError:
     # One line, always naming the file: callers quote tensor names with !r, and a newline
     # in a path is escaped here.
-    return WeightsError(f"{path}: {problem}".replace("\n", "\\n"))
+    return WeightsError(f"{path}: {problem}".replace("\n", "\\n"), file=str(path))
 
 
 def _read_raw_header(path: Path) -> tuple[bytes, int]:

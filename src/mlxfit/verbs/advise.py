@@ -34,7 +34,7 @@ WIRED_ROUND_MB = 256  # the sysctl value is rounded up to this (the prediction p
 
 # Cost to the user, lowest first. Ties keep the order below.
 RANK = {
-    "prefill_step": 10,   # prompt processing slower; output identical
+    "prefill_step_size": 10,   # prompt processing slower; output identical
     "prompt_cache": 20,   # evicted conversations are prefilled again
     "kv_bits_8": 30,      # small quality loss past --quantized-kv-start
     "wired_limit": 40,    # less memory for macOS and the other apps
@@ -250,9 +250,9 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
 
     steps = prefill_steps_below(run.prefill_step_size)
     if steps:
-        out.append(_discrete("prefill_step", RANK["prefill_step"], [
+        out.append(_discrete("prefill_step_size", RANK["prefill_step_size"], [
             (lambda c, st=st: _change(c, Change(
-                "prefill_step", f"--prefill-step-size {st}",
+                "prefill_step_size", f"--prefill-step-size {st}",
                 f"prompt processing slower ({st}-token chunks instead of {c.run.prefill_step_size} use "
                 "the GPU less efficiently); the transient shrinks, the output is identical"),
                 run=replace(c.run, prefill_step_size=st)))

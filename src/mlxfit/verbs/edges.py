@@ -18,7 +18,7 @@ from mlxfit.hardware.resolve import (
     usable_bytes_for,
 )
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
-from mlxfit.settings import DEFAULT_MACOS, user_calibration
+from mlxfit.settings import DEFAULT_MACOS, MACOS_MAJORS, user_calibration
 from mlxfit.sources.resolve import resolve_model
 
 
@@ -31,9 +31,14 @@ def check_machine_params(memory_budget_gb: float | None = None, macos: int | Non
         raise UsageError(f"memory_budget_gb must be a positive number of GB, got "
                          f"{memory_budget_gb}", param="memory_budget_gb")
     if macos is not None and (isinstance(macos, bool) or not isinstance(macos, int)
-                              or not 11 <= macos <= 99):
-        raise UsageError(f"macos must be a macOS major version from 11 (the first on Apple "
-                         f"Silicon) to 99, got {macos}", param="macos")
+                              or macos not in MACOS_MAJORS):
+        why = ("not a version number" if not isinstance(macos, int) or isinstance(macos, bool)
+               else "MLX needs macOS 14 or later" if macos < 14
+               else "16 to 25 do not exist (Apple went from 15 to 26)" if 15 < macos < 26
+               else "not a released macOS")
+        raise UsageError(f"macos must be a macOS major version MLX runs on "
+                         f"({', '.join(map(str, MACOS_MAJORS))}), got {macos}: {why}",
+                         param="macos")
     if wired_limit_mb is not None:
         if memory_budget_gb is not None:
             raise UsageError("memory_budget_gb and wired_limit_mb both set the usable memory: "

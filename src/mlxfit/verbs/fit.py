@@ -126,7 +126,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
-    return fit_core(
+    r = fit_core(
         model=inputs.name, source_kind=inputs.source_kind, cfg=inputs.cfg,
         weights=inputs.weights, run=run, cal=cal,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
@@ -134,6 +134,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
         warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
         extra_terms=extra_terms,
     )
+    return replace(r, machine=m)
 
 
 

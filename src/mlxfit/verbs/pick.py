@@ -31,6 +31,7 @@ from typing import Any
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.memory import run_from
 from mlxfit.estimate.solve import FitResult
+from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
@@ -402,6 +403,7 @@ class PickResult:
     catalog: tuple[Candidate, ...] | None  # with catalog=True: not downloaded, best first
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
+    machine: Machine | None = None  # the machine sized for (the JSON's machine object)
 
     @property
     def chosen_candidate(self) -> Candidate | None:
@@ -503,7 +505,7 @@ def pick(
         cache_dir=str(cache), candidates=tuple(cands),
         skipped=tuple(sorted(skipped, key=lambda s: s.model.casefold())),
         catalog=tuple(cat_rows) if cat_rows is not None else None,
-        warnings=tuple(warnings), notes=tuple(notes),
+        warnings=tuple(warnings), notes=tuple(notes), machine=m,
     )
 
 

@@ -93,6 +93,7 @@ class Measurement:
     record: dict = field(repr=False, default_factory=dict)
     saved_to: str | None = None
     notes: tuple[str, ...] = ()
+    machine: Any = None  # hardware.resolve.Machine the tok/s was predicted for, when known
 
     def term(self, name: str) -> TermCheck:
         for t in self.terms:
@@ -253,7 +254,7 @@ def measure(
         model=inputs.name, source_kind=src.kind, random_weights=random_weights, dtype=wdtype,
         backend=backend, run=run, terms=terms, measured_peak_phase=measured_phase(rec),
         predicted_peak_phase=tot.phase.name, calibration=cal.source, record=rec,
-        saved_to=None if saved is None else str(saved), notes=tuple(notes),
+        saved_to=None if saved is None else str(saved), notes=tuple(notes), machine=m,
     )
 
 

@@ -16,9 +16,9 @@ token and 403 with one that has not been granted access.
 
 Faults are injected per request: a fixed latency on every request, and rules matching a path
 fragment (and optionally a range start) that answer a status (429 then 200, 500 forever...),
-delay the answer, cut the connection in the middle of a body, hold it open half-sent, or drip
-the body a byte at a time. Every request is logged with
-the body bytes sent, so tests can assert that no tensor data ever left the server.
+delay the answer, cut the connection in the middle of a body, hold it open half-sent
+(``hold``), or drip the body a byte at a time (``drip``). Every request is logged with the
+body bytes sent, so tests can assert that no tensor data ever left the server.
 
 Models are folders built by the tests (sparse shards for big ones): files are served from disk.
 """

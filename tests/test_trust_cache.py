@@ -10,6 +10,7 @@ import base64
 import gzip
 import json
 import os
+import struct
 import subprocess
 import sys
 import zlib
@@ -119,12 +120,22 @@ def test_the_unedited_entry_reads_back(cached) -> None:
 
 
 def _bomb(path: Path, inflated: int) -> None:
-    """A real gzip member of ``inflated`` zero bytes (a few MB on disk), streamed."""
-    z = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    """A real, valid gzip member of ``inflated`` zero bytes (2 MB on disk for 2 GiB), built in
+    a second: after a full flush deflate restarts, so each 16 MiB block compresses to the same
+    bytes, written N times; the trailer's CRC-32 and size are those of the whole."""
     block = b"\0" * (1 << 24)
+    n = inflated // len(block)
+    z = zlib.compressobj(9, zlib.DEFLATED, -15)  # raw deflate; the gzip framing is ours
+    once = z.compress(block) + z.flush(zlib.Z_FULL_FLUSH)
+    crc = 0
+    for _ in range(n):
+        crc = zlib.crc32(block, crc)
     with open(path, "wb") as f:
-        f.writelines(z.compress(block) for _ in range(inflated // len(block)))
-        f.write(z.flush())
+        f.write(b"\x1f\x8b\x08\x00\0\0\0\0\x00\xff")  # gzip header: deflate, no name
+        for _ in range(n):
+            f.write(once)
+        f.write(z.flush(zlib.Z_FINISH))
+        f.write(struct.pack("<II", crc, (n * len(block)) & 0xFFFFFFFF))
 
 
 BOMB_CHILD = r"""

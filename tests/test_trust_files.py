@@ -158,3 +158,16 @@ def test_shard_symlinked_to_a_secret_prints_none_of_it(tmp_path: Path) -> None:
         for leak in (str(n), f"{n:,}", "hunter2", "pppp", "tail"):
             assert leak not in r.stdout + msg.replace(str(tmp_path), ""), (leak, msg)
         assert "model.safetensors" in msg
+
+
+@pytest.mark.parametrize("name", ["config.toml", "calibration.toml", "apple_skus.toml"])
+def test_fifo_user_settings_file(tmp_path: Path, name: str) -> None:
+    """~/.config/mlxfit/*.toml: a FIFO is not a settings file. Callers look for a regular file
+    (so it is ignored, as if absent), and read_toml itself opens regular files only; either
+    way the run ends (the child's timeout is the bound), it never hangs."""
+    conf = tmp_path / "xdg" / "mlxfit"
+    conf.mkdir(parents=True)
+    os.mkfifo(conf / name)
+    r = run_cli("fit", "mlx-community/Qwen3-0.6B-4bit", "--machine", M4PRO,
+                env={"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path)})
+    assert r.returncode == 0 and "FITS" in r.stdout, r.stderr

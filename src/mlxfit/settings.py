@@ -36,6 +36,7 @@ from typing import Any
 
 from mlxfit import resources
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.sources.localfile import read_regular, why
 
 try:
     import pwd
@@ -260,10 +261,10 @@ def user_calibration(settings: Settings | None = None) -> Path | None:
 def read_toml(path: Path, what: str, error: type[MlxfitError] = MlxfitError) -> dict[str, Any]:
     """The TOML document at ``path``. Unreadable, not UTF-8, not TOML or nested beyond reason:
     ``error`` in one line, ``cannot read <what> <path>: <why>``."""
-    try:
-        data = Path(path).read_bytes()
+    try:  # a FIFO or /dev/zero named like a settings file must neither hang nor fill memory
+        data = read_regular(path, MAX_JSON_BYTES)
     except OSError as e:
-        raise error(f"cannot read {what} {path}: {e.strerror or e}".replace("\n", " ")) from None
+        raise error(f"cannot read {what} {path}: {why(e)}".replace("\n", " ")) from None
     return parse_toml(data, f"{what} {path}", error)
 
 

@@ -16,6 +16,9 @@ from mlxfit.errors import Cancelled, MlxfitError
 
 Job = tuple[Any, Callable[[], Any]]
 
+# After a failure, how long the others get to stop: a read in flight ends at its next chunk.
+JOIN_GRACE_SECONDS = 2.0
+
 
 def run_parallel(jobs: Sequence[Job], workers: int, cancelled: threading.Event,
                  deadline: float, too_slow: Callable[[], MlxfitError],
@@ -66,8 +69,11 @@ def run_parallel(jobs: Sequence[Job], workers: int, cancelled: threading.Event,
         raise
     except BaseException:
         cancelled.set()
-        for t in threads:  # nothing touches the network once we have answered, within reason
-            t.join(max(0.0, deadline - time.monotonic()))
+        # Running jobs stop at their next read or retry: wait for that (nothing should touch
+        # the network once we have answered), but never long for a server holding one open.
+        grace = min(deadline, time.monotonic() + JOIN_GRACE_SECONDS)
+        for t in threads:
+            t.join(max(0.0, grace - time.monotonic()))
         raise
     cancelled.set()
     return out

@@ -171,3 +171,14 @@ def test_fifo_user_settings_file(tmp_path: Path, name: str) -> None:
     r = run_cli("fit", "mlx-community/Qwen3-0.6B-4bit", "--machine", M4PRO,
                 env={"XDG_CONFIG_HOME": str(tmp_path / "xdg"), "HOME": str(tmp_path)})
     assert r.returncode == 0 and "FITS" in r.stdout, r.stderr
+
+
+def test_read_toml_refuses_a_fifo_and_a_device(tmp_path: Path) -> None:
+    from mlxfit.errors import MlxfitError
+    from mlxfit.settings import read_toml
+
+    os.mkfifo(tmp_path / "x.toml")
+    with pytest.raises(MlxfitError, match="x.toml: a FIFO, not a regular file"):
+        read_toml(tmp_path / "x.toml", "settings")
+    with pytest.raises(MlxfitError, match="a character device, not a regular file"):
+        read_toml(Path("/dev/zero"), "settings")

@@ -182,3 +182,13 @@ def test_read_toml_refuses_a_fifo_and_a_device(tmp_path: Path) -> None:
         read_toml(tmp_path / "x.toml", "settings")
     with pytest.raises(MlxfitError, match="a character device, not a regular file"):
         read_toml(Path("/dev/zero"), "settings")
+
+
+def test_fifo_as_a_hub_cache_ref(tmp_path: Path) -> None:
+    """refs/main of mlxfit's own cache, planted as a FIFO: treated as no cached ref."""
+    cache = tmp_path / "mlxfit-cache"
+    refs = cache / "hub" / "huggingface.co" / "models--acme--tiny" / "refs"
+    refs.mkdir(parents=True)
+    os.mkfifo(refs / "main")
+    r = run_cli("fit", "acme/tiny", "--machine", M4PRO, env={"MLXFIT_CACHE_DIR": str(cache)})
+    assert "not in mlxfit's Hub metadata cache" in error_line(r)

@@ -246,7 +246,7 @@ def _read_ref(repo_dir: Path, revision: str) -> tuple[str | None, float]:
     """(commit, age in seconds) of a cached branch/tag, (None, inf) when unknown."""
     ref = _ref_file(repo_dir, revision)
     try:
-        sha = ref.read_text().strip()
+        sha = read_regular(ref, 4096).decode("ascii", "replace").strip()  # a FIFO never hangs
         age = time.time() - ref.stat().st_mtime
     except OSError:
         return None, float("inf")

@@ -650,10 +650,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--fit", action="store_true", help="refit, leave-one-source-out, report")
     ap.add_argument("--md", help="write the markdown report here")
     ap.add_argument("--rows", help="write one JSON line per evaluated run (shipped calibration)")
+    ap.add_argument("--prefill", action="store_true",
+                    help="prompt tok/s only: fit [prefill], in-sample and leave-one-source-out "
+                         "by chip family (with --md: its own section of the report)")
     a = ap.parse_args(argv)
     cases, skipped = load_cases()
     doc = base_doc()
     cal0 = cal_with(doc)
+    if a.prefill:
+        return prefill_main(cases, cal0, a.md)
     main_cases = [c for c in cases if not c.approx]
     if a.rows:
         with open(a.rows, "w") as f:
@@ -732,6 +737,34 @@ def main(argv: list[str]) -> int:
         if md.exists() and GEN_MARK in md.read_text():
             head = md.read_text().split(GEN_MARK)[0]
         md.write_text(head + GEN_MARK + "\n\n" + text + "\n")
+    return 0
+
+
+PREFILL_MARK = "<!-- prefill section: python bench/metal_eval.py --prefill --md bench/results/metal_eval.md -->"
+PREFILL_END = "<!-- end of prefill section -->"
+
+
+def prefill_main(cases: list[Case], cal: Calibration, md: str | None) -> int:
+    import prefill_eval  # bench/prefill_eval.py: the prompt-speed half of this evaluation
+
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    lines, _ = prefill_eval.report(cases, dict(enumerate(rows)), cal, load_model, lm_fit,
+                                   SOURCES)
+    text = "\n".join(lines)
+    print(text)
+    if md:
+        path = Path(md)
+        old = path.read_text() if path.exists() else ""
+        block = f"{PREFILL_MARK}\n\n{text}\n{PREFILL_END}\n"
+        if PREFILL_MARK in old and PREFILL_END in old:
+            head, rest = old.split(PREFILL_MARK, 1)
+            new = head + block + rest.split(PREFILL_END, 1)[1].lstrip("\n")
+        elif GEN_MARK in old:
+            head, rest = old.split(GEN_MARK, 1)
+            new = head + block + "\n" + GEN_MARK + rest
+        else:
+            new = old + "\n" + block
+        path.write_text(new)
     return 0
 
 

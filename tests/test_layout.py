@@ -19,7 +19,7 @@ import pytest
 import mlxfit
 
 PKG = Path(mlxfit.__file__).resolve().parent
-TWINS = ("fit", "matrix", "pick", "cluster", "measure", "calibrate", "machine")
+TWINS = ("fit", "matrix", "pick", "cluster", "measure", "calibrate", "machine", "serve_plan")
 
 # Third-party packages a function may import on demand (their import costs start-up time, or
 # they are optional extras), and the mlxfit modules only a rarely used feature reaches.

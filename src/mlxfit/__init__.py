@@ -2,7 +2,7 @@
 
 Every CLI verb has a Python twin returning a frozen result, importable from here:
 ``mlxfit.fit``, ``mlxfit.matrix``, ``mlxfit.pick``, ``mlxfit.cluster``, ``mlxfit.measure``,
-``mlxfit.calibrate`` and ``mlxfit.machine``. They are imported on first use (start-up time
+``mlxfit.calibrate``, ``mlxfit.machine`` and ``mlxfit.serve_plan``. They are imported on first use (start-up time
 matters); the ``TYPE_CHECKING`` block gives type checkers and editors their real signatures.
 No subpackage carries a twin's name, so none can shadow it.
 """
@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from mlxfit.verbs.matrix import matrix
     from mlxfit.verbs.measure.twin import measure
     from mlxfit.verbs.pick import pick
+    from mlxfit.verbs.serve_plan import serve_plan
 
 # public name -> module that defines it
 _PUBLIC = {
@@ -34,6 +35,7 @@ _PUBLIC = {
     "measure": "mlxfit.verbs.measure.twin",
     "calibrate": "mlxfit.verbs.calibrate.twin",
     "machine": "mlxfit.verbs.machine",
+    "serve_plan": "mlxfit.verbs.serve_plan",
     "weights_summary": "mlxfit.verbs.fit",
     "resolve_machine": "mlxfit.hardware.resolve",
     "probe_machine": "mlxfit.hardware.probe",
@@ -41,7 +43,7 @@ _PUBLIC = {
 
 __all__ = [
     "__version__", "calibrate", "cluster", "fit", "machine", "matrix", "measure", "pick",
-    "probe_machine", "resolve_machine", "weights_summary",
+    "probe_machine", "resolve_machine", "serve_plan", "weights_summary",
 ]
 
 

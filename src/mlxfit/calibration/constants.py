@@ -56,10 +56,38 @@ class Decode:
 
 
 @dataclass(frozen=True)
+class Prefill:
+    """Prompt-processing constants (calibration.toml [prefill]; estimate/compute.py)."""
+
+    # Fraction of the chip's peak matmul FLOP/s that MLX's (quantized) matmul reaches, by format
+    eff_bf16: float
+    eff_affine2: float
+    eff_affine3: float
+    eff_affine4: float
+    eff_affine5: float
+    eff_affine6: float
+    eff_affine8: float
+    eff_mxfp4: float
+    eff_nvfp4: float
+    eff_mxfp8: float
+    expert_eff: float  # gather_qmm over routed experts relative to a dense matmul
+    neural_accel_eff: float  # M5 Neural Accelerators: fraction of their peak, on top of eff_*
+    attn_eff: float  # fused causal SDPA: fraction of the shader-ALU peak
+    attn_unfused_eff: float  # scores materialized (head dims without a fused kernel, masks)
+    score_passes: float  # times a materialized score array crosses memory (write, softmax, read)
+    scan_eff: float  # gated-delta / SSM scans
+    per_layer_chunk_s: float  # fixed cost per computed layer per chunk
+    per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
+    ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute
+    watchdog_layer_s: float  # one layer of one chunk: past it macOS's GPU watchdog has killed runs
+
+
+@dataclass(frozen=True)
 class Calibration:
     backends: dict[str, Backend]
     decode: Decode
     source: str
+    prefill: Prefill | None = None
 
     def backend(self, name: str) -> Backend:
         try:
@@ -72,7 +100,11 @@ class Calibration:
 
 
 # Constants that divide or scale a whole prediction: zero would be nonsense, not a bound.
-_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens"})
+_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens",
+                       "eff_bf16", "eff_affine2", "eff_affine3", "eff_affine4", "eff_affine5",
+                       "eff_affine6", "eff_affine8", "eff_mxfp4", "eff_nvfp4", "eff_mxfp8",
+                       "expert_eff", "neural_accel_eff", "attn_eff", "attn_unfused_eff",
+                       "scan_eff", "ultra_compute", "watchdog_layer_s"})
 
 
 def _number(v: Any, name: str, where: str) -> float:
@@ -109,7 +141,9 @@ def parse_calibration(doc: dict[str, Any], where: str) -> Calibration:
         name: _build(Backend, tbl, f"{where} [backend.{name}]") for name, tbl in tables.items()
     }
     decode = _build(Decode, doc.get("decode", {}), f"{where} [decode]")
-    return Calibration(backends=backends, decode=decode, source=where)
+    prefill = (_build(Prefill, doc["prefill"], f"{where} [prefill]")
+               if "prefill" in doc else None)
+    return Calibration(backends=backends, decode=decode, source=where, prefill=prefill)
 
 
 

@@ -23,7 +23,7 @@ except ImportError:  # pragma: no cover
     from click.exceptions import UsageError as ClickUsageError
 
 # In the order `mlxfit --help` lists them.
-VERBS = ("fit", "machine", "matrix", "pick", "measure", "calibrate", "cluster")
+VERBS = ("fit", "serve-plan", "machine", "matrix", "pick", "measure", "calibrate", "cluster")
 
 
 class _Verbs(TyperGroup):
@@ -35,7 +35,7 @@ class _Verbs(TyperGroup):
     def get_command(self, ctx, name: str):
         if name not in VERBS:
             return None
-        return get_command(importlib.import_module(f"mlxfit.cli.{name}").app)
+        return get_command(importlib.import_module(f"mlxfit.cli.{name.replace('-', '_')}").app)
 
 
 app = typer.Typer(

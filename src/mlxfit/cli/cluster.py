@@ -44,6 +44,11 @@ def cluster_cmd(
         None, "--write", help="Write hostfile.json, run.sh and plan.json for mlx.launch here."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
     explain: bool = typer.Option(False, "--explain", help="Every host's terms."),
+    q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it."),
+    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
+    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
+    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
+    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
 ) -> None:
     """Split a model across several Macs (MLX distributed): per-host memory, context, speed."""
     try:
@@ -52,7 +57,8 @@ def cluster_cmd(
                     macos=macos, revision=revision, gen=gen,
                     prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                     kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
-                    backend=backend)
+                    backend=backend, q_bits=q_bits, q_group_size=q_group_size, q_mode=q_mode,
+                    quant_predicate=quant_predicate, dtype=dtype)
         written = write_launch(r, write) if write else []
     except MlxfitError as e:
         fail(e, as_json)

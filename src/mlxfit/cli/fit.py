@@ -57,6 +57,11 @@ def fit_cmd(
     draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
     chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
+    q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it (default 4)."),
+    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
+    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8 (mlx_lm.convert --q-mode)."),
+    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6 (mlx_lm.convert's recipes)."),
+    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32: mlx_lm.convert --dtype."),
 ) -> None:
     """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""
     try:
@@ -72,7 +77,9 @@ def fit_cmd(
                     backend=backend, with_vision=with_vision, parallel=parallel,
                     prompt_cache=prompt_cache, draft_model=draft_model,
                     advise=True if advise else "auto", chart=chart,
-                    progress=not as_json, verbose=verbose)
+                    progress=not as_json, verbose=verbose, q_bits=q_bits,
+                    q_group_size=q_group_size, q_mode=q_mode,
+                    quant_predicate=quant_predicate, dtype=dtype)
         if chart_file is not None:
             from mlxfit.render.chart import write_chart  # on demand: only with --chart
 

@@ -30,6 +30,12 @@ def matrix_cmd(
     backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
     with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it."),
+    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
+    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
+    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
+    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
+    quants: str | None = typer.Option(None, "--quants", help='One column set per conversion: "3,4,6,8,mixed_3_6,mxfp4".'),
 ) -> None:
     """MODEL on every Apple Silicon SKU: fits, max safe context, decode tok/s, headroom."""
     try:
@@ -37,11 +43,13 @@ def matrix_cmd(
                    revision=revision, gen=gen, prefill_step_size=prefill_step_size,
                    kv_bits=kv_bits, kv_group_size=kv_group_size,
                    quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
-                   backend=backend, with_vision=with_vision)
+                   backend=backend, with_vision=with_vision, q_bits=q_bits,
+                   q_group_size=q_group_size, q_mode=q_mode, quant_predicate=quant_predicate,
+                   dtype=dtype, quants=quants)
     except MlxfitError as e:
         fail(e, as_json)
     if as_json:
         print(dumps(matrix_to_json(m)))
     else:
         render_matrix(m, console())
-    raise typer.Exit(0 if m.n_fit else 1)
+    raise typer.Exit(0 if m.n_fit or any(q.n_fit for q in m.quants) else 1)

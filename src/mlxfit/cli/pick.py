@@ -23,12 +23,20 @@ def pick_cmd(
     default_model: str | None = typer.Option(None, "--default-model", help="Replaces [pick] default_model of ~/.config/mlxfit/config.toml."),
     coexist_fraction: float | None = typer.Option(None, "--coexist-fraction", help="Share of RAM an auto-pick may take (default 0.6)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    quants: str | None = typer.Option(None, "--quants", help='With --catalog: each unquantized entry also as mlx_lm.convert would write it, e.g. "4,mixed_3_6,mxfp4".'),
+    q_bits: int | None = typer.Option(None, "--q-bits", help="With --catalog: unquantized entries also as `mlx_lm.convert -q --q-bits B` would write them."),
+    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
+    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
+    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
+    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
 ) -> None:
     """The downloaded model to auto-load here, and why each candidate was chosen or not."""
     try:
         p = pick(ctx, catalog=catalog, machine=machine, memory_budget_gb=memory_budget,
                  macos=macos, default_model=default_model,
-                 coexist_fraction=coexist_fraction)
+                 coexist_fraction=coexist_fraction, quants=quants, q_bits=q_bits,
+                 q_group_size=q_group_size, q_mode=q_mode, quant_predicate=quant_predicate,
+                 dtype=dtype)
     except MlxfitError as e:
         fail(e, as_json)
     if as_json:

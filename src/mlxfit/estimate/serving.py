@@ -12,10 +12,12 @@ Facts from mlx-lm 0.32 (mlx_lm/server.py, generate.py, models/cache.py):
   ``QuantizedKVCache``): then it serves one request at a time (``_serve_single``).
 - Up to ``--decode-concurrency`` (default 32) sequences decode together; up to
   ``--prompt-concurrency`` (default 8) prompts prefill together, each chunk ``B x step`` tokens.
-  A ``BatchKVCache`` pads every sequence to the longest: each holds the whole context.
+  A ``BatchKVCache`` pads every sequence to the longest: each holds the whole context. The
+  batch's memory and speed are estimate/batched.py's.
 - ``LRUPromptCache(--prompt-cache-size)`` (default 10) keeps up to that many distinct prompts'
   caches (main model and draft); a fetch deep-copies the entry, so a running sequence's cache is
-  separate from the stored one. ``--prompt-cache-bytes`` caps their bytes instead.
+  separate from the stored one. ``--prompt-cache-bytes`` is enforced only when a request joins
+  a running batch (docs/serving.md), so the cache is sized by the count.
 - Speculative decoding prefills the whole prompt through the draft first, then the main model;
   both CLIs pass their own ``--prefill-step-size`` (2048), not ``speculative_generate_step``'s
   function default of 512. ``stream_generate`` drops ``max_kv_size`` when a draft is used. The
@@ -30,26 +32,18 @@ from typing import Any
 
 from mlxfit.calibration.constants import Backend, Calibration
 from mlxfit.errors import UsageError
+from mlxfit.estimate.batched import batched_peak_phase, batched_step, seq_cache_bytes
+from mlxfit.estimate.compute import ChipCompute
 from mlxfit.estimate.memory import (
     Phase,
     Run,
     Term,
     attn_groups,
     attn_unfused,
-    decode_phase,
-    kv_bytes_final,
     peak_phase,
-    prefill_phase,
     tokens_final,
 )
 from mlxfit.estimate.solve import ExtraTerms, largest_true, run_at
-from mlxfit.estimate.speed import (
-    decode_factors,
-    kv_read_term,
-    layer_seconds,
-    read_seconds,
-    weights_read_term,
-)
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import Buffer, WeightsRead
 
@@ -62,8 +56,6 @@ NUM_DRAFT_TOKENS = 3
 # mlx_lm.generate and mlx_lm.server both pass --prefill-step-size (2048) through.
 SPECULATIVE_FUNCTION_PREFILL_STEP = 512
 
-# Terms of a phase that exist once however many sequences run (everything else is per sequence).
-_SHARED_TERMS = frozenset({"base"})
 
 
 
@@ -86,6 +78,9 @@ class Serving:
     parallel: int | None = None
     prompt_cache: int | None = None
     draft: DraftModel | None = None
+    # --prompt-cache-bytes for the command line only: the server enforces it on one path alone
+    # (docs/serving.md), so the memory is sized by the count (prompt_cache).
+    prompt_cache_bytes: int | None = None
 
     @property
     def server(self) -> bool:
@@ -152,6 +147,11 @@ def validate_serving(cfg: ModelConfig, run: Run, serving: Serving) -> tuple[Run,
                              f"at a time when {' and '.join(blockers)}", param="parallel",
                              also=("kv_bits",) if run.kv_bits is not None else ())
     d = serving.draft
+    if d is not None and serving.server:
+        warnings.append("mlx_lm.server with --draft-model serves requests one at a time and "
+                        "never applies --prompt-cache-bytes there: only --prompt-cache-size "
+                        "bounds the cached prompts (each holds the model's and the draft's "
+                        "caches)")
     if d is not None:
         if any(ly.state_kind for ly in cfg.layers):
             raise UsageError("draft_model: speculative decoding needs a trimmable cache and this "
@@ -178,33 +178,9 @@ def validate_serving(cfg: ModelConfig, run: Run, serving: Serving) -> tuple[Run,
 # --------------------------------------------------------------------------- terms
 
 
-def _scaled_total(ph: Phase, k: int) -> int:
-    """A phase's caches + transient with ``k`` sequences in the batch: every term but the
-    shared ones is per sequence (activations, scores, the growth copy, the logits)."""
-    per_seq = sum(t.bytes for t in ph.terms if t.name not in _SHARED_TERMS)
-    return ph.total_over_weights + (k - 1) * per_seq
-
-
-def batched_peak(cfg: ModelConfig, run: Run, be: Backend, sequences: int,
-                 prefill_batch: int) -> int:
-    """The peak (over weights) of one sequence's caches plus the batch's transient: decode
-    steps all ``sequences`` at once; prefill runs ``prefill_batch`` prompts' chunks together."""
-    _, _, total = run.schedule().chunks()
-    cands = [_scaled_total(decode_phase(cfg, run, be), sequences)]
-    for n in {total, total - 1}:
-        if n >= 1:
-            cands.append(_scaled_total(prefill_phase(cfg, run, be, n), prefill_batch))
-    return max(cands)
-
-
 def draft_run(run: Run) -> Run:
     """The draft runs the same schedule and KV flags; max_kv_size is dropped by mlx-lm."""
     return replace(run, max_kv_size=None)
-
-
-def seq_cache_bytes(cfg: ModelConfig, run: Run) -> int:
-    """One sequence's caches at the context: KV (in mlx-lm's steps) + recurrent state."""
-    return kv_bytes_final(cfg, run) + cfg.state_bytes
 
 
 def serving_terms(cfg: ModelConfig, run: Run, phase: Phase, be: Backend,
@@ -220,13 +196,17 @@ def serving_terms(cfg: ModelConfig, run: Run, phase: Phase, be: Backend,
             "(parallel - 1) x one sequence's KV cache + state at the context (a BatchKVCache "
             "pads every sequence to the longest)",
             {"parallel": n, "bytes_per_sequence": one}))
-        peak = batched_peak(cfg, run, be, n, b)
+        peak = batched_peak_phase(cfg, run, be, n, b)
         out.append(Term(
-            "batched_transient", max(0, peak - phase.total_over_weights),
-            "the batch's transient over one sequence's: decode steps all sequences (growth copy, "
-            "logits x parallel); prefill runs min(parallel, 8) prompts' chunks together "
-            "(activations, scores, growth copy x that many)",
-            {"parallel": n, "prefill_batch": b}))
+            "batched_transient",
+            max(0, peak.total_over_weights - phase.total_over_weights - (n - 1) * one),
+            "the batch's peak (caches + transient) minus one sequence's peak and the other "
+            "sequences' caches: decode steps all sequences (growth copy, logits x parallel); "
+            "prefill runs min(parallel, --prompt-concurrency) prompts' chunks together "
+            "(activations of prompts x chunk tokens, scores and copies x prompts) while the "
+            "others hold full caches",
+            {"parallel": n, "prefill_batch": b, "batched_peak_phase": peak.name,
+             "batched_peak_over_weights": peak.total_over_weights}))
     dkv = 0
     d = serving.draft
     if d is not None:
@@ -270,31 +250,13 @@ def extra_terms_fn(cfg: ModelConfig, cal: Calibration, serving: Serving) -> Extr
 
 
 def batched_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   cal: Calibration, machine_name: str, sequences: int) -> dict[str, Any]:
-    """Memory-bound estimate of one batched decode step of ``sequences`` sequences: weights read
-    once (a MoE layer reads the union of the experts the batch routes to, uniform routing
-    assumed), every sequence's attended KV, the calibrated fixed costs. Compute limits at large
-    batches are not modelled: an upper bound. One sequence is exactly fit's decode estimate
-    (same KV-read factors, same Ultra efficiency: ``speed.decode_factors``)."""
-    dec = cal.decode
-    fused, ultra = decode_factors(cal, run.backend, machine_name)
-    wr = weights_read_term(cfg, w)
-    kr = kv_read_term(cfg, run, dec, fused_decode=fused, ultra=ultra)
-    read = wr.bytes
-    if cfg.is_moe and w.expert_bytes and cfg.num_experts:
-        one = cfg.top_k / cfg.num_experts
-        union = 1 - (1 - one) ** sequences
-        read += int(w.expert_bytes * (union - one))
-    secs = (read_seconds(read + sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
-            + layer_seconds(cfg.num_layers, cfg.moe_layers, dec))
-    return {
-        "sequences": sequences,
-        "step_seconds": secs,
-        "per_sequence_tps": 1.0 / secs,
-        "aggregate_tps": sequences / secs,
-        "weights_read_bytes": read,
-        "kv_read_bytes": sequences * kr.bytes,
-    }
+                   cal: Calibration, machine_name: str, sequences: int, *,
+                   compute: ChipCompute | None = None) -> dict[str, Any]:
+    """One batched decode step of ``sequences`` sequences (``batched.batched_step``: weights
+    once, every sequence's KV, the compute that grows with the batch) as the report shows it.
+    One sequence is exactly fit's decode estimate while memory-bound."""
+    return batched_step(cfg, run, w, bandwidth_gbs, cal, machine_name, sequences,
+                        compute=compute).to_dict()
 
 
 # --------------------------------------------------------------------------- buffers
@@ -427,6 +389,8 @@ def command_line(model: str, run: Run, serving: Serving) -> str:
                  "--decode-concurrency", str(n),
                  "--prompt-concurrency", str(min(n, SERVER_PROMPT_CONCURRENCY)),
                  "--prompt-cache-size", str(serving.cached_prompts)]
+        if serving.prompt_cache_bytes is not None:
+            parts += ["--prompt-cache-bytes", str(serving.prompt_cache_bytes)]
         return " ".join(parts + kv + draft)
     parts = ["mlx_lm.generate", "--model", q(model), "--max-tokens", str(max(run.gen, 1))]
     if run.max_kv_size is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxfit.calibration.constants import Calibration
+from mlxfit.estimate.compute import ChipCompute, predicted_ttft, watchdog_warning
 from mlxfit.estimate.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.config import ModelConfig
@@ -160,6 +161,10 @@ class FitResult:
     # The hardware.resolve.Machine it was sized for (set by verbs.fit.fit_inputs; the pure core
     # takes only its figures): what the JSON's machine object is made from.
     machine: Any = None
+    # Prompt processing (estimate/compute.py): None without a compute figure for the chip.
+    predicted_prefill_tps: float | None = None
+    predicted_ttft_s: float | None = None
+    prefill_terms: tuple[Any, ...] = field(default=())
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:
@@ -205,6 +210,7 @@ def fit_core(
     notes: tuple[str, ...] = (),
     weights_detail: dict | None = None,
     extra_terms: ExtraTerms | None = None,
+    compute: ChipCompute | None = None,
 ) -> FitResult:
     validate_run(cfg, run)
     warn = list(warnings) + list(cfg.warnings)
@@ -229,6 +235,14 @@ def fit_core(
         secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
         tps = 1.0 / secs
         speed_terms = tuple(st)
+    prompt = None
+    if compute is not None and bandwidth_gbs is not None and fits:
+        prompt = predicted_ttft(cfg, run, weights, bandwidth_gbs, compute, cal, machine_name)
+        if prompt is not None:
+            dog = watchdog_warning(cfg, run, weights, bandwidth_gbs, compute, cal,
+                                   machine_name, prompt)
+            if dog:
+                warn.append(dog)
 
     terms = (
         Term("weights", weights.total_bytes, "sum of tensor bytes from the safetensors headers"),
@@ -267,4 +281,7 @@ def fit_core(
         weights_detail=dict(weights_detail or {}),
         extra_terms=t.extra,
         beyond_context=beyond,
+        predicted_prefill_tps=prompt.prefill_tps if prompt else None,
+        predicted_ttft_s=prompt.ttft_s if prompt else None,
+        prefill_terms=prompt.terms if prompt else (),
     )

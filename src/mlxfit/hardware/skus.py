@@ -16,6 +16,9 @@ SkuTable = dict[str, Any]
 USER_TABLE = Path("~/.config/mlxfit/apple_skus.toml")
 
 
+# Per-chip compute figures (prefill): optional, positive when present.
+COMPUTE_KEYS = ("gpu_clock_mhz", "gpu_flops_per_core_cycle", "neural_accel_flops_per_core_cycle")
+
 _CACHE: dict[tuple[tuple[str, int], ...], SkuTable] = {}
 
 
@@ -44,6 +47,12 @@ def _validate(table: SkuTable, origin: str) -> None:
                     f"SKU table {origin}: a variant of {name!r} needs gpu_cores, bandwidth_gbs "
                     f"and a non-empty ram_gb list of whole GB"
                 )
+        for key in COMPUTE_KEYS:
+            v = chip.get(key)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                                  or v <= 0):
+                raise MachineError(f"SKU table {origin}: chip {name!r} {key} must be a "
+                                   f"positive number, got {v!r}")
     for key in ("before_26", "from_26"):
         pts = table.get("working_set", {}).get(key)
         if not isinstance(pts, list) or not pts:
@@ -89,3 +98,12 @@ def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None
 
 def _table(table: SkuTable | None) -> SkuTable:
     return table if table is not None else load_sku_table()
+
+
+def chip_compute_figures(chip: str | None, table: SkuTable | None = None) -> dict[str, float]:
+    """The chip's compute figures (``COMPUTE_KEYS`` present in its table entry); empty for a
+    chip the table does not know."""
+    entry = _table(table)["chips"].get(chip) if chip else None
+    if not isinstance(entry, dict):
+        return {}
+    return {k: float(entry[k]) for k in COMPUTE_KEYS if entry.get(k) is not None}

@@ -57,7 +57,7 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     lookup = sum(t.nbytes for t in src.tensors if is_lookup_table(t.name))
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
-                     lookup_bytes=lookup)
+                     lookup_bytes=lookup, params=MatmulParams.of(w))
     return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
                        weights_detail=weights_detail(w), vision_bytes=w.vision_bytes,
                        with_vision=with_vision, source_notes=tuple(src.notes))
@@ -98,6 +98,32 @@ class WeightsRead:
     embedding_bytes: int
     tied_embeddings: bool
     lookup_bytes: int = 0  # other row-gathered tables (Gemma 3n/4 embed_tokens_per_layer)
+    # What prefill multiplies (estimate/compute.py); None when the tensors were not counted.
+    params: MatmulParams | None = None
+
+
+@dataclass(frozen=True)
+class MatmulParams:
+    """Logical parameters by role and the weights' format: the matmul FLOPs of a token."""
+
+    total: int
+    experts: int = 0
+    embedding: int = 0
+    lm_head: int = 0
+    lookup: int = 0
+    fmt: str = "bf16"  # "bf16" (any float), "affine4" (affine + bits), "mxfp4", "nvfp4", "mxfp8"
+
+    @classmethod
+    def of(cls, w) -> MatmulParams:
+        """From a ``WeightsSummary``."""
+        if w.quant_mode is None:
+            fmt = "bf16"
+        elif w.quant_mode == "affine":
+            fmt = f"affine{w.quant_bits}"
+        else:
+            fmt = w.quant_mode
+        return cls(total=w.param_count, experts=w.expert_params, embedding=w.embedding_params,
+                   lm_head=w.lm_head_params, lookup=w.lookup_params, fmt=fmt)
 
 
 @dataclass(frozen=True)

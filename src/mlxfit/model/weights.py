@@ -69,6 +69,11 @@ class WeightsSummary:
     quant_overrides: dict[str, dict[str, int]] = field(default_factory=dict)
     bits_per_weight: float | None = None  # over quantized modules only; None if there are none
     with_vision: bool = False
+    # Logical parameters by role (prefill's matmul FLOPs: estimate/compute.py)
+    expert_params: int = 0
+    embedding_params: int = 0
+    lm_head_params: int = 0
+    lookup_params: int = 0
 
 
 @dataclass(frozen=True)
@@ -111,7 +116,9 @@ def is_lm_head(name: str) -> bool:
 
 
 def _int_field(block: dict[str, Any], key: str, default: int, where: str) -> int:
-    v = block.get(key, default)
+    v = block.get(key)
+    if v is None:  # absent, or null as convert's mixed recipes write it: the default applies
+        v = default
     if type(v) is not int or v <= 0:
         raise ConfigError(f"config.json: {where}.{key} must be a positive integer, got {v!r}")
     return v
@@ -193,6 +200,7 @@ def summarize_weights(
         )
 
     all_bytes = total = experts = vision = embedding = head = params = 0
+    by_role = {"expert": 0, "embedding": 0, "lm_head": 0, "lookup": 0}
     q_bytes = q_weights = 0
     by_dtype: dict[str, int] = {}
     for t in tensors:
@@ -211,17 +219,22 @@ def summarize_weights(
             head += t.nbytes
 
         is_weight = t.name.endswith(".weight")
+        n = 0
         if _module(t.name) in packed and (is_weight or t.name.endswith(_AUX_SUFFIXES)):
             q_bytes += t.nbytes  # packed weight, scales, biases: a Linear's ".bias" is not here
             if is_weight:
-                logical = _unpacked(t, quant)
-                q_weights += logical
-                params += logical
+                n = _unpacked(t, quant)
+                q_weights += n
         else:
             n = 1
             for d in t.shape:
                 n *= d
-            params += n
+        params += n
+        role = ("lookup" if is_lookup_table(t.name) else "embedding" if is_embedding(t.name)
+                else "lm_head" if is_lm_head(t.name)
+                else "expert" if is_expert(t.name) and not is_vision(t.name) else None)
+        if role:
+            by_role[role] += n
 
     return WeightsSummary(
         total_bytes=total,
@@ -241,4 +254,8 @@ def summarize_weights(
         quant_overrides=dict(quant.overrides) if quant else {},
         bits_per_weight=q_bytes * 8 / q_weights if q_weights else None,
         with_vision=with_vision,
+        expert_params=by_role["expert"],
+        embedding_params=by_role["embedding"],
+        lm_head_params=by_role["lm_head"],
+        lookup_params=by_role["lookup"],
     )

@@ -64,6 +64,11 @@ def term_to_json(t: Term) -> dict[str, Any]:
     return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": dict(t.inputs)}
 
 
+def seconds_to_json(s: float | None) -> float | None:
+    """Seconds (time to first token) as every verb's JSON gives them: three decimals."""
+    return round(s, 3) if s is not None else None
+
+
 def tps_to_json(tps: float | None) -> float | None:
     """Tokens per second as every verb's JSON gives them: two decimals (so a matrix row and
     `fit --json` on that SKU compare equal), or None where no speed is predicted."""

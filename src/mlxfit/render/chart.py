@@ -104,6 +104,11 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
         console.print(line, soft_wrap=True)
     for line in panel(7, tps, ymax_tps, "decode tok/s", None, ok):
         console.print(line, soft_wrap=True)
+    ttft = [p.ttft_s for p in cols]
+    if any(v is not None for v in ttft):
+        ymax_ttft = max(v for v in ttft if v is not None) * 1.1 or 1.0
+        for line in panel(7, ttft, ymax_ttft, "TTFT s", None, ok):
+            console.print(line, soft_wrap=True)
     axis = Text(" " * 8 + "└" + "─" * w, style="dim")
     console.print(axis, soft_wrap=True)
     ticks = [" "] * (w + 10)

@@ -11,6 +11,7 @@ from mlxfit.render import (
     bare_machine,
     machine_to_json,
     run_to_json,
+    seconds_to_json,
     term_to_json,
     tps_to_json,
 )
@@ -57,10 +58,16 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "peak_phase": r.peak_phase,
         "terms": [term_to_json(t) for t in r.terms],
         "speed_terms": [term_to_json(t) for t in r.speed_terms],
         "weights": r.weights_detail,
+        # The conversion sized, when --q-bits/--q-mode/... are given (issue 17).
+        "quantization_plan": r.weights_detail.get("conversion"),
+        "prefill_terms": [{"name": t.name, "value": t.seconds, "formula": t.formula,
+                           "inputs": t.inputs} for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
         "command": r.serving.get("command"),
@@ -117,6 +124,7 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
     console.print(f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] "
                   f"at {r.context_tokens:,} tokens: {verdict}")
+    render_conversion(r.weights_detail.get("conversion"), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")
     t.add_column("GB (10^9 B)", justify="right")
@@ -138,6 +146,11 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if r.predicted_decode_tps is not None:
         console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
                       f"at {r.bandwidth_gbs:g} GB/s")
+    if r.predicted_ttft_s is not None and r.predicted_prefill_tps is not None:
+        console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/], time to "
+                      f"first token [bold]{r.predicted_ttft_s:,.1f} s[/] for "
+                      f"{r.run.schedule().prompt:,} prompt tokens (prefill step "
+                      f"{r.run.prefill_step_size})")
     _render_serving(r, console)
     if explain:
         console.print("\n[bold]terms[/] (bytes; formula; inputs)")
@@ -153,6 +166,18 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
         console.print(f"[dim]note: {esc(n)}[/]")
     if r.advice is not None:
         render_advice(r.advice, console)
+
+
+def render_conversion(plan: dict[str, Any] | None, console: Any) -> None:
+    """The lines saying which conversion is sized (verbs.convert_plan.plan_to_json)."""
+    if not plan:
+        return
+    console.print(f"as `{esc(plan['command'])}` would write it:", soft_wrap=True)
+    console.print(f"  converted weights {gb(plan['weight_bytes'])}, "
+                  f"{plan['bits_per_weight']:.3f} bits per weight, disk "
+                  f"{gb(plan['disk_bytes'])} in {plan['shards']} shard"
+                  f"{'s' * (plan['shards'] != 1)}; {plan['quantized_modules']} modules quantized, "
+                  f"{plan['float_modules']} left in float", soft_wrap=True)
 
 
 _EXTRA_WHAT = {
@@ -180,9 +205,9 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{sv['num_draft_tokens']} draft tokens per step")
     bd = sv.get("batched_decode")
     if bd:
-        console.print(f"batched decode (memory-bound estimate, an upper bound): "
+        console.print(f"batched decode ({bd['bound']}-bound at {bd['sequences']} sequences): "
                       f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
-                      f"{bd['aggregate_tps']:,.1f} tok/s in all ({bd['sequences']} sequences)")
+                      f"{bd['aggregate_tps']:,.1f} tok/s in all")
     if sv.get("command"):
         console.print(f"[dim]mlx-lm: {esc(sv['command'])}[/]", soft_wrap=True)
 
@@ -203,6 +228,9 @@ def render_advice(a: Any, console: Any) -> None:
                       f"{speed}", soft_wrap=True)
         for c in o.changes:
             console.print(f"    [dim]cost: {esc(c.cost)}[/]", soft_wrap=True)
+        if o.ttft_cost_s is not None:
+            console.print(f"    [dim]cost: time to first token {o.ttft_cost_s:+,.1f} s "
+                          f"(predicted {r.predicted_ttft_s or 0:,.1f} s)[/]", soft_wrap=True)
         for cmd in o.setup:
             console.print(f"    $ {esc(cmd)}", soft_wrap=True)
         console.print(f"    $ {esc(o.command)}", soft_wrap=True)
@@ -230,6 +258,8 @@ def advice_to_json(a: Advice) -> dict[str, Any]:
                 "max_safe_context": o.result.max_safe_context,
                 "context_tokens": o.result.context_tokens,
                 "predicted_decode_tps": tps_to_json(o.result.predicted_decode_tps),
+                "predicted_ttft_s": seconds_to_json(o.result.predicted_ttft_s),
+                "ttft_cost_s": seconds_to_json(o.ttft_cost_s),
             }
             for o in a.options
         ],

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, tps_to_json
-from mlxfit.render.fit import fit_machine
+from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json, seconds_to_json, tps_to_json
+from mlxfit.render.fit import fit_machine, render_conversion
+from mlxfit.render.quants import quants_to_json, render_quants
 from mlxfit.render.text import esc
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
@@ -23,6 +24,8 @@ def row_to_json(r: MatrixRow) -> dict[str, Any]:
         "runs": r.runs,
         "max_safe_context": r.max_safe_context,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "unverified": r.unverified,
         "this_machine": r.this_machine,
     }
@@ -46,6 +49,9 @@ def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
         "rows": [row_to_json(r) for r in m.rows],
         "warnings": list(m.warnings),
         "notes": list(m.notes),
+        # Additive (issue 17): the conversion the rows size; --quants, one set per quant.
+        "quantization_plan": m.quantization_plan,
+        "quants": quants_to_json(m.quants),
     }
 
 
@@ -56,10 +62,14 @@ def _gb(n: int) -> str:
 def render_matrix(m: Any, out: Any) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
+    if m.quants:
+        render_quants(m, out)
+        return
     flt = f", chips {esc(repr(m.chips_filter))}" if m.chips_filter else ""
     out.print(f"[bold]{esc(m.model)}[/] at {m.context_tokens:,} tokens on Apple Silicon "
               f"(macOS {m.macos_major} working set{flt}): "
               f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it")
+    render_conversion(m.quantization_plan, out)
     if not m.rows:
         out.print("no SKU fits at this context" if m.only_fits else "no SKU to show")
     else:

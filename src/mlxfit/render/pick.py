@@ -6,7 +6,13 @@ from typing import Any
 
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.names import base_name
-from mlxfit.render import SCHEMA_VERSION, bare_machine, machine_to_json, tps_to_json
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    bare_machine,
+    machine_to_json,
+    seconds_to_json,
+    tps_to_json,
+)
 from mlxfit.render.text import esc
 from mlxfit.verbs.pick import Candidate, PickResult
 
@@ -27,6 +33,8 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "max_safe_context": c.max_safe_context,
         "context_limit": c.context_limit,
         "predicted_decode_tps": tps_to_json(c.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(c.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(c.predicted_ttft_s),
         "is_default": c.is_default,
         "chosen": c.chosen,
         "budget": c.budget,

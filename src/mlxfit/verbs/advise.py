@@ -63,6 +63,8 @@ class Evaluator(Protocol):
     def __call__(self, run: Run, serving: Serving, *, model: str | None = None,
                  wired_limit_mb: int | None = None) -> FitResult: ...
 
+    def ttft(self, run: Run, *, model: str | None = None) -> float | None: ...
+
 
 @dataclass(frozen=True)
 class Change:
@@ -82,6 +84,9 @@ class Option:
     model: str  # the model the command runs
     command: str  # the exact mlx-lm command line
     setup: tuple[str, ...] = ()  # to run first (the sysctl)
+    # What a smaller --prefill-step-size costs in time to first token (None: no such change,
+    # or no prediction)
+    ttft_cost_s: float | None = None
 
     @property
     def rank(self) -> tuple[int, int]:
@@ -477,8 +482,14 @@ def _option(s: _Search, c: _Cand) -> Option:
     assert isinstance(r, FitResult) and r.runs
     model = c.model or s.ev.model_ref
     setup = (wired_command(c.wired_mb),) if c.wired_mb is not None else ()
+    cost = None
+    if any(ch.kind == "prefill_step" for ch in c.changes):
+        now = s.ev.ttft(c.run, model=c.model)
+        was = s.ev.ttft(replace(c.run, prefill_step_size=s.base.run.prefill_step_size),
+                        model=c.model)
+        cost = now - was if now is not None and was is not None else None
     return Option(changes=c.changes, result=r, model=model,
-                  command=command_line(model, c.run, c.serving), setup=setup)
+                  command=command_line(model, c.run, c.serving), setup=setup, ttft_cost_s=cost)
 
 
 def _problem(r: FitResult) -> str:

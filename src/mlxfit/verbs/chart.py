@@ -22,6 +22,7 @@ class ChartPoint:
     total_bytes: int
     decode_tps: float | None  # None where the total is over the usable memory (it would swap)
     fits: bool
+    ttft_s: float | None = None  # time to first token of this context's prompt (None: unknown)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,8 @@ def log_grid(lo: int, hi: int, n: int) -> list[int]:
 def build_chart(*, title: str, limit: int, requested_ctx: int, max_safe_context: int,
                 usable_bytes: int, total_at: Callable[[int], int],
                 tps_at: Callable[[int], float | None], kinks: list[Kink],
-                n_points: int = DEFAULT_POINTS) -> ChartData:
+                n_points: int = DEFAULT_POINTS,
+                ttft_at: Callable[[int], float | None] = lambda n: None) -> ChartData:
     """Evaluate the core on a log grid from min(256, ctx) to the model's context limit, plus
     each kink (and the token after it), the context asked for and the largest safe context."""
     lo = max(1, min([MIN_CONTEXT, requested_ctx] + [k.ctx // 2 for k in kinks]))
@@ -75,7 +77,8 @@ def build_chart(*, title: str, limit: int, requested_ctx: int, max_safe_context:
     for n in sorted(ctxs):
         total = total_at(n)
         fits = total <= usable_bytes
-        points.append(ChartPoint(n, total, tps_at(n) if fits else None, fits))
+        points.append(ChartPoint(n, total, tps_at(n) if fits else None, fits,
+                                 ttft_at(n) if fits else None))
     return ChartData(title=title, points=tuple(points), usable_bytes=usable_bytes,
                      requested_ctx=requested_ctx, max_safe_context=max_safe_context,
                      kinks=tuple(sorted(keep, key=lambda k: k.ctx)))

@@ -9,6 +9,7 @@ from dataclasses import replace
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import UsageError
+from mlxfit.estimate.compute import ChipCompute, chip_compute
 from mlxfit.estimate.serving import DraftModel
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import (
@@ -17,6 +18,7 @@ from mlxfit.hardware.resolve import (
     resolve_machine,
     usable_bytes_for,
 )
+from mlxfit.hardware.skus import chip_compute_figures
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.settings import DEFAULT_MACOS, MACOS_MAJORS, user_calibration
 from mlxfit.sources.resolve import resolve_model
@@ -98,3 +100,11 @@ def machine_with_wired_limit(m: Machine, wired_limit_mb: int) -> Machine:
                          param="wired_limit_mb")
     usable, source = usable_bytes_for(m.ram_bytes, m.macos_major, wired_limit_mb)
     return replace(m, usable_bytes=usable, usable_source=source)
+
+
+def compute_for(m: Machine) -> ChipCompute | None:
+    """The machine's peak FLOP/s from its chip's SKU-table figures (None off Apple Silicon or
+    for a chip the table does not know): the one source of prefill's compute for every verb."""
+    if not m.is_apple_silicon or m.chip is None:
+        return None
+    return chip_compute(m.gpu_cores, chip_compute_figures(m.chip), m.macos_major, m.chip)

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.compute import predicted_ttft
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
     Serving,
@@ -25,14 +26,22 @@ from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
+from mlxfit.model.quantize import QuantRecipe
 from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.catalog import catalog_ids
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.convert_plan import (
+    CONVERTED_PATH,
+    converted_source,
+    plan_to_json,
+    quant_recipe,
+)
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
     check_machine_params,
+    compute_for,
     load_draft,
     machine_for,
     machine_with_wired_limit,
@@ -68,6 +77,11 @@ def fit(
     wired_limit_mb: int | None = None,
     advise: bool | str = False,
     chart: bool = False,
+    q_bits: int | None = None,
+    q_group_size: int | None = None,
+    q_mode: str | None = None,
+    quant_predicate: str | None = None,
+    dtype: str | None = None,
 ) -> FitResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm on this (or the named) Mac?
 
@@ -78,7 +92,11 @@ def fit(
     ``prompt_cache`` cached prompts (mlx_lm.server's default 10 when serving), a speculative
     ``draft_model``. ``wired_limit_mb``: size as if ``sudo sysctl iogpu.wired_limit_mb=N`` were
     set. ``advise``: True, or "auto" (only when the run does not fit): attach an
-    ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart)."""
+    ``mlxfit.verbs.advise.Advice``. ``chart``: attach the memory/tok-s series (mlxfit.verbs.chart).
+
+    ``q_bits``, ``q_group_size``, ``q_mode``, ``quant_predicate``, ``dtype``: mlx_lm.convert's
+    flags; an unquantized model is then sized as convert would write it
+    (mlxfit.verbs.convert_plan), the plan in ``weights_detail["conversion"]``."""
     # Every parameter is checked before the model is resolved (Hub requests) or the machine
     # probed: a bad one is named as itself, not hidden behind a missing folder.
     if advise not in (False, None, "auto", True):
@@ -88,25 +106,28 @@ def fit(
                    max_kv_size=max_kv_size, backend=backend)
     check_machine_params(memory_budget_gb, macos, wired_limit_mb)
     check_serving(parallel, prompt_cache)
+    recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
     src = resolve_model(model, revision=revision, progress=progress)
     if verbose and src.transfer is not None:
         src = replace(src, notes=src.notes + (src.transfer.describe(),))
-    inputs = model_inputs(src, with_vision=with_vision)
+    src, inputs = sized_source(src, recipe, model, with_vision)
     m = machine_for(machine, memory_budget_gb, macos)
     if wired_limit_mb is not None:
         m = machine_with_wired_limit(m, wired_limit_mb)
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
     serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
-    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=model)
+    # A conversion runs from the folder convert writes (its default --mlx-path).
+    ref = CONVERTED_PATH if recipe is not None else model
+    r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=ref)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.
         from mlxfit.verbs.advise import advise as advice_for
 
-        ev = _Evaluator(model, inputs, arrays, m, cal, with_vision=with_vision,
+        ev = _Evaluator(ref, inputs, arrays, m, cal, with_vision=with_vision,
                         budget=memory_budget_gb is not None)
         r = replace(r, advice=advice_for(r, ev, serving))
     if chart:
@@ -116,6 +137,18 @@ def fit(
 
 
 
+
+
+def sized_source(src, recipe: QuantRecipe | None, model_ref: str,
+                 with_vision: bool = False):
+    """(source, ModelInputs) of the model as given, or as mlx_lm.convert would write it with
+    ``recipe``: the one path fit, matrix, pick and cluster size a conversion by."""
+    if recipe is None:
+        return src, model_inputs(src, with_vision=with_vision)
+    src, plan = converted_source(src, recipe, model_ref)
+    inputs = model_inputs(src, with_vision=with_vision)
+    detail = {**inputs.weights_detail, "conversion": plan_to_json(plan, model_ref)}
+    return src, replace(inputs, weights_detail=detail)
 
 
 def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
@@ -132,7 +165,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
         usable_bytes=m.usable_bytes, usable_source=m.usable_source,
         warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
-        extra_terms=extra_terms,
+        extra_terms=extra_terms, compute=compute_for(m),
     )
     return replace(r, machine=m)
 
@@ -164,7 +197,8 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     extra_warn: list[str] = []
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
         info["batched_decode"] = batched_decode(
-            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences)
+            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences,
+            compute=compute_for(m))
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
                           "depends on how many draft tokens are accepted")
@@ -244,6 +278,10 @@ class _Evaluator:
         return fit_served(inputs, run, m, self._cal, serving, arrays,
                           model_ref=model or self.model_ref)
 
+    def ttft(self, run: Run, *, model: str | None = None) -> float | None:
+        inputs = self._inputs if model is None else self._load(model)[0]
+        return ttft_of(inputs, run, self._m, self._cal)
+
 
 def chart_data(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                serving: Serving | None = None) -> ChartData:
@@ -269,7 +307,18 @@ def chart_data(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     return build_chart(
         title=f"{inputs.name} on {m.name}", limit=limit, requested_ctx=run.ctx,
         max_safe_context=safe, usable_bytes=m.usable_bytes, total_at=total_at, tps_at=tps_at,
-        kinks=kinks_for(cfg, run))
+        kinks=kinks_for(cfg, run), ttft_at=lambda n: ttft_of(inputs, run_at(run, n), m, cal))
+
+
+def ttft_of(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration) -> float | None:
+    """Predicted time to first token of ``run``'s prompt on ``m`` whether or not it fits
+    (estimate/compute.predicted_ttft; None without a compute figure or bandwidth): the chart
+    and the advice's TTFT costs."""
+    chip = compute_for(m)
+    if chip is None or not m.bandwidth_gbs:
+        return None
+    p = predicted_ttft(inputs.cfg, run, inputs.weights, m.bandwidth_gbs, chip, cal, m.name)
+    return None if p is None else p.ttft_s
 
 
 

@@ -13,22 +13,23 @@ import re
 import sys
 from dataclasses import dataclass, field
 
-from mlxfit.errors import MachineError, MlxfitError
+from mlxfit.errors import MachineError, MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import GIB, Machine, all_skus
 from mlxfit.hardware.skus import SkuTable, load_sku_table
-from mlxfit.model.inputs import model_arrays, model_inputs
+from mlxfit.model.inputs import model_arrays
 from mlxfit.settings import DEFAULT_MACOS
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.verbs.convert_plan import quant_recipe, quant_recipes
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
     check_machine_params,
     vision_note,
 )
-from mlxfit.verbs.fit import fit_served
+from mlxfit.verbs.fit import fit_served, sized_source
 
 
 @dataclass(frozen=True)
@@ -49,6 +50,22 @@ class MatrixRow:
     unverified: bool  # some figure of this SKU rests on a weak source
     this_machine: bool  # the probed machine is this SKU
     result: FitResult = field(repr=False, compare=False)
+    predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
+    predicted_ttft_s: float | None = None
+
+
+@dataclass(frozen=True)
+class QuantRows:
+    """One --quants entry: the model as mlx_lm.convert would write it, on every SKU shown."""
+
+    label: str  # "4bit", "mixed_3_6", "mxfp4"
+    plan: dict  # verbs.convert_plan.plan_to_json
+    weights_bytes: int
+    rows: tuple[MatrixRow, ...]
+
+    @property
+    def n_fit(self) -> int:
+        return sum(r.runs for r in self.rows)
 
 
 @dataclass(frozen=True)
@@ -67,6 +84,9 @@ class MatrixResult:
     this_machine: str | None  # the probed machine's name, when the probe ran
     warnings: tuple[str, ...] = ()  # common to every row (model-level)
     notes: tuple[str, ...] = ()
+    # --quants: the same SKUs for each conversion (verbs.convert_plan), in the order asked
+    quants: tuple[QuantRows, ...] = ()
+    quantization_plan: dict | None = None  # the conversion the rows size (--q-bits ...)
 
     @property
     def n_fit(self) -> int:
@@ -149,23 +169,37 @@ def matrix(
     this_machine: Machine | None = None,
     probe: bool = True,
     table: SkuTable | None = None,
+    q_bits: int | None = None,
+    q_group_size: int | None = None,
+    q_mode: str | None = None,
+    quant_predicate: str | None = None,
+    dtype: str | None = None,
+    quants: str | None = None,
 ) -> MatrixResult:
     """``model`` at ``ctx`` tokens on every SKU of the table (or those ``chips`` matches).
 
     Each row is what ``fit(model, ctx, machine=row.name, macos=macos, ...)`` returns. The row of
-    ``this_machine`` (default: the probed machine, unless ``probe`` is False) is marked."""
+    ``this_machine`` (default: the probed machine, unless ``probe`` is False) is marked.
+    ``q_bits``...``dtype``: the rows size the model as mlx_lm.convert would write it;
+    ``quants`` ("4,8,mixed_3_6,mxfp4"): the same rows once per conversion, in ``quants``."""
     # Every parameter is checked before the model is resolved or this machine probed.
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size, backend=backend)
     check_machine_params(macos=macos)
+    recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
+    if quants is not None and recipe is not None and recipe.quantize:
+        raise UsageError("quants and q_bits/q_mode/quant_predicate both choose the "
+                         "quantization: give one", param="quants")
+    recipes = quant_recipes(quants, q_group_size, dtype) if quants is not None else ()
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
     macos_major = macos or DEFAULT_MACOS  # as `fit --machine`
     t = table if table is not None else load_sku_table()
     skus = filter_skus(all_skus(macos_major=macos_major, table=t), chips)
     src = resolve_model(model, revision=revision)
-    inputs = model_inputs(src, with_vision=with_vision)
+    given = src
+    src, inputs = sized_source(src, recipe if not recipes else None, model, with_vision)
     arrays = model_arrays(src, with_vision)
 
     notes: list[str] = []
@@ -179,19 +213,17 @@ def matrix(
         except MlxfitError as e:  # the matrix does not need this machine: say so and go on
             notes.append(f"this machine could not be probed ({e})")
 
-    rows: list[MatrixRow] = []
-    for m in sorted(skus, key=_sort_key(t)):
-        # The function `fit` ends in: the same terms, the same buffer check, per SKU.
-        r = fit_served(inputs, run, m, cal, None, arrays, model_ref=model)
-        rows.append(MatrixRow(
-            family=_family(t, m.chip or ""), chip=m.chip or "", gpu_cores=m.gpu_cores or 0,
-            ram_gb=round(m.ram_bytes / GIB), name=m.name,
-            bandwidth_gbs=float(m.bandwidth_gbs or 0.0), usable_bytes=r.usable_bytes,
-            total_bytes=r.total_bytes, headroom_bytes=r.usable_bytes - r.total_bytes,
-            fits=r.fits, runs=r.runs, max_safe_context=r.max_safe_context,
-            predicted_decode_tps=r.predicted_decode_tps, unverified=m.unverified,
-            this_machine=_is_here(here, m), result=r,
-        ))
+    ordered = sorted(skus, key=_sort_key(t))
+    rows = _rows(inputs, arrays, run, ordered, cal, t, here, model)
+    quant_rows = []
+    for rc in recipes:
+        q_src, q_inputs = sized_source(given, rc, model, with_vision)
+        q_rows = _rows(q_inputs, model_arrays(q_src, with_vision), run, ordered, cal, t, here,
+                       model)
+        quant_rows.append(QuantRows(
+            label=rc.label, plan=q_inputs.weights_detail["conversion"],
+            weights_bytes=q_inputs.weights.total_bytes,
+            rows=tuple(r for r in q_rows if r.runs) if only_fits else tuple(q_rows)))
 
     if here is not None:
         mine = [r for r in rows if r.this_machine]
@@ -219,8 +251,28 @@ def matrix(
         macos_major=macos_major, chips_filter=chips, only_fits=only_fits,
         skus_considered=len(rows), rows=tuple(shown),
         this_machine=here.name if here is not None else None,
-        warnings=tuple(common), notes=tuple(notes),
+        warnings=tuple(common), notes=tuple(notes), quants=tuple(quant_rows),
+        quantization_plan=inputs.weights_detail.get("conversion"),
     )
+
+
+def _rows(inputs, arrays, run: Run, skus: list[Machine], cal, t: SkuTable,
+          here: Machine | None, model: str) -> list[MatrixRow]:
+    rows: list[MatrixRow] = []
+    for m in skus:
+        # The function `fit` ends in: the same terms, the same buffer check, per SKU.
+        r = fit_served(inputs, run, m, cal, None, arrays, model_ref=model)
+        rows.append(MatrixRow(
+            family=_family(t, m.chip or ""), chip=m.chip or "", gpu_cores=m.gpu_cores or 0,
+            ram_gb=round(m.ram_bytes / GIB), name=m.name,
+            bandwidth_gbs=float(m.bandwidth_gbs or 0.0), usable_bytes=r.usable_bytes,
+            total_bytes=r.total_bytes, headroom_bytes=r.usable_bytes - r.total_bytes,
+            fits=r.fits, runs=r.runs, max_safe_context=r.max_safe_context,
+            predicted_decode_tps=r.predicted_decode_tps, unverified=m.unverified,
+            this_machine=_is_here(here, m), result=r,
+            predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
+        ))
+    return rows
 
 
 

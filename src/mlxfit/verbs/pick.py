@@ -45,6 +45,7 @@ from mlxfit.sources.hf_cache import (
 )
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
+from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
 from mlxfit.verbs.fit import fit_served
 
@@ -380,6 +381,8 @@ class Candidate:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     result: FitResult | None = field(default=None, repr=False, compare=False)
+    predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
+    predicted_ttft_s: float | None = None
 
 
 @dataclass(frozen=True)
@@ -430,14 +433,20 @@ def pick(
     cache_dir: str | os.PathLike[str] | None = None,
     config_path: str | os.PathLike[str] | None = None,
     calibration=None,
+    quants: str | None = None,
+    q_bits: int | None = None, q_group_size: int | None = None, q_mode: str | None = None,
+    quant_predicate: str | None = None, dtype: str | None = None,
 ) -> PickResult:
     """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
 
     ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
-    ``cache_dir`` replaces the Hugging Face cache found from the environment."""
+    ``cache_dir`` replaces the Hugging Face cache found from the environment; ``quants``
+    ("4,mixed_3_6,mxfp4") and the convert flags ``q_bits``...``dtype`` add, with ``catalog``,
+    each unquantized entry as mlx_lm.convert would write it in those quantizations."""
     # Every parameter is checked before the settings file is read or the machine probed.
     run = run_from(ctx=ctx)
     check_machine_params(memory_budget_gb, macos)
+    recipes = pick_recipes(quants, q_bits, q_group_size, q_mode, quant_predicate, dtype)
     if default_model is not None and not default_model.strip():
         raise UsageError("default_model is empty", param="default_model")
     if coexist_fraction is not None and (
@@ -494,7 +503,7 @@ def pick(
                   f"Hugging Face cache at {cache}")
 
     cat_rows = _catalog_rows(run, m, cal, usable, coexist, settings,
-                             {c.model.casefold() for c in cands}) if catalog else None
+                             {c.model.casefold() for c in cands}, recipes) if catalog else None
     return PickResult(
         chosen=options[choice.index].model if choice.index is not None else None,
         rule=choice.rule, reason=reason, context_tokens=ctx, machine_name=m.name,
@@ -538,11 +547,12 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
         predicted_decode_tps=r.predicted_decode_tps, is_default=is_default, chosen=chosen,
         budget=budget, budget_bytes=budget_bytes, reason=reason, warnings=warns,
         notes=notes, result=r,
+        predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
     )
 
 
 def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings,
-                  downloaded: set[str]) -> list[Candidate]:
+                  downloaded: set[str], quants: tuple = ()) -> list[Candidate]:
     """The built-in catalog minus what is downloaded: what could run here, one row per quant
     variant; those that fit first, largest first, then the rest, closest to fitting first."""
     rows: list[Candidate] = []
@@ -554,23 +564,30 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
             continue
         src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
-        r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src),
-                       model_ref=e.repo_id)
-        fc = r.runs and r.total_bytes <= coexist
-        if fc:
-            why = f"fits the coexist budget ({_gb(coexist)})"
-        elif r.runs:
-            why = f"fits the usable {_gb(usable)}, over the coexist budget ({_gb(coexist)})"
-        else:
-            why = "does not fit: " + (_blocked(r) or
-                                      f"needs {_gb(r.total_bytes)} > the usable {_gb(usable)}")
-        rows.append(_candidate(r, None, "built-in catalog", fc, False,
-                               "coexist" if r.runs else "usable", coexist if r.runs else usable,
-                               why, e.repo_id.casefold() == settings.default_model.casefold(),
-                               ()))
+        variants = [(e.repo_id, src)] + [
+            (name, conv) for name, conv, _ in predicted_quants(src, quants, e.repo_id)]
+        rows += [_catalog_row(s, name, run, m, cal, usable, coexist, settings)
+                 for name, s in variants]
     rows.sort(key=lambda c: (0, -c.weights_bytes, c.model) if c.runs
               else (1, c.total_bytes, c.model))
     return rows
+
+
+def _catalog_row(src: ModelSource, rid: str, run, m, cal, usable: int, coexist: int,
+                 settings: PickSettings) -> Candidate:
+    """One catalog entry (or a predicted conversion of one, "<id> as 4bit") on this machine."""
+    r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src), model_ref=rid)
+    fc = r.runs and r.total_bytes <= coexist
+    if fc:
+        why = f"fits the coexist budget ({_gb(coexist)})"
+    elif r.runs:
+        why = f"fits the usable {_gb(usable)}, over the coexist budget ({_gb(coexist)})"
+    else:
+        why = "does not fit: " + (_blocked(r) or
+                                  f"needs {_gb(r.total_bytes)} > the usable {_gb(usable)}")
+    return _candidate(r, None, "built-in catalog", fc, False,
+                      "coexist" if r.runs else "usable", coexist if r.runs else usable,
+                      why, rid.casefold() == settings.default_model.casefold(), ())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -51,6 +51,7 @@ from mlxfit.verbs.cluster.plan import (
     plan_cluster,
 )
 from mlxfit.verbs.cluster.results import ClusterResult
+from mlxfit.verbs.convert_plan import converted_source, quant_recipe
 from mlxfit.verbs.edges import calibration_for_user, calibration_note, check_machine_params
 
 # --------------------------------------------------------------------------- the twin
@@ -75,15 +76,22 @@ def cluster(
     quantized_kv_start: int = 5000,
     backend: str = "metal",
     calibration: Calibration | None = None,
+    q_bits: int | None = None,
+    q_group_size: int | None = None,
+    q_mode: str | None = None,
+    quant_predicate: str | None = None,
+    dtype: str | None = None,
 ) -> ClusterResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm across these Macs, split how,
     how fast? ``hosts`` are SKU strings ("M3 Ultra 512GB", "2x M4 Max 128GB") in rank order;
-    ``hosts_file`` a TOML file of [[hosts]] (listed first)."""
+    ``hosts_file`` a TOML file of [[hosts]] (listed first). ``q_bits``...``dtype``: size the
+    model as mlx_lm.convert would write it (mlxfit.verbs.convert_plan)."""
     # Every parameter is checked before the hosts file is read or the model resolved.
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    backend=backend)
     check_machine_params(macos=macos)
+    recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
     specs: list[HostSpec] = []
@@ -100,6 +108,9 @@ def cluster(
     if isinstance(extra.get("backend"), str):
         lk = replace(lk, backend=extra["backend"])
     src = resolve_model(model, revision=revision)
+    converted = recipe is not None
+    if converted:
+        src, _ = converted_source(src, recipe, model)
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
     machines = resolve_hosts(specs, macos)
@@ -112,7 +123,7 @@ def cluster(
     notes += calibration_note(cal)
     single = False
     model_path = src.name
-    if src.kind in ("folder", "hf-cache"):  # a local snapshot: does it carry the index?
+    if src.kind in ("folder", "hf-cache") and not converted:  # does it carry the index?
         loc = Path(src.location)
         single = not (loc / INDEX_NAME).exists()
         if src.kind == "folder":

@@ -1,0 +1,331 @@
+"""Prompt processing: the FLOPs of each prefill chunk and the chip's compute, so time to first
+token and prompt tok/s (what ``mlx_lm.generate`` prints as "Prompt: N tokens, X tokens-per-sec").
+
+mlx-lm's generate_step runs the first P-1 prompt tokens in chunks of ``prefill_step_size``
+(cache_sim.Schedule), evaluating only the caches after each chunk: MLX never computes the last
+layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last prompt token goes through the first
+decode step, and stream_generate's prompt time ends when that step's token exists, so
+prompt tok/s = P / (sum of the chunks + the first decode step) = P / TTFT.
+
+Per chunk of L tokens (constants: calibration.toml [prefill]):
+  matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)
+             x L x the share of layers computed (prefill_layers), over eff_<format> x peak
+  attention  2 x q_heads x (k_dim + v_dim) x (query, key) pairs: causal (fused SDPA, "causal"
+             mask: L x offset + L(L+1)/2), or the whole L x keys rectangle (an array mask, a
+             window, or unfused scores). MLA adds the per-chunk rebuild of K and V from the
+             latent for every key: 2 x keys x heads x kv_lora_rank x (qk_nope + v_head)
+             unfused scores are also memory traffic: score_passes x q_heads x pairs x dtype
+             bytes over the bandwidth
+  scans      SCAN_FLOPS x recurrent-state elements x L per gated-delta / SSM layer
+  + the weights read once per chunk over the bandwidth, + per_layer_chunk_s per layer
+The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
+(matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from mlxfit.calibration.constants import Calibration, Prefill
+from mlxfit.estimate.memory import Run, _as_run_sees
+from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.model.config import Attn, ModelConfig
+from mlxfit.model.inputs import MatmulParams, WeightsRead
+
+# One gated-delta step per (Dk x Dv) state element (mlx_lm/models/gated_delta.py): decay,
+# S^T k, the rank-1 update and S^T q are ~7 FLOPs; the Mamba2 scan (ssm.py) is of the same
+# order per (head_dim x d_state) element. A rule from the code, not a fitted constant.
+SCAN_FLOPS = 7.0
+# The recurrent state is float32 (gated_delta.py, ssm.py): its elements are its bytes / 4.
+STATE_ELEMENT_BYTES = 4
+
+# M5 Neural Accelerators are used from macOS 26.2 (mlx is_nax_available); mlxfit knows only
+# the major version, so macOS 26 counts as "with them" and says so.
+NEURAL_ACCEL_FROM_MACOS = 26
+
+
+@dataclass(frozen=True)
+class ChipCompute:
+    """Peak FLOP/s of one machine: the GPU's shader ALUs and what its matmuls run on."""
+
+    gpu_flops: float
+    matmul_flops: float  # the Neural Accelerators' peak where MLX uses them, else gpu_flops
+    neural_accel: bool
+    ultra: bool
+    source: str
+
+    def tensor_peak(self, cal: Prefill) -> float:
+        """FLOP/s matmul-like kernels see (before the per-kernel efficiency)."""
+        peak = self.matmul_flops * (cal.neural_accel_eff if self.neural_accel else 1.0)
+        return peak * (cal.ultra_compute if self.ultra else 1.0)
+
+    def alu_peak(self, cal: Prefill) -> float:
+        return self.gpu_flops * (cal.ultra_compute if self.ultra else 1.0)
+
+
+def chip_compute(gpu_cores: int | None, figures: dict[str, float], macos_major: int | None,
+                 chip_name: str) -> ChipCompute | None:
+    """The chip's compute from its SKU-table figures; None without cores or a clock."""
+    clock = figures.get("gpu_clock_mhz")
+    per_cycle = figures.get("gpu_flops_per_core_cycle")
+    if not gpu_cores or clock is None or per_cycle is None:
+        return None
+    gpu = gpu_cores * clock * 1e6 * per_cycle
+    na = figures.get("neural_accel_flops_per_core_cycle")
+    use_na = na is not None and (macos_major or 0) >= NEURAL_ACCEL_FROM_MACOS
+    matmul = gpu_cores * clock * 1e6 * na if use_na and na else gpu
+    src = (f"{gpu_cores} cores x {clock:g} MHz x {per_cycle:g} FLOPs/core/cycle"
+           + (f"; matmuls on the Neural Accelerators, {na:g} FLOPs/core/cycle (MLX uses them "
+              f"from macOS 26.2)" if use_na else ""))
+    return ChipCompute(gpu, matmul, use_na, " ultra" in f" {chip_name.lower()}", src)
+
+
+@dataclass(frozen=True)
+class ChunkFlops:
+    """The FLOPs of one prefill chunk, by the kernel that does them."""
+
+    dense: float = 0.0  # weight matmuls outside the routed experts
+    experts: float = 0.0  # routed experts (gather_qmm)
+    attn_fused: float = 0.0
+    attn_unfused: float = 0.0  # materialized scores, MLA's pe_scores and K/V rebuild
+    scan: float = 0.0
+    score_bytes: float = 0.0  # materialized score arrays (unfused attention): memory traffic
+
+    @property
+    def total(self) -> float:
+        return self.dense + self.experts + self.attn_fused + self.attn_unfused + self.scan
+
+    def __add__(self, o: ChunkFlops) -> ChunkFlops:
+        return ChunkFlops(self.dense + o.dense, self.experts + o.experts,
+                          self.attn_fused + o.attn_fused, self.attn_unfused + o.attn_unfused,
+                          self.scan + o.scan, self.score_bytes + o.score_bytes)
+
+
+def prefill_layers(cfg: ModelConfig) -> int:
+    """Layers a prefill chunk computes in full: those before the last layer that owns a cache.
+    mlx-lm evaluates only the caches, so the last owner computes just its K/V (or state) and
+    the layers after it - the output head, KV-shared layers (Gemma 3n/4 read earlier layers'
+    caches and own none) - are never computed."""
+    for i in range(len(cfg.layers) - 1, -1, -1):
+        ly = cfg.layers[i]
+        if ly.state_bytes or (ly.attn is not None and ly.attn.cache != "shared"):
+            return i
+    return 0
+
+
+def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool = True
+                            ) -> tuple[float, float]:
+    """(dense, routed-expert) parameters one token multiplies. The input embedding and
+    per-layer lookup tables are row gathers; a prefill chunk computes neither the output head
+    nor the layers from the last cache owner on (``prefill_layers``)."""
+    dense = p.total - p.experts - p.embedding - p.lm_head - p.lookup
+    routed = p.experts * cfg.top_k / cfg.num_experts if cfg.is_moe and p.experts else 0.0
+    if not prefill:
+        head = p.lm_head or p.embedding  # tied: the embedding table is the head
+        return dense + head, routed
+    n = prefill_layers(cfg)
+    dense *= n / max(cfg.num_layers, 1)
+    moe = cfg.moe_layers
+    if moe:
+        routed *= sum(1 for ly in cfg.layers[:n] if ly.moe) / moe
+    return dense, routed
+
+
+def prefill_attn_groups(cfg: ModelConfig, run: Run) -> list[tuple[Attn, int]]:
+    """Attention layouts a prefill chunk computes (layers before ``prefill_layers``), with
+    their counts, as the run sees them (--max-kv-size)."""
+    counts: dict[Attn, int] = {}
+    for ly in cfg.layers[:prefill_layers(cfg)]:
+        if ly.attn is not None:
+            a = _as_run_sees(ly.attn, cfg, run)
+            counts[a] = counts.get(a, 0) + 1
+    return list(counts.items())
+
+
+def _attn_flops(a: Attn, count: int, size: int, offset: int, keys: int, *, fused: bool,
+                causal: bool, act_bytes: int) -> ChunkFlops:
+    if a.mla is not None:
+        m = a.mla
+        pairs = size * keys  # pe_scores is an array mask: the whole rectangle
+        attn = 2.0 * m.heads * pairs * (m.qk_nope + m.qk_rope + m.v_head)
+        rebuild = 2.0 * keys * m.heads * m.kv_lora_rank * (m.qk_nope + m.v_head)
+        return ChunkFlops(attn_unfused=count * (attn + rebuild),
+                          score_bytes=count * m.heads * pairs * act_bytes)
+    pairs = size * offset + size * (size + 1) / 2 if causal else size * keys
+    flops = count * 2.0 * a.q_heads * pairs * (a.k_dim + a.v_dim)
+    if fused:
+        return ChunkFlops(attn_fused=flops)
+    return ChunkFlops(attn_unfused=flops, score_bytes=count * a.q_heads * pairs * act_bytes)
+
+
+def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
+                fused_prefill: tuple[int, ...]) -> ChunkFlops:
+    """FLOPs of prefill chunk ``n`` (1-based) of ``run``. ``fused_prefill``: the backend's
+    fused prefill head dims (calibration.toml); mlx-lm's quantized SDPA and Gemma 2's softcap
+    are unfused too."""
+    s = run.schedule()
+    c = s.chunk_at(n)
+    dense, routed = matmul_params_per_token(cfg, p)
+    out = ChunkFlops(dense=2.0 * dense * c.size, experts=2.0 * routed * c.size)
+    quant = s.kv_quantized_during(n, run.kv_bits, run.quantized_kv_start)
+    for a, count in prefill_attn_groups(cfg, run):
+        if a.cache == "shared":
+            keys = c.offset_after  # reads another layer's cache: every token so far
+        else:
+            keys = s.keys_seen(a, n)
+        fused = (a.head_dim in fused_prefill and not cfg.scores_always and not quant)
+        causal = fused and a.cache in ("full", "shared") and a.mla is None
+        out = out + _attn_flops(a, count, c.size, c.offset_before, keys, fused=fused,
+                                causal=causal, act_bytes=cfg.act_bytes)
+    state = sum(ly.state_bytes for ly in cfg.layers[:prefill_layers(cfg)]
+                if ly.state_kind in ("linear", "mamba"))
+    out = out + ChunkFlops(scan=SCAN_FLOPS * state / STATE_ELEMENT_BYTES * c.size)
+    return out
+
+
+@dataclass(frozen=True)
+class TimeTerm:
+    """One named part of a time prediction, for --explain."""
+
+    name: str
+    seconds: float
+    formula: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def format_efficiency(cal: Prefill, fmt: str) -> float:
+    """eff_<format>: affine at its bits, bf16 for any float, mxfp4/nvfp4/mxfp8."""
+    v = getattr(cal, f"eff_{fmt}", None)
+    return float(v) if v is not None else cal.eff_affine4
+
+
+def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
+                read_s: float, layers: int, moe_layers: int = 0, stream_bps: float = 0.0
+                ) -> tuple[float, float]:
+    """One chunk's (attention seconds, everything else): its FLOPs over each kernel's share of
+    the peak, the score arrays moved ``score_passes`` times at ``stream_bps`` (bytes/s), the
+    weights read once and the per-layer fixed costs."""
+    eff = format_efficiency(cal, fmt)
+    tensor = chip.tensor_peak(cal)
+    attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
+    if stream_bps:
+        attn += f.score_bytes * cal.score_passes / stream_bps
+    rest = ((f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor
+            + f.scan / (cal.scan_eff * chip.alu_peak(cal))
+            + read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
+    return attn, rest
+
+
+@dataclass(frozen=True)
+class PromptTime:
+    """Time to first token of one run, and its parts."""
+
+    ttft_s: float
+    prefill_tps: float
+    prompt: int
+    chunks: int
+    largest_chunk_s: float  # the slowest single chunk
+    # The slowest layer of one chunk: its attention is one dispatch MLX cannot split over
+    # command buffers (the watchdog's figure)
+    largest_layer_s: float
+    terms: tuple[TimeTerm, ...]
+
+
+def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                   chip: ChipCompute, cal: Calibration, machine_name: str) -> PromptTime | None:
+    """TTFT and prompt tok/s of ``run``'s prompt (ctx - gen tokens); None when the
+    calibration has no [prefill] table or the tensors' parameters were not counted."""
+    if cal.prefill is None or w.params is None:
+        return None
+    pc = cal.prefill
+    s = run.schedule()
+    fused = cal.backend(run.backend).fused_prefill_head_dims
+    # A chunk of hundreds of tokens routes to (nearly) every expert: all weights are read once.
+    chunk_read = (w.total_bytes - (0 if w.tied_embeddings else w.embedding_bytes)
+                  - w.lookup_bytes)
+    stream = cal.decode.eta * bandwidth_gbs * 1e9
+    read_s = chunk_read / stream
+    layers = prefill_layers(cfg)
+    moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
+    attn_layers = max(sum(n for _, n in prefill_attn_groups(cfg, run)), 1)
+    total = ChunkFlops()
+    secs = largest = layer = 0.0
+    _, _, n_chunks = s.chunks()
+    for n in range(1, n_chunks + 1):
+        f = chunk_flops(cfg, w.params, run, n, fused_prefill=fused)
+        attn, rest = chunk_parts(f, chip, pc, w.params.fmt, read_s, layers, moe_layers, stream)
+        secs += attn + rest
+        largest = max(largest, attn + rest)
+        layer = max(layer, attn / attn_layers + rest / max(layers, 1))
+        total = total + f
+    step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
+                                       bandwidth_gbs, cal, machine_name)
+    ttft = secs + step
+    eff = format_efficiency(pc, w.params.fmt)
+    terms = (
+        TimeTerm("prefill_matmul_flops", total.dense + total.experts,
+                 "2 x parameters per token (dense + routed experts x top_k/experts) x prefill "
+                 "tokens x (layers-1)/layers", {"format": w.params.fmt, "eff": eff,
+                                                "dense": total.dense, "experts": total.experts}),
+        TimeTerm("prefill_attention_flops", total.attn_fused + total.attn_unfused,
+                 "2 x q_heads x (k_dim + v_dim) x (query, key) pairs per chunk (causal when "
+                 "fused; MLA: + K/V rebuilt from the latent per chunk)",
+                 {"fused": total.attn_fused, "unfused": total.attn_unfused,
+                  "score_bytes_moved": total.score_bytes * pc.score_passes}),
+        TimeTerm("prefill_scan_flops", total.scan,
+                 f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens"),
+        TimeTerm("prefill_seconds", secs,
+                 "sum over chunks of FLOPs / (efficiency x peak) + weights read / bandwidth + "
+                 "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers",
+                 {"chunks": n_chunks, "prefill_step_size": run.prefill_step_size,
+                  "peak_matmul_tflops": chip.tensor_peak(pc) / 1e12,
+                  "peak_alu_tflops": chip.alu_peak(pc) / 1e12, "chip": chip.source,
+                  "weights_read_bytes": chunk_read}),
+        TimeTerm("first_decode_step_seconds", step,
+                 "the last prompt token through the decode step (predicted_decode_seconds)"),
+        TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds",
+                 {"prompt": s.prompt}),
+    )
+    return PromptTime(ttft, s.prompt / ttft, s.prompt, n_chunks, largest, layer, terms)
+
+
+# Step sizes the watchdog advice tries, largest first (mlx-lm's default is 2048).
+_STEPS = (2048, 1536, 1024, 768, 512, 384, 256, 128, 64)
+
+
+def watchdog_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                  chip: ChipCompute, cal: Calibration, machine_name: str
+                  ) -> tuple[int, PromptTime] | None:
+    """The largest --prefill-step-size below the run's whose slowest layer stays under
+    ``watchdog_layer_s``, with its prompt time; None when none does (or no prediction)."""
+    if cal.prefill is None:
+        return None
+    for step in _STEPS:
+        if step >= run.prefill_step_size:
+            continue
+        p = predicted_ttft(cfg, replace(run, prefill_step_size=step), w, bandwidth_gbs, chip,
+                           cal, machine_name)
+        if p is None:
+            return None
+        if p.largest_layer_s <= cal.prefill.watchdog_layer_s:
+            return step, p
+    return None
+
+
+def watchdog_warning(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                     chip: ChipCompute, cal: Calibration, machine_name: str,
+                     p: PromptTime) -> str | None:
+    """A warning when the slowest predicted layer of a chunk passes the watchdog's danger zone,
+    with the --prefill-step-size that keeps every chunk under it and its TTFT cost."""
+    if cal.prefill is None or p.largest_layer_s <= cal.prefill.watchdog_layer_s:
+        return None
+    head = (f"one layer of the slowest prefill chunk is predicted at {p.largest_layer_s:.2f} s, "
+            f"past the ~{cal.prefill.watchdog_layer_s:g} s where macOS's GPU watchdog has "
+            f"killed long prefills on a Mac with a display ('Impacting Interactivity')")
+    best = watchdog_step(cfg, run, w, bandwidth_gbs, chip, cal, machine_name)
+    if best is None:
+        return head + "; no --prefill-step-size down to 64 keeps chunks under it"
+    step, q = best
+    return (f"{head}: --prefill-step-size {step} keeps each chunk under it "
+            f"(TTFT {q.ttft_s:,.1f} s, {q.ttft_s - p.ttft_s:+,.1f} s)")

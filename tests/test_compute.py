@@ -1,0 +1,139 @@
+"""Prefill FLOPs (estimate/compute.py) worked out by hand from real configs, TTFT's shape, and
+the per-chip compute figures of the SKU table."""
+
+from __future__ import annotations
+
+import pytest
+from st_helpers import load_config
+
+from mlxfit.calibration.load import load_calibration
+from mlxfit.estimate.compute import SCAN_FLOPS, chip_compute, chunk_flops, predicted_ttft
+from mlxfit.estimate.memory import Run
+from mlxfit.hardware.resolve import resolve_machine
+from mlxfit.hardware.skus import COMPUTE_KEYS, chip_compute_figures, load_sku_table
+from mlxfit.model.inputs import MatmulParams, WeightsRead
+from mlxfit.verbs.edges import compute_for
+
+FUSED = (64, 72, 80, 96, 128)  # calibration.toml [backend.metal] fused_prefill_head_dims
+
+
+def _run(prompt: int, step: int = 2048) -> Run:
+    return Run(ctx=prompt, gen=0, prefill_step_size=step)
+
+
+@pytest.mark.parametrize("prompt", [4097, 8193])
+def test_dense_llama_chunk_flops(prompt):
+    """Llama-3.1-8B: 32 layers, 32 q heads of 128 (fused, causal). A prompt of P tokens runs
+    P-1 in 2048-token chunks; chunk n starts at offset (n-1) x 2048. Causal pairs of a chunk:
+    L x offset + L(L+1)/2. Attention = 31 computed layers x 2 x 32 x pairs x (128 + 128).
+    Matmul: (8,030,261,248 - 2 x 525,336,576 embedding/head) x 31/32 = 6,761,476,968
+    parameters per token, x 2 x 2048 FLOPs."""
+    cfg = load_config("meta-llama__Meta-Llama-3.1-8B")
+    p = MatmulParams(total=8_030_261_248, embedding=525_336_576, lm_head=525_336_576,
+                     fmt="affine4")
+    last = (prompt - 1) // 2048
+    f = chunk_flops(cfg, p, _run(prompt), last, fused_prefill=FUSED)
+    offset = (last - 1) * 2048
+    pairs = 2048 * offset + 2048 * 2049 // 2
+    assert f.attn_fused == 31 * 2 * 32 * pairs * 256
+    assert f.attn_unfused == 0
+    assert f.dense == pytest.approx(2 * 6_761_476_968 * 2048)
+    assert f.experts == 0
+
+
+@pytest.mark.parametrize("prompt", [2049, 6145])
+def test_moe_qwen3_30b_routed_experts(prompt):
+    """Qwen3-30B-A3B: 128 experts, top 8, every one of its 48 layers MoE. Routed parameters a
+    token multiplies: 28,990,000,000 x 8/128 x 47/48 (the last layer is not computed) =
+    1,774,088,541.67; dense: (30,500,000,000 - 28,990,000,000 - 2 x 311,164,928) x 47/48."""
+    cfg = load_config("Qwen__Qwen3-30B-A3B")
+    p = MatmulParams(total=30_500_000_000, experts=28_990_000_000, embedding=311_164_928,
+                     lm_head=311_164_928)
+    f = chunk_flops(cfg, p, _run(prompt), 1, fused_prefill=FUSED)
+    assert f.experts == pytest.approx(2 * 28_990_000_000 * 8 / 128 * 47 / 48 * 2048)
+    assert f.dense == pytest.approx(2 * (30_500_000_000 - 28_990_000_000 - 622_329_856)
+                                    * 47 / 48 * 2048)
+
+
+@pytest.mark.parametrize("prompt", [2049, 4097])
+def test_mla_deepseek_v3_rebuilds_kv(prompt):
+    """DeepSeek-V3 (MLA: 128 heads, nope 128, rope 64, v 128, kv_lora_rank 512; 60 of 61
+    layers computed). The last chunk (size 2048) sees K = all tokens so far: attention over
+    the rectangle 2 x 128 x 2048 x K x (128 + 64 + 128), plus K/V rebuilt from the latent for
+    every key: 2 x K x 128 x 512 x (128 + 128)."""
+    cfg = load_config("deepseek-ai__DeepSeek-V3")
+    assert all(a.mla is not None for a in cfg.attention_layers)
+    n = (prompt - 1) // 2048
+    keys = n * 2048
+    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n, fused_prefill=FUSED)
+    per_layer = 2 * 128 * 2048 * keys * 320 + 2 * keys * 128 * 512 * 256
+    assert f.attn_unfused == 60 * per_layer
+    assert f.attn_fused == 0
+
+
+@pytest.mark.parametrize("prompt", [2049, 8193])
+def test_hybrid_qwen3_next_scan_and_unfused_attention(prompt):
+    """Qwen3-Next-80B-A3B: 36 gated-delta layers (state 32 x 128 x 128 float32 + conv 49,152 B
+    = 2,146,304 B each), 12 full-attention layers of head dim 256 (unfused: the L x keys
+    rectangle), the last of which is not computed: 11 x 2 x 16 x 2048 x keys x 512; scan:
+    7 x 36 x 2,146,304 / 4 x 2048."""
+    cfg = load_config("Qwen__Qwen3-Next-80B-A3B-Thinking")
+    n = (prompt - 1) // 2048
+    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n, fused_prefill=FUSED)
+    assert f.scan == SCAN_FLOPS * 36 * 2_146_304 / 4 * 2048
+    assert f.attn_unfused == 11 * 2 * 16 * 2048 * (n * 2048) * 512
+    assert f.attn_fused == 0
+
+
+@pytest.mark.parametrize("prompt", [2049, 6145])
+def test_sliding_window_gemma3_keys_capped(prompt):
+    """Gemma 3 4B: 28 computed sliding layers (window 1024) and 5 global ones, 8 q heads of
+    head dim 256 (unfused). A sliding layer's chunk n sees min(offset, 1023) + 2048 keys; a
+    global one every token so far. Attention = 2 x 8 x 2048 x keys x 512 per layer."""
+    cfg = load_config("Creekside__gemma-3-4b-text__variant")
+    n = (prompt - 1) // 2048
+    offset = (n - 1) * 2048
+    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n, fused_prefill=FUSED)
+    sliding = min(offset, 1023) + 2048
+    full = offset + 2048
+    assert f.attn_unfused == 2 * 8 * 2048 * 512 * (28 * sliding + 5 * full)
+
+
+def _llama_ttft(prompt: int, step: int = 2048, machine: str = "M4 Max 128GB") -> float:
+    cfg = load_config("meta-llama__Meta-Llama-3.1-8B")
+    p = MatmulParams(total=8_030_261_248, embedding=525_336_576, lm_head=525_336_576,
+                     fmt="affine4")
+    w = WeightsRead(total_bytes=4_500_000_000, expert_bytes=0, embedding_bytes=300_000_000,
+                    tied_embeddings=False, params=p)
+    m = resolve_machine(machine)
+    out = predicted_ttft(cfg, _run(prompt, step), w, m.bandwidth_gbs, compute_for(m),
+                         load_calibration(), m.name)
+    assert out is not None
+    return out.ttft_s
+
+
+def test_ttft_monotone_in_context_and_chunks():
+    ttfts = [_llama_ttft(p) for p in (512, 2048, 4096, 16384, 65536)]
+    assert ttfts == sorted(ttfts) and len(set(ttfts)) == len(ttfts)
+    # more, smaller chunks for the same prompt: never faster
+    by_step = [_llama_ttft(16384, s) for s in (4096, 2048, 512, 128)]
+    assert by_step == sorted(by_step)
+
+
+def test_every_sku_has_compute_figures():
+    table = load_sku_table()
+    for chip, entry in table["chips"].items():
+        figs = chip_compute_figures(chip, table)
+        assert set(figs) >= {"gpu_clock_mhz", "gpu_flops_per_core_cycle"}, chip
+        assert set(figs) <= set(COMPUTE_KEYS)
+        assert ("neural_accel_flops_per_core_cycle" in figs) == (entry["family"] == "M5"), chip
+        for v in entry["variants"]:
+            c = chip_compute(v["gpu_cores"], figs, 26, chip)
+            assert c is not None and c.gpu_flops > 1e12
+
+
+def test_neural_accelerators_only_from_macos_26():
+    figs = chip_compute_figures("M5 Max")
+    new, old = chip_compute(40, figs, 26, "M5 Max"), chip_compute(40, figs, 15, "M5 Max")
+    assert new.neural_accel and not old.neural_accel
+    assert new.matmul_flops == 4 * old.matmul_flops

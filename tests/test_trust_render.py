@@ -117,3 +117,27 @@ def test_esc_round_trips_through_rich(value: str) -> None:
     with c.capture() as cap:
         c.print(f"[bold]{esc(value)}[/] [dim]x{esc(value)}[/]", soft_wrap=True)
     assert cap.get() == f"{controls(value)} x{controls(value)}\n"
+
+
+def bf16_folder(root: Path) -> Path:
+    """A float model with a hostile name (matrix --quants sizes conversions of float weights)."""
+    name = "[blink]f\x1b]0;pwned\x07\x9b"
+    return make_folder(root / name, CONFIG, {"model.safetensors": TINY})
+
+
+@pytest.mark.parametrize("verb", [
+    ("serve-plan", "{m}", "--ctx", "4096", "--machine", M4PRO),
+    ("matrix", "{m}", "--ctx", "4096", "--quants", "4,8"),
+    ("cluster", "{m}", "--ctx", "4096", "--host", M4PRO, "--host", M4PRO),
+])
+def test_other_reports(tmp_path: Path, verb: tuple[str, ...]) -> None:
+    folder = bf16_folder(tmp_path)
+    r = invoke(*(a.format(m=folder) for a in verb))
+    clean(r, "[blink]f\\x1b]0;pwned\\x07\\x9b")
+
+
+def test_machine_with_a_hostile_name() -> None:
+    """An unknown machine name with markup and ESC: the error line shows it, inert."""
+    r = invoke("machine", "zz[/]\x1b[2J")
+    out = clean(r)
+    assert r.exit_code == 2 and "zz[/]\\x1b[2J" in out and out.count("\n") == 1, out

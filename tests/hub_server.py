@@ -17,7 +17,7 @@ token and 403 with one that has not been granted access.
 Faults are injected per request: a fixed latency on every request, and rules matching a path
 fragment (and optionally a range start) that answer a status (429 then 200, 500 forever...),
 delay the answer, cut the connection in the middle of a body, hold it open half-sent
-(``hold``), or drip the body a byte at a time (``drip``). Every request is logged with the
+(``hold``), or drip the body (``drip``) or the headers (``drip_headers``) a byte at a time. Every request is logged with the
 body bytes sent, so tests can assert that no tensor data ever left the server.
 
 Models are folders built by the tests (sparse shards for big ones): files are served from disk.
@@ -62,6 +62,7 @@ class Rule:
     drop: bool = False  # send the headers and half the body, then cut the connection
     drip: float = 0.0  # send the body one byte every this many seconds (a slow-drip server)
     hold: float = 0.0  # send the headers and half the body, then hold the connection this long
+    drip_headers: float = 0.0  # send the status line, then header bytes one every this long
     range_start: int | None = None  # only requests whose Range starts here
     method: str | None = None
     times: int | None = None  # how many requests it applies to (None: all)
@@ -236,6 +237,14 @@ class _Handler(BaseHTTPRequestHandler):
             rule = hub._rule_for(method, self._path, range_start)
             if rule and rule.delay:
                 time.sleep(rule.delay)
+            if rule and rule.drip_headers:  # headers that never end (the client gives up)
+                self._status = 200
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(100_000):
+                    self.wfile.flush()
+                    time.sleep(rule.drip_headers)
+                    self.wfile.write(b"a")
+                return
             if rule and rule.status and rule.body is not None:
                 self._send(rule.status, rule.body, rule.headers)
             elif rule and rule.status:

@@ -72,6 +72,18 @@ def test_slow_drip_hits_the_fetch_deadline(server: FakeHub, tmp_path: Path,  # n
     assert "did not finish within 1 s" in msg or "limit 1 s" in msg, msg
 
 
+def test_headers_dripped_forever_hit_the_fetch_deadline(server: FakeHub,  # noqa: F811
+                                                        tmp_path: Path) -> None:
+    """The model info's headers, a byte every 0.2 s: no read times out, the fetch deadline
+    (1.5 s here) ends it; the model-info request runs on a daemon thread for this."""
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
+    server.fault("/api/models/", drip_headers=0.2)
+    r = cli("fit", "acme/tiny", "--machine", M4PRO, timeout=20,
+            MLXFIT_HUB_FETCH_DEADLINE_SECONDS="1.5")
+    msg = one_error(r)
+    assert "did not finish within 1.5 s" in msg, msg
+
+
 def test_206_held_open_says_so(server: FakeHub, tmp_path: Path) -> None:  # noqa: F811
     """Headers and half the body, then silence: not "did not answer"."""
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))

@@ -48,7 +48,7 @@ from mlxfit.sources.hub.cache import (
     hub_cache_dir,
 )
 from mlxfit.sources.hub.http import _Http, _huggingface_hub
-from mlxfit.sources.hub.plan import _fetch, _model_info
+from mlxfit.sources.hub.plan import _fetch, model_info_within_deadline
 from mlxfit.sources.hub.snapshot import _to_source
 from mlxfit.sources.redact import redact_text
 from mlxfit.sources.source import HubTransfer
@@ -201,7 +201,7 @@ def fetch_model(
                      request_deadline=hub.request_deadline_seconds,
                      fetch_deadline=hub.fetch_deadline_seconds)
         try:
-            info = _model_info(http, revision, hub.max_info_bytes)
+            info = model_info_within_deadline(http, revision, hub.max_info_bytes)
         except HubUnreachable as e:
             if cached is None:
                 raise

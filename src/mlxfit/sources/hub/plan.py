@@ -11,6 +11,7 @@ caller's.
 from __future__ import annotations
 
 import json
+import threading
 from datetime import datetime, timezone
 from fnmatch import fnmatch
 from typing import Any
@@ -66,6 +67,16 @@ def _model_info(http: _Http, revision: str | None, max_info_bytes: int) -> dict[
     if not isinstance(sha, str) or not _HEX40.fullmatch(sha) or not isinstance(siblings, list):
         raise SourceError(f"the Hub at {ep} sent an unreadable model info for {repo} "
                           "(no commit sha or file list)")
+    return info
+
+
+def model_info_within_deadline(http: _Http, revision: str | None,
+                               max_info_bytes: int) -> dict[str, Any]:
+    """``_model_info`` on a daemon thread, waited for no longer than the fetch deadline: a
+    server that drips even its response headers cannot hold the main thread (the body's
+    drip is caught chunk by chunk in ``_Http._read``), and Ctrl-C lands at once."""
+    [(_, info)] = run_parallel([("info", lambda: _model_info(http, revision, max_info_bytes))],
+                               1, threading.Event(), http.deadline, lambda: _too_slow(http))
     return info
 
 

@@ -100,6 +100,7 @@ MACHINE = {
     "M5 Max": "M5 Max 128GB",
     "M4 Max": "M4 Max 64GB",  # 64 and 128 GB are both the 40-core 546 GB/s bin
     "M3 Pro": "M3 Pro 18GB",
+    "M3 Max": "M3 Max 40-core 64GB",  # 64 GB ships only with the 40-core bin
     "M4 Pro (Mac mini)": "M4 Pro 64GB",
     "M2 Ultra": "M2 Ultra 192GB",
 }
@@ -138,10 +139,17 @@ def _nk(text: str) -> int:
     return int(m.group(1)) * 1024
 
 
+def _default_step(r: dict) -> int:
+    """mlx-lm's generate_step default: 512 before mlx-lm 0.22 (mlx-examples llms/mlx_lm), 2048
+    since."""
+    v = re.match(r"0\.(\d+)", r.get("mlx_lm_version") or "")
+    return 512 if v and int(v.group(1)) < 22 else 2048
+
+
 def map_row(i: int, r: dict) -> Case | Skipped:
     model, src = r["model"], _source(r)
     machine = MACHINE.get(r["chip"])
-    step = r["prefill_step_size"] or 2048
+    step = r["prefill_step_size"] or _default_step(r)
     if src == "guruswami":
         desc = "local/" + model.split(" (local")[0] + "-" + r["quant"].upper()
     else:
@@ -171,7 +179,8 @@ def map_row(i: int, r: dict) -> Case | Skipped:
         if kv_bits:
             qstart = 0
     if "1029" in r["source"]:
-        approx = "mlx/mlx-lm 0.21.4 (Feb 2025)"
+        approx = (f"mlx-lm {r['mlx_lm_version']} (before 2025-03): older kernels"
+                  if "chigkim" in r["source"] else "mlx/mlx-lm 0.21.4 (Feb 2025)")
     if model.startswith("4-bit Mistral 7B"):
         desc = "mlx-community/Mistral-7B-Instruct-v0.3-4bit"
         approx = "PR #40 post: repo, gen tokens, versions not stated (v0.3 4-bit, G=100 assumed)"

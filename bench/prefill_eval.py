@@ -19,6 +19,7 @@ import numpy as np
 from mlxfit.estimate.compute import chunk_flops, format_efficiency, predicted_ttft, prefill_layers
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.hardware.resolve import resolve_machine
+from mlxfit.hardware.skus import load_sku_table
 from mlxfit.model.inputs import MatmulParams, WeightsRead
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.model.weights import summarize_weights
@@ -34,6 +35,7 @@ FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4": (0
 # A constant the fit can learn only from one source (the M3 Ultra is guruswami's alone): held at
 # its full-data value when that source is left out, like decode's ultra_eta.
 HELD = ("ultra_compute",)
+FIXED = ("per_layer_chunk_s", "per_moe_layer_chunk_s")
 
 
 @cache
@@ -139,14 +141,14 @@ def stats(e: list[float]) -> str:
 def report(cases, rows_by_idx, cal, load_model, lm_fit, sources) -> tuple[list[str], dict]:
     """The markdown lines of the prefill evaluation and the full-data constants."""
     x0 = {k: float(getattr(cal.prefill, k)) for k in cal.prefill.__dataclass_fields__}
-    data = []
+    data, aside = [], []
     for c in cases:
         r = rows_by_idx[c.idx]
-        if not r.get("prompt_tps") or c.approx:
+        if not r.get("prompt_tps"):
             continue
         f = features(c, load_model(c.desc), r, cal)
         if f is not None:
-            data.append((c, f, float(r["prompt_tps"])))
+            (aside if c.approx else data).append((c, f, float(r["prompt_tps"])))
     fmts = {f["fmt"] for _, f, _ in data}
     names = [k for k in FIT if not k.startswith("eff_") or k[4:] in fmts]
     if not any(f["na"] for _, f, _ in data):
@@ -167,36 +169,55 @@ def report(cases, rows_by_idx, cal, load_model, lm_fit, sources) -> tuple[list[s
     cur = {k: float(getattr(cal.prefill, k)) for k in x0}
     insample = by(lambda c: family_of(c.machine), lambda c, f: tps(f, full))
     current = by(lambda c: family_of(c.machine), lambda c, f: tps(f, cur))
-    # leave-one-source-out
-    loso: dict[str, list[float]] = {}
-    for s in sources:
-        tr = [d for d in data if d[0].source != s]
-        te = [d for d in data if d[0].source == s]
-        if not te or not tr:
-            continue
-        held = {k: full[k] for k in HELD}
-        x = fit(tr, {**x0, **held}, [k for k in names if k not in HELD], lm_fit)
-        for c, f, meas in te:
-            loso.setdefault(family_of(c.machine), []).append((tps(f, x) - meas) / meas)
-    L += ["| chip family | in-sample (refit) | calibration.toml now | leave-one-source-out |",
-          "|---|---|---|---|"]
+    # leave-one-source-out: every constant refitted on the other sources; "fixed held" also
+    # holds the per-chunk costs, which only short prompts (< 1K tokens: ax-engine's alone)
+    # can identify
+    def loso(held_keys: tuple[str, ...]) -> dict[str, list[float]]:
+        out: dict[str, list[float]] = {}
+        for s in sources:
+            tr = [d for d in data if d[0].source != s]
+            te = [d for d in data if d[0].source == s]
+            if not te or not tr:
+                continue
+            held = {k: full[k] for k in held_keys}
+            x = fit(tr, {**x0, **held}, [k for k in names if k not in held_keys], lm_fit)
+            for c, f, meas in te:
+                out.setdefault(family_of(c.machine), []).append((tps(f, x) - meas) / meas)
+        return out
+
+    lo, lo_fixed = loso(HELD), loso(HELD + FIXED)
+    L += ["| chip family | in-sample (refit) | calibration.toml now | leave-one-source-out | "
+          "... per-chunk costs held |", "|---|---|---|---|---|"]
     for fam in sorted(insample) + ["ALL"]:
         pick = (lambda g: [e for v in g.values() for e in v]) if fam == "ALL" \
             else (lambda g, fam=fam: g.get(fam, []))
         L.append(f"| {fam} | {stats(pick(insample))} | {stats(pick(current))} | "
-                 f"{stats(pick(loso))} |")
+                 f"{stats(pick(lo))} | {stats(pick(lo_fixed))} |")
     by_src = by(lambda c: c.source, lambda c, f: tps(f, full))
     L += ["", "| source | in-sample |", "|---|---|"]
     L += [f"| {s} | {stats(e)} |" for s, e in sorted(by_src.items())]
+    def span(c) -> str:
+        return ("< 1K" if c.P < 1024 else "1K-8K" if c.P < 8192 else "8K-32K" if c.P < 32768
+                else ">= 32K")
+    by_len = by(span, lambda c, f: tps(f, full))
+    L += ["", "| prompt tokens | in-sample |", "|---|---|"]
+    L += [f"| {k} | {stats(by_len[k])} |" for k in ("< 1K", "1K-8K", "8K-32K", ">= 32K")
+          if k in by_len]
     by_fmt = by(lambda c: load_fmt(c, data), lambda c, f: tps(f, full))
     L += ["", "| weight format | in-sample |", "|---|---|"]
     L += [f"| {s} | {stats(e)} |" for s, e in sorted(by_fmt.items())]
-    seen = {c.machine.split(" ")[0] + " " + c.machine.split(" ")[1]
-            if c.machine.split(" ")[1] in ("Pro", "Max", "Ultra") else c.machine.split(" ")[0]
-            for c, _, _ in data}
-    L += ["", "Chips with a published prefill run here: " + ", ".join(sorted(seen)) + ". "
-          "Every other chip (all of M1; M2, M2 Pro, M2 Max; M3, M3 Max; M4, M4 Pro; M5, "
-          "M5 Pro) has none: their prompt speeds rest on the SKU table's compute figures and "
+    L += ["", "Assumption-laden runs, never fitted (an out-of-sample check with the constants "
+          "above):", "", "| runs | chip | why set aside | error |", "|---|---|---|---|"]
+    groups: dict[tuple[str, str], list[float]] = {}
+    for c, f, meas in aside:
+        groups.setdefault((c.machine, c.approx), []).append((tps(f, full) - meas) / meas)
+    L += [f"| {len(e)} | {m} | {why} | {stats(e)} |" for (m, why), e in sorted(groups.items())]
+    fitted = {machine_and_compute(c.machine, 26)[0].chip for c, _, _ in data}
+    checked = {machine_and_compute(c.machine, 26)[0].chip for c, _, _ in aside} - fitted
+    none = [ch for ch in load_sku_table()["chips"] if ch not in fitted | checked]
+    L += ["", f"Chips with a fitted published prefill run: {', '.join(sorted(fitted))}. "
+          f"Out-of-sample only: {', '.join(sorted(checked))}. No published prefill run at all: "
+          f"{', '.join(none)}; their prompt speeds rest on the SKU table's compute figures and "
           "the efficiencies fitted on the chips above.", ""]
     return L, full
 

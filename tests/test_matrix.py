@@ -319,8 +319,9 @@ def test_cli_table():
         want = [f"{row.ram_gb}GB", f"{row.bandwidth_gbs:g}", f"{row.usable_bytes / 1e9:,.1f}",
                 "yes" if row.runs else "buffer" if row.fits else "no",
                 f"{row.max_safe_context:,}"]
-        if row.runs:  # tok/s is blank where it does not fit
+        if row.runs:  # tok/s and TTFT are blank where it does not fit
             want.append(f"{row.predicted_decode_tps:,.1f}")
+            want.append(f"{row.predicted_ttft_s:,.1f}")
         want.append(f"{row.headroom_bytes / 1e9:,.1f}")
         assert cells[:n] == [*row.chip.split(), f"{row.gpu_cores}-core"]
         assert cells[n:] == want, cells

@@ -81,7 +81,8 @@ def _described_state(d: dict) -> int:
 
 
 def compare_terms(rec: dict, *, weights: int, kv: int, state: int, transient: int, peak: int,
-                  decode_tps: float | None) -> tuple[TermCheck, ...]:
+                  decode_tps: float | None, prefill_tps: float | None = None
+                  ) -> tuple[TermCheck, ...]:
     mt = measured_terms(rec)
     terms = [
         TermCheck("weights", mt["weights"], weights, exact=True,
@@ -95,8 +96,9 @@ def compare_terms(rec: dict, *, weights: int, kv: int, state: int, transient: in
         TermCheck("transient", mt["transient"], transient,
                   note="peak - weights - final caches"),
         TermCheck("peak", mt["peak"], peak, note="mx.get_peak_memory() over the generation"),
-        TermCheck("prefill_tok_s", rec.get("prefill_tok_s"), None, unit="tok/s",
-                  note="not predicted"),
+        TermCheck("prefill_tok_s", rec.get("prefill_tok_s"), prefill_tps, unit="tok/s",
+                  note="the P-1 chunked prompt tokens over the chunks' time"
+                  if prefill_tps is not None else "not predicted (no compute figure)"),
         TermCheck("decode_tok_s", rec.get("decode_tok_s"), decode_tps, unit="tok/s",
                   note=f"{rec.get('decode_steps')} steps at the end of the context"),
     ]

@@ -3,9 +3,9 @@ token and prompt tok/s (what ``mlx_lm.generate`` prints as "Prompt: N tokens, X 
 
 mlx-lm's generate_step runs the first P-1 prompt tokens in chunks of ``prefill_step_size``
 (cache_sim.Schedule), evaluating only the caches after each chunk: MLX never computes the last
-layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last prompt token goes through the first
-decode step, and stream_generate's prompt time ends when that step's token exists, so
-prompt tok/s = P / (sum of the chunks + the first decode step) = P / TTFT.
+layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last
+prompt token goes through the first decode step, and stream_generate's prompt time ends when
+that step's token exists, so prompt tok/s = P / (the chunks + the first decode step) = P / TTFT.
 
 Per chunk of L tokens (constants: calibration.toml [prefill]):
   matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)
@@ -17,19 +17,21 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
              unfused scores are also memory traffic: score_passes x q_heads x pairs x dtype
              bytes over the bandwidth
   scans      SCAN_FLOPS x recurrent-state elements x L per gated-delta / SSM layer
-  + the weights read once per chunk over the bandwidth, + per_layer_chunk_s per layer
+  + the weights read once per chunk over the bandwidth, + per_layer_chunk_s per layer and
+  per_moe_layer_chunk_s per MoE layer
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxfit.calibration.constants import Calibration, Prefill
 from mlxfit.estimate.memory import Run, _as_run_sees
-from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.estimate.speed import is_ultra, predicted_decode_seconds
 from mlxfit.model.config import Attn, ModelConfig
 from mlxfit.model.inputs import MatmulParams, WeightsRead
 
@@ -78,7 +80,7 @@ def chip_compute(gpu_cores: int | None, figures: dict[str, float], macos_major: 
     src = (f"{gpu_cores} cores x {clock:g} MHz x {per_cycle:g} FLOPs/core/cycle"
            + (f"; matmuls on the Neural Accelerators, {na:g} FLOPs/core/cycle (MLX uses them "
               f"from macOS 26.2)" if use_na else ""))
-    return ChipCompute(gpu, matmul, use_na, " ultra" in f" {chip_name.lower()}", src)
+    return ChipCompute(gpu, matmul, use_na, is_ultra(chip_name), src)
 
 
 @dataclass(frozen=True)
@@ -114,17 +116,18 @@ def prefill_layers(cfg: ModelConfig) -> int:
     return 0
 
 
-def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool = True
-                            ) -> tuple[float, float]:
+def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool = True,
+                            computed: int | None = None) -> tuple[float, float]:
     """(dense, routed-expert) parameters one token multiplies. The input embedding and
     per-layer lookup tables are row gathers; a prefill chunk computes neither the output head
-    nor the layers from the last cache owner on (``prefill_layers``)."""
+    nor the layers from the last cache owner on (``prefill_layers``; ``computed`` overrides
+    it: a pipeline stage that sends its output on computes every layer it holds)."""
     dense = p.total - p.experts - p.embedding - p.lm_head - p.lookup
     routed = p.experts * cfg.top_k / cfg.num_experts if cfg.is_moe and p.experts else 0.0
     if not prefill:
         head = p.lm_head or p.embedding  # tied: the embedding table is the head
         return dense + head, routed
-    n = prefill_layers(cfg)
+    n = prefill_layers(cfg) if computed is None else computed
     dense *= n / max(cfg.num_layers, 1)
     moe = cfg.moe_layers
     if moe:
@@ -132,11 +135,12 @@ def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool 
     return dense, routed
 
 
-def prefill_attn_groups(cfg: ModelConfig, run: Run) -> list[tuple[Attn, int]]:
-    """Attention layouts a prefill chunk computes (layers before ``prefill_layers``), with
-    their counts, as the run sees them (--max-kv-size)."""
+def prefill_attn_groups(cfg: ModelConfig, run: Run, computed: int | None = None
+                        ) -> list[tuple[Attn, int]]:
+    """Attention layouts a prefill chunk computes (layers before ``prefill_layers``, or the
+    first ``computed``), with their counts, as the run sees them (--max-kv-size)."""
     counts: dict[Attn, int] = {}
-    for ly in cfg.layers[:prefill_layers(cfg)]:
+    for ly in cfg.layers[:prefill_layers(cfg) if computed is None else computed]:
         if ly.attn is not None:
             a = _as_run_sees(ly.attn, cfg, run)
             counts[a] = counts.get(a, 0) + 1
@@ -160,16 +164,17 @@ def _attn_flops(a: Attn, count: int, size: int, offset: int, keys: int, *, fused
 
 
 def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
-                fused_prefill: tuple[int, ...]) -> ChunkFlops:
+                fused_prefill: tuple[int, ...], computed: int | None = None) -> ChunkFlops:
     """FLOPs of prefill chunk ``n`` (1-based) of ``run``. ``fused_prefill``: the backend's
     fused prefill head dims (calibration.toml); mlx-lm's quantized SDPA and Gemma 2's softcap
     are unfused too."""
     s = run.schedule()
     c = s.chunk_at(n)
-    dense, routed = matmul_params_per_token(cfg, p)
+    k = prefill_layers(cfg) if computed is None else computed
+    dense, routed = matmul_params_per_token(cfg, p, computed=k)
     out = ChunkFlops(dense=2.0 * dense * c.size, experts=2.0 * routed * c.size)
     quant = s.kv_quantized_during(n, run.kv_bits, run.quantized_kv_start)
-    for a, count in prefill_attn_groups(cfg, run):
+    for a, count in prefill_attn_groups(cfg, run, k):
         if a.cache == "shared":
             keys = c.offset_after  # reads another layer's cache: every token so far
         else:
@@ -178,8 +183,7 @@ def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
         causal = fused and a.cache in ("full", "shared") and a.mla is None
         out = out + _attn_flops(a, count, c.size, c.offset_before, keys, fused=fused,
                                 causal=causal, act_bytes=cfg.act_bytes)
-    state = sum(ly.state_bytes for ly in cfg.layers[:prefill_layers(cfg)]
-                if ly.state_kind in ("linear", "mamba"))
+    state = sum(ly.state_bytes for ly in cfg.layers[:k] if ly.state_kind in ("linear", "mamba"))
     out = out + ChunkFlops(scan=SCAN_FLOPS * state / STATE_ELEMENT_BYTES * c.size)
     return out
 
@@ -200,21 +204,40 @@ def format_efficiency(cal: Prefill, fmt: str) -> float:
     return float(v) if v is not None else cal.eff_affine4
 
 
+@dataclass(frozen=True)
+class ChunkTime:
+    """Seconds of one prefill chunk (or a sum of chunks), by part."""
+
+    matmul: float = 0.0
+    attention: float = 0.0  # SDPA or materialized scores, with their memory traffic
+    scan: float = 0.0
+    fixed: float = 0.0  # weights read once per chunk + per-layer costs (and a cluster's sends)
+
+    @property
+    def total(self) -> float:
+        return self.matmul + self.attention + self.scan + self.fixed
+
+    def __add__(self, o: ChunkTime) -> ChunkTime:
+        return ChunkTime(self.matmul + o.matmul, self.attention + o.attention,
+                         self.scan + o.scan, self.fixed + o.fixed)
+
+
 def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
                 read_s: float, layers: int, moe_layers: int = 0, stream_bps: float = 0.0
-                ) -> tuple[float, float]:
-    """One chunk's (attention seconds, everything else): its FLOPs over each kernel's share of
-    the peak, the score arrays moved ``score_passes`` times at ``stream_bps`` (bytes/s), the
-    weights read once and the per-layer fixed costs."""
+                ) -> ChunkTime:
+    """One chunk's seconds: its FLOPs over each kernel's share of the peak, the score arrays
+    moved ``score_passes`` times at ``stream_bps`` (bytes/s), the weights read once and the
+    per-layer fixed costs."""
     eff = format_efficiency(cal, fmt)
     tensor = chip.tensor_peak(cal)
     attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
     if stream_bps:
         attn += f.score_bytes * cal.score_passes / stream_bps
-    rest = ((f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor
-            + f.scan / (cal.scan_eff * chip.alu_peak(cal))
-            + read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
-    return attn, rest
+    return ChunkTime(
+        matmul=(f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor,
+        attention=attn,
+        scan=f.scan / (cal.scan_eff * chip.alu_peak(cal)),
+        fixed=read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
 
 
 @dataclass(frozen=True)
@@ -232,6 +255,55 @@ class PromptTime:
     terms: tuple[TimeTerm, ...]
 
 
+@dataclass(frozen=True)
+class PrefillSum:
+    """The chunks of one prefill on one device, summed."""
+
+    seconds: float
+    largest_chunk_s: float
+    largest_layer_s: float
+    chunks: int
+    flops: ChunkFlops
+    parts: ChunkTime
+
+
+def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompute,
+                    cal: Calibration, *, bandwidth_gbs: float, read_bytes: float,
+                    computed: int | None = None,
+                    per_chunk_s: Callable[[int], float] | None = None) -> PrefillSum:
+    """Every prefill chunk of ``run`` on one device: ``cfg`` (a whole model or a stage, the
+    first ``computed`` layers computed), ``read_bytes`` of weights read per chunk, and
+    ``per_chunk_s(size)`` added per chunk (a cluster's transfers). ``cal.prefill`` must be set."""
+    pc = cal.prefill
+    assert pc is not None  # callers check: predicted_ttft returns None without [prefill]
+    s = run.schedule()
+    fused = cal.backend(run.backend).fused_prefill_head_dims
+    stream = cal.decode.eta * bandwidth_gbs * 1e9
+    layers = prefill_layers(cfg) if computed is None else computed
+    moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
+    attn_layers = max(sum(n for _, n in prefill_attn_groups(cfg, run, layers)), 1)
+    total, parts = ChunkFlops(), ChunkTime()
+    largest = layer = 0.0
+    _, _, n_chunks = s.chunks()
+    for n in range(1, n_chunks + 1):
+        f = chunk_flops(cfg, p, run, n, fused_prefill=fused, computed=layers)
+        t = chunk_parts(f, chip, pc, p.fmt, read_bytes / stream, layers, moe_layers, stream)
+        if per_chunk_s:
+            t = t + ChunkTime(fixed=per_chunk_s(s.chunk_at(n).size))
+        parts = parts + t
+        largest = max(largest, t.total)
+        layer = max(layer, t.attention / attn_layers
+                    + (t.matmul + t.scan + t.fixed) / max(layers, 1))
+        total = total + f
+    return PrefillSum(parts.total, largest, layer, n_chunks, total, parts)
+
+
+def chunk_read_bytes(w: WeightsRead) -> int:
+    """Weights one chunk reads: a chunk of hundreds of tokens routes to (nearly) every expert,
+    so all of them, but not the input embedding (a row gather, unless tied) or lookup tables."""
+    return w.total_bytes - (0 if w.tied_embeddings else w.embedding_bytes) - w.lookup_bytes
+
+
 def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                    chip: ChipCompute, cal: Calibration, machine_name: str) -> PromptTime | None:
     """TTFT and prompt tok/s of ``run``'s prompt (ctx - gen tokens); None when the
@@ -240,54 +312,46 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         return None
     pc = cal.prefill
     s = run.schedule()
-    fused = cal.backend(run.backend).fused_prefill_head_dims
-    # A chunk of hundreds of tokens routes to (nearly) every expert: all weights are read once.
-    chunk_read = (w.total_bytes - (0 if w.tied_embeddings else w.embedding_bytes)
-                  - w.lookup_bytes)
-    stream = cal.decode.eta * bandwidth_gbs * 1e9
-    read_s = chunk_read / stream
-    layers = prefill_layers(cfg)
-    moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
-    attn_layers = max(sum(n for _, n in prefill_attn_groups(cfg, run)), 1)
-    total = ChunkFlops()
-    secs = largest = layer = 0.0
-    _, _, n_chunks = s.chunks()
-    for n in range(1, n_chunks + 1):
-        f = chunk_flops(cfg, w.params, run, n, fused_prefill=fused)
-        attn, rest = chunk_parts(f, chip, pc, w.params.fmt, read_s, layers, moe_layers, stream)
-        secs += attn + rest
-        largest = max(largest, attn + rest)
-        layer = max(layer, attn / attn_layers + rest / max(layers, 1))
-        total = total + f
+    chunk_read = chunk_read_bytes(w)
+    ps = prefill_seconds(cfg, w.params, run, chip, cal, bandwidth_gbs=bandwidth_gbs,
+                         read_bytes=chunk_read)
+    total, secs, parts = ps.flops, ps.seconds, ps.parts
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        bandwidth_gbs, cal, machine_name)
     ttft = secs + step
-    eff = format_efficiency(pc, w.params.fmt)
     terms = (
-        TimeTerm("prefill_matmul_flops", total.dense + total.experts,
+        TimeTerm("prefill_matmul_seconds", parts.matmul,
                  "2 x parameters per token (dense + routed experts x top_k/experts) x prefill "
-                 "tokens x (layers-1)/layers", {"format": w.params.fmt, "eff": eff,
-                                                "dense": total.dense, "experts": total.experts}),
-        TimeTerm("prefill_attention_flops", total.attn_fused + total.attn_unfused,
+                 "tokens x the share of layers computed, over eff_<format> (x expert_eff for "
+                 "routed experts) x "
+                 "the matmul peak",
+                 {"flops_dense": total.dense, "flops_experts": total.experts,
+                  "format": w.params.fmt, "eff": format_efficiency(pc, w.params.fmt),
+                  "peak_matmul_tflops": chip.tensor_peak(pc) / 1e12, "chip": chip.source}),
+        TimeTerm("prefill_attention_seconds", parts.attention,
                  "2 x q_heads x (k_dim + v_dim) x (query, key) pairs per chunk (causal when "
-                 "fused; MLA: + K/V rebuilt from the latent per chunk)",
-                 {"fused": total.attn_fused, "unfused": total.attn_unfused,
-                  "score_bytes_moved": total.score_bytes * pc.score_passes}),
-        TimeTerm("prefill_scan_flops", total.scan,
-                 f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens"),
-        TimeTerm("prefill_seconds", secs,
-                 "sum over chunks of FLOPs / (efficiency x peak) + weights read / bandwidth + "
-                 "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers",
-                 {"chunks": n_chunks, "prefill_step_size": run.prefill_step_size,
-                  "peak_matmul_tflops": chip.tensor_peak(pc) / 1e12,
-                  "peak_alu_tflops": chip.alu_peak(pc) / 1e12, "chip": chip.source,
-                  "weights_read_bytes": chunk_read}),
+                 "fused; MLA: + K/V rebuilt from the latent per chunk) over attn_eff (fused) or "
+                 "attn_unfused_eff x the matmul peak, + score_passes x score bytes / bandwidth",
+                 {"flops_fused": total.attn_fused, "flops_unfused": total.attn_unfused,
+                  "score_bytes": total.score_bytes}),
+        TimeTerm("prefill_scan_seconds", parts.scan,
+                 f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens over scan_eff x "
+                 "the GPU's ALU peak", {"flops": total.scan,
+                                        "peak_alu_tflops": chip.alu_peak(pc) / 1e12}),
+        TimeTerm("prefill_fixed_seconds", parts.fixed,
+                 "per chunk: the weights read once / (eta x bandwidth) + per_layer_chunk_s x "
+                 "layers + per_moe_layer_chunk_s x MoE layers",
+                 {"weights_read_bytes": chunk_read, "layers_computed": prefill_layers(cfg)}),
+        TimeTerm("prefill_seconds", secs, "the four parts above, summed over the chunks",
+                 {"chunks": ps.chunks, "prefill_step_size": run.prefill_step_size,
+                  "slowest_chunk_s": ps.largest_chunk_s, "slowest_layer_s": ps.largest_layer_s}),
         TimeTerm("first_decode_step_seconds", step,
                  "the last prompt token through the decode step (predicted_decode_seconds)"),
         TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds",
                  {"prompt": s.prompt}),
     )
-    return PromptTime(ttft, s.prompt / ttft, s.prompt, n_chunks, largest, layer, terms)
+    return PromptTime(ttft, s.prompt / ttft, s.prompt, ps.chunks, ps.largest_chunk_s,
+                      ps.largest_layer_s, terms)
 
 
 # Step sizes the watchdog advice tries, largest first (mlx-lm's default is 2048).

@@ -64,6 +64,13 @@ def term_to_json(t: Term) -> dict[str, Any]:
     return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": dict(t.inputs)}
 
 
+def time_term_to_json(t: Any) -> dict[str, Any]:
+    """A time term (estimate.compute.TimeTerm) as every "prefill_terms" list gives it: name,
+    value (seconds), formula, inputs."""
+    return rounded({"name": t.name, "value": t.seconds, "formula": t.formula,
+                    "inputs": dict(t.inputs)})
+
+
 def seconds_to_json(s: float | None) -> float | None:
     """Seconds (time to first token) as every verb's JSON gives them: three decimals."""
     return round(s, 3) if s is not None else None

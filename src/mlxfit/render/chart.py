@@ -158,8 +158,9 @@ def _esc(s: str) -> str:
 
 
 def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
-    """Two stacked panels (memory, tok/s) over a log-scale context axis, as SVG text."""
-    left, right, top = 70, 20, 40
+    """Two stacked panels (memory; decode tok/s with time to first token on a right-hand axis)
+    over a log-scale context axis, as SVG text."""
+    left, right, top = 70, 60, 40
     gap, bottom = 40, 90
     ph = (height - top - gap - bottom) // 2
     pw = width - left - right
@@ -220,6 +221,19 @@ def svg(d: ChartData, width: int = 760, height: int = 560) -> str:
     for seg in _runs(d.points):
         pts = " ".join(f"{x(p.ctx):.1f},{yt(p.decode_tps or 0):.1f}" for p in seg)
         out.append(f'<polyline points="{pts}" fill="none" stroke="#2ca02c" stroke-width="2"/>')
+    ttft = [p for p in d.points if p.ttft_s is not None]
+    if ttft:
+        t_max = max(p.ttft_s or 0.0 for p in ttft) * 1.1 or 1.0
+        pts = " ".join(f"{x(p.ctx):.1f},{y0_tps - (p.ttft_s or 0) / t_max * ph:.1f}"
+                       for p in ttft)
+        out.append(f'<polyline points="{pts}" fill="none" stroke="#d62728" stroke-width="1.5" '
+                   'stroke-dasharray="5,3"/>')
+        for frac in (0, 0.5, 1):
+            out.append(f'<text x="{left + pw + 6}" y="{y0_tps - frac * ph + 4:.1f}" '
+                       f'fill="#d62728">{t_max * frac:,.0f}</text>')
+        out.append(f'<text x="{width - 8}" y="{y0_tps - ph / 2:.1f}" transform="rotate(90 '
+                   f'{width - 8} {y0_tps - ph / 2:.1f})" text-anchor="middle" fill="#d62728">'
+                   'time to first token, s</text>')
     if d.lo <= d.max_safe_context <= d.hi:
         xs = x(d.max_safe_context)
         out.append(f'<text x="{xs:.1f}" y="{y0_tps + 62}" text-anchor="middle" fill="#2ca02c">'
@@ -261,6 +275,12 @@ def write_png(d: ChartData, path: Path) -> None:
     for seg in _runs(d.points):
         a2.plot([p.ctx for p in seg], [p.decode_tps for p in seg], color="#2ca02c")
     a2.set_ylabel("decode tok/s")
+    ttft = [p for p in d.points if p.ttft_s is not None]
+    if ttft:
+        a3 = a2.twinx()
+        a3.plot([p.ctx for p in ttft], [p.ttft_s for p in ttft], color="#d62728", ls="--")
+        a3.set_ylabel("time to first token, s", color="#d62728")
+        a3.set_ylim(bottom=0)
     a2.set_xscale("log", base=2)
     a2.set_xlabel("context tokens (log scale)")
     for ax in (a1, a2):

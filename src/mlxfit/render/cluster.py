@@ -9,7 +9,9 @@ from mlxfit.render import (
     bare_machine,
     machine_to_json,
     run_to_json,
+    seconds_to_json,
     term_to_json,
+    time_term_to_json,
     tps_to_json,
 )
 from mlxfit.render.text import esc
@@ -50,11 +52,14 @@ def plan_to_json(p: Plan, hosts: tuple[HostMachine, ...] = ()) -> dict[str, Any]
         "fits": p.fits, "failing_hosts": list(p.failing_hosts),
         "max_safe_context": p.max_safe_context,
         "predicted_decode_tps": tps_to_json(p.predicted_decode_tps),
+        "predicted_prefill_tps": tps_to_json(p.predicted_prefill_tps),
+        "predicted_ttft_s": seconds_to_json(p.predicted_ttft_s),
         "decode_seconds": p.decode_seconds, "comm_seconds": p.comm_seconds,
         "split": list(p.split), "even_split": list(p.even_split),
         "even_split_fits": p.even_split_fits,
         "hosts": [_host_json(h, hosts) for h in p.hosts],
         "speed_terms": [term_to_json(t) for t in p.speed_terms],
+        "prefill_terms": [time_term_to_json(t) for t in p.prefill_terms],
         "assumptions": list(p.assumptions), "sums": dict(p.sums),
     }
 
@@ -128,6 +133,9 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
             comm = (f" (of which link {p.comm_seconds * 1e3:.2f} ms/token)"
                     if p.comm_seconds else "")
             c.print(f"predicted decode: [bold]{p.predicted_decode_tps:,.1f} tok/s[/]{comm}")
+        if p.predicted_ttft_s is not None and p.predicted_prefill_tps is not None:
+            c.print(f"predicted prompt: [bold]{p.predicted_prefill_tps:,.0f} tok/s[/], time to "
+                    f"first token [bold]{p.predicted_ttft_s:,.1f} s[/]")
         if p.strategy == "pipeline":
             c.print(f"split (layers by rank, rank 0 runs the last layers): "
                     f"{'/'.join(map(str, p.split))}; mlx-lm's default even split "

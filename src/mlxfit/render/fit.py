@@ -13,6 +13,7 @@ from mlxfit.render import (
     run_to_json,
     seconds_to_json,
     term_to_json,
+    time_term_to_json,
     tps_to_json,
 )
 from mlxfit.render.text import esc
@@ -66,8 +67,7 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "weights": r.weights_detail,
         # The conversion sized, when --q-bits/--q-mode/... are given (issue 17).
         "quantization_plan": r.weights_detail.get("conversion"),
-        "prefill_terms": [{"name": t.name, "value": t.seconds, "formula": t.formula,
-                           "inputs": t.inputs} for t in r.prefill_terms],
+        "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
         "command": r.serving.get("command"),
@@ -159,6 +159,15 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
             console.print(f"    {esc(term.formula)}", soft_wrap=True)
             if term.inputs:
                 inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
+                console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
+        if r.prefill_terms:
+            console.print("\n[bold]time to first token[/] (seconds; formula; inputs)")
+        for tt in r.prefill_terms:
+            console.print(f"  [bold]{esc(tt.name)}[/] = {tt.seconds:,.3f} s")
+            console.print(f"    {esc(tt.formula)}", soft_wrap=True)
+            if tt.inputs:
+                inputs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                   for k, v in tt.inputs.items())
                 console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {esc(w)}")
@@ -277,5 +286,5 @@ def chart_to_json(d: ChartData) -> dict[str, Any]:
         "kinks": [{"ctx": k.ctx, "label": k.label} for k in d.kinks],
         "points": [{"ctx": p.ctx, "total_bytes": p.total_bytes,
                     "decode_tps": round(p.decode_tps, 2) if p.decode_tps is not None else None,
-                    "fits": p.fits} for p in d.points],
+                    "ttft_s": seconds_to_json(p.ttft_s), "fits": p.fits} for p in d.points],
     }

@@ -82,6 +82,7 @@ def render_matrix(m: Any, out: Any) -> None:
         t.add_column("fits", no_wrap=True)
         t.add_column("max ctx", justify="right", no_wrap=True)
         t.add_column("tok/s", justify="right", no_wrap=True)
+        t.add_column("TTFT s", justify="right", no_wrap=True)
         t.add_column("headroom", justify="right", no_wrap=True)
         if mark:
             t.add_column("", no_wrap=True)
@@ -98,6 +99,7 @@ def render_matrix(m: Any, out: Any) -> None:
                 f"{r.max_safe_context:,}",
                 f"{r.predicted_decode_tps:,.1f}"
                 if r.runs and r.predicted_decode_tps is not None else "",
+                f"{r.predicted_ttft_s:,.1f}" if r.runs and r.predicted_ttft_s is not None else "",
                 _gb(r.headroom_bytes),
             ]
             if mark:
@@ -107,7 +109,8 @@ def render_matrix(m: Any, out: Any) -> None:
     if m.rows:
         out.print(f"[dim]GB = 10^9 B; peak {_gb(m.rows[0].total_bytes)} GB at "
                   f"{m.context_tokens:,} tokens (weights {_gb(m.weights_bytes)} GB) on every SKU; "
-                  f"model limit {m.context_limit:,} tokens; tok/s blank where it does not fit[/]")
+                  f"model limit {m.context_limit:,} tokens; TTFT = time to first token of the whole "
+                  f"prompt; tok/s and TTFT blank where it does not fit[/]")
     if any(r.unverified for r in m.rows):
         out.print("[dim]* rests on a weak source in apple_skus.toml[/]")
     if any(r.fits and not r.runs for r in m.rows):

@@ -100,6 +100,7 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
     t.add_column("fits", no_wrap=True)
     t.add_column("max ctx", justify="right", no_wrap=True)
     t.add_column("tok/s", justify="right", no_wrap=True)
+    t.add_column("TTFT s", justify="right", no_wrap=True)
     for i, c in enumerate(rows, 1):
         name = esc(c.model) + (" (default)" if c.is_default else "")
         t.add_row(
@@ -109,6 +110,7 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
             f"{c.max_safe_context:,}",
             f"{c.predicted_decode_tps:,.1f}"
             if c.runs and c.predicted_decode_tps is not None else "",
+            f"{c.predicted_ttft_s:,.1f}" if c.runs and c.predicted_ttft_s is not None else "",
         )
     return t
 

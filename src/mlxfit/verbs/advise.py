@@ -483,7 +483,7 @@ def _option(s: _Search, c: _Cand) -> Option:
     model = c.model or s.ev.model_ref
     setup = (wired_command(c.wired_mb),) if c.wired_mb is not None else ()
     cost = None
-    if any(ch.kind == "prefill_step" for ch in c.changes):
+    if any(ch.kind == "prefill_step_size" for ch in c.changes):
         now = s.ev.ttft(c.run, model=c.model)
         was = s.ev.ttft(replace(c.run, prefill_step_size=s.base.run.prefill_step_size),
                         model=c.model)

@@ -159,13 +159,18 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")
+    chip = compute_for(m)
+    if chip is None:
+        notes.append("no time to first token: " + (
+            "not an Apple GPU (the prefill model is fitted on Metal runs)"
+            if not m.is_apple_silicon else "the SKU table has no compute figure for this chip"))
     r = fit_core(
         model=inputs.name, source_kind=inputs.source_kind, cfg=inputs.cfg,
         weights=inputs.weights, run=run, cal=cal,
         machine_name=m.name, ram_bytes=m.ram_bytes, bandwidth_gbs=m.bandwidth_gbs,
         usable_bytes=m.usable_bytes, usable_source=m.usable_source,
         warnings=tuple(warnings), notes=tuple(notes), weights_detail=inputs.weights_detail,
-        extra_terms=extra_terms, compute=compute_for(m),
+        extra_terms=extra_terms, compute=chip,
     )
     return replace(r, machine=m)
 

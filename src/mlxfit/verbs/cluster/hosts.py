@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.compute import ChipCompute
 from mlxfit.hardware.resolve import Machine, machine_with_budget, resolve_machine
 from mlxfit.resources import data_path
 from mlxfit.settings import DEFAULT_MACOS, Settings, deep_merge, from_environ, read_toml
+from mlxfit.verbs.edges import compute_for
 
 # --------------------------------------------------------------------------- links
 
@@ -186,6 +188,7 @@ class HostMachine:
     notes: tuple[str, ...] = ()
     unverified: bool = False
     machine: Machine | None = None  # the resolved Machine (the JSON's machine object)
+    compute: ChipCompute | None = None  # peak FLOP/s (verbs.edges.compute_for): prefill
 
 
 def resolve_hosts(specs: Sequence[HostSpec], macos: int | None = None) -> list[HostMachine]:
@@ -199,7 +202,8 @@ def resolve_hosts(specs: Sequence[HostSpec], macos: int | None = None) -> list[H
             m = machine_with_budget(m, int(s.memory_budget_gb * 1e9))
         label = s.name or s.ssh or f"host{r}"
         out.append(HostMachine(r, label, m.name, m.ram_bytes, m.bandwidth_gbs, m.usable_bytes,
-                               m.usable_source, s, tuple(m.notes), m.unverified, m))
+                               m.usable_source, s, tuple(m.notes), m.unverified, m,
+                               compute_for(m)))
     for h in out:
         if h.spec.rdma is not None and len(h.spec.rdma) != len(out):
             raise UsageError(f"{h.label}: rdma lists {len(h.spec.rdma)} devices for "

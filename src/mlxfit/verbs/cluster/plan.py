@@ -24,10 +24,11 @@ from mlxfit.estimate.speed import (
 )
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.families import mlx_lm_module
-from mlxfit.model.inputs import WeightsRead
+from mlxfit.model.inputs import MatmulParams, WeightsRead
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.model.weights import is_expert, is_vision
 from mlxfit.verbs.cluster.hosts import HostMachine, Link
+from mlxfit.verbs.cluster.prefill import pipeline_ttft, tensor_ttft
 from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
 from mlxfit.verbs.cluster.sharding import (
     LAYER_RE,
@@ -114,6 +115,7 @@ class _Model:
     tensors: tuple[TensorInfo, ...]
     module: str
     with_vision: bool = False
+    params: MatmulParams | None = None  # prefill's matmul parameters (estimate/compute.py)
 
 
 def _host_plan(h: HostMachine, cfg: ModelConfig, run: Run, cal: Calibration, *,
@@ -276,9 +278,19 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
                                                                   for hp in host_plans),
         "layers": sum(split),
     }
-    return Plan("pipeline" if n > 1 else "single", True, None, host_plans, tuple(split), ev,
+    plan = Plan("pipeline" if n > 1 else "single", True, None, host_plans, tuple(split), ev,
                 ev_fits, fits, failing, max_ctx, tps, secs, comm_s if speed_known else None,
                 speed_terms, PIPELINE_ASSUMPTIONS if n > 1 else (), sums)
+    if secs is None:
+        return plan
+    t = pipeline_ttft(cfg, m.params, w, list(zip(subs, own, own_exp)), hosts, run, cal, link,
+                      secs)
+    return plan if t is None else _with_ttft(plan, run, *t)
+
+
+def _with_ttft(plan: Plan, run: Run, ttft: float, terms: tuple) -> Plan:
+    return replace(plan, predicted_ttft_s=ttft,
+                   predicted_prefill_tps=run.schedule().prompt / ttft, prefill_terms=terms)
 
 
 def _tp_shares(m: _Model, n: int) -> tuple[int, int, int, str | None]:
@@ -381,10 +393,15 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
         "weights_sharded": own * n, "weights_replicated": repl, "weights_total": w.total,
         "kv": sum(hp.kv_bytes for hp in host_plans),
     }
-    return Plan("tensor" if n > 1 else "single", True, None, host_plans, (), (), None, fits,
+    plan = Plan("tensor" if n > 1 else "single", True, None, host_plans, (), (), None, fits,
                 tuple(hp.label for hp in host_plans if not hp.fits),
                 largest_true(all_fit, limit), tps, secs, comm_s if speed_known else None,
                 speed_terms, TENSOR_ASSUMPTIONS if n > 1 else (), sums)
+    if secs is None:
+        return plan
+    read = own + repl - (0 if w.tied else w.embedding) - w.lookup
+    t = tensor_ttft(cfg, sub, m.params, read, hosts, run, cal, link, secs)
+    return plan if t is None else _with_ttft(plan, run, *t)
 
 
 def _choose(plans: Sequence[Plan], requested: str, ctx: int) -> tuple[str | None, str]:
@@ -436,7 +453,8 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
                  tensors: Sequence[TensorInfo], hosts: Sequence[HostMachine], run: Run,
                  cal: Calibration, link: Link, strategy: str = "auto",
                  with_vision: bool = False, notes: Sequence[str] = (),
-                 model_path: str = "", single_safetensors: bool = False) -> ClusterResult:
+                 model_path: str = "", single_safetensors: bool = False,
+                 params: MatmulParams | None = None) -> ClusterResult:
     """The pure planner: every figure of the report from its inputs."""
     if strategy not in STRATEGIES:
         raise UsageError(f"strategy must be one of {', '.join(STRATEGIES)}, got {strategy!r}",
@@ -447,7 +465,7 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
     validate_run(cfg, run)
     module = mlx_lm_module(cfg.model_type)
     m = _Model(cfg, split_weights(tensors, cfg.num_layers, with_vision), tuple(tensors), module,
-               with_vision)
+               with_vision, params)
     limit, limit_warnings = context_limit(cfg, run)
     warn = list(cfg.warnings) + limit_warnings
     n = len(hosts)

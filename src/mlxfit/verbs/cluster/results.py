@@ -8,6 +8,7 @@ planner (``mlxfit.verbs.cluster.plan``), the writers (``mlxfit.render.cluster_la
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlxfit.estimate.memory import Run, Term
 from mlxfit.verbs.cluster.hosts import HostMachine, Link
@@ -65,6 +66,10 @@ class Plan:
     speed_terms: tuple[Term, ...] = ()
     assumptions: tuple[str, ...] = ()
     sums: dict[str, int] = field(default_factory=dict)
+    # Prompt processing (verbs/cluster/prefill.py): None without compute figures
+    predicted_ttft_s: float | None = None
+    predicted_prefill_tps: float | None = None
+    prefill_terms: tuple[Any, ...] = ()
 
 
 @dataclass(frozen=True)

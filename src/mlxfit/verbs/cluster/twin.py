@@ -35,8 +35,9 @@ from typing import Any
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.memory import run_from
-from mlxfit.model.inputs import activation_bytes
+from mlxfit.model.inputs import MatmulParams, activation_bytes
 from mlxfit.model.parse import parse_config
+from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import INDEX_NAME
 from mlxfit.verbs.cluster.hosts import (
@@ -128,6 +129,8 @@ def cluster(
         single = not (loc / INDEX_NAME).exists()
         if src.kind == "folder":
             model_path = str(loc)
+    params = MatmulParams.of(summarize_weights(src.tensors, src.config))
     return plan_cluster(model=src.name, source_kind=src.kind, cfg=cfg, tensors=src.tensors,
                         hosts=machines, run=run, cal=cal, link=lk, strategy=strategy,
-                        notes=notes, model_path=model_path, single_safetensors=single)
+                        notes=notes, model_path=model_path, single_safetensors=single,
+                        params=params)

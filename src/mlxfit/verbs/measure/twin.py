@@ -37,6 +37,7 @@ from typing import Any
 
 from mlxfit._version import __version__
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.compute import predicted_ttft
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
@@ -53,7 +54,7 @@ from mlxfit.records import (
 from mlxfit.sources.folder import read_config
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import ModelSource
-from mlxfit.verbs.edges import calibration_for_user, calibration_note, machine_for
+from mlxfit.verbs.edges import calibration_for_user, calibration_note, compute_for, machine_for
 from mlxfit.verbs.measure.inputs import (
     _backend_in_use,
     _config_only,
@@ -114,6 +115,22 @@ def predict(inputs, run, cal, machine=None) -> tuple[Any, float | None]:
         tps = 1.0 / predicted_decode_seconds(inputs.cfg, run, inputs.weights, bw, cal,
                                              machine.name)[0]
     return tot, tps
+
+
+def predict_prefill(inputs, run, cal, machine=None) -> float | None:
+    """Predicted tok/s of the chunked prefill alone (the P-1 prompt tokens over the chunks'
+    seconds, as ``measure`` times them; estimate/compute.predicted_ttft's prefill_seconds
+    term); None without a compute figure for ``machine`` or on the cpu backend."""
+    chip = compute_for(machine) if machine is not None else None
+    if chip is None or run.backend == "cpu" or not machine.bandwidth_gbs:
+        return None
+    p = predicted_ttft(inputs.cfg, run, inputs.weights, machine.bandwidth_gbs, chip, cal,
+                       machine.name)
+    if p is None:
+        return None
+    secs = next(t.seconds for t in p.terms if t.name == "prefill_seconds")
+    tokens = run.schedule().prefill_tokens
+    return tokens / secs if secs > 0 and tokens > 0 else None
 
 
 def measure(
@@ -225,7 +242,7 @@ def measure(
 
     terms = compare_terms(rec, weights=inputs.weights.total_bytes, kv=tot.kv,
                           state=tot.state, transient=tot.transient, peak=tot.total,
-                          decode_tps=tps)
+                          decode_tps=tps, prefill_tps=predict_prefill(inputs, run, cal, m))
     rec.update({
         "schema": RECORD_SCHEMA,
         "mlxfit_version": _version(),

@@ -90,3 +90,30 @@ def seed_headers() -> list[bytes]:
         }
         out.append(frame(header, ends[-1]))
     return out
+
+
+def seed_cache_entry(repo_id: str, commit: str, endpoint: str) -> bytes:
+    """A real Hub metadata cache entry (what a fetch writes) of a two-shard model."""
+    from mlxfit.sources.hub.cache import _Snapshot
+
+    def shard(names: list[str]) -> tuple[bytes, int]:
+        header = {n: {"dtype": "BF16", "shape": [4, 8], "data_offsets": [i * 64, i * 64 + 64]}
+                  for i, n in enumerate(names)}
+        raw = json.dumps(header).encode()
+        return struct.pack("<Q", len(raw)) + raw, 8 + len(raw) + 64 * len(names)
+
+    config = {"model_type": "qwen3", "hidden_size": 8, "num_hidden_layers": 1,
+              "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4,
+              "vocab_size": 4, "intermediate_size": 4, "max_position_embeddings": 4096}
+    a, sa = shard(["model.embed_tokens.weight"])
+    b, sb = shard(["model.layers.0.mlp.down_proj.weight"])
+    names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
+    index = {"weight_map": {"model.embed_tokens.weight": names[0],
+                            "model.layers.0.mlp.down_proj.weight": names[1]}}
+    snap = _Snapshot(repo_id=repo_id, commit=commit, endpoint=endpoint, fetched_at="now",
+                     siblings=[(names[0], sa), (names[1], sb), ("config.json", 100),
+                               ("model.safetensors.index.json", 100)],
+                     files={"config.json": json.dumps(config).encode(),
+                            "model.safetensors.index.json": json.dumps(index).encode()},
+                     shards=[(names[0], sa, a), (names[1], sb, b)])
+    return snap.to_json()

@@ -2,6 +2,8 @@
 
     python fuzz/seeds.py header /tmp/mlxfit-corpus/header
     python fuzz/seeds.py config /tmp/mlxfit-corpus/config
+    python fuzz/seeds.py cache /tmp/mlxfit-corpus/cache
+    python fuzz/seeds.py render /tmp/mlxfit-corpus/render
 
 libFuzzer adds the inputs it finds interesting to the first corpus directory it is given, so
 point it at a scratch directory, never at the repository.
@@ -15,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import seed_configs, seed_headers
+from _common import seed_cache_entry, seed_configs, seed_headers
 
 
 def write_seeds(kind: str, directory: str | Path) -> int:
@@ -27,8 +29,15 @@ def write_seeds(kind: str, directory: str | Path) -> int:
     elif kind == "config":
         # fuzz_config.py: first byte even = config.json bytes as-is.
         blobs = [b"\0" + json.dumps(c).encode() for c in seed_configs()]
+    elif kind == "cache":
+        # fuzz_cache.py: first byte even = the entry as-is, odd = structure-aware mutation.
+        entry = seed_cache_entry("acme/tiny", "0" * 40, "https://huggingface.co")
+        blobs = [b"\0" + entry, b"\1" + bytes(range(64))]
+    elif kind == "render":
+        # fuzz_render.py: any bytes pick the strings.
+        blobs = [b"[/]\x1b]0;t\x07" * 4, bytes(range(256))]
     else:
-        raise SystemExit(f"unknown kind {kind!r} (header or config)")
+        raise SystemExit(f"unknown kind {kind!r} (header, config, cache or render)")
     for i, b in enumerate(blobs):
         (d / f"seed-{i:03d}").write_bytes(b)
     return len(blobs)

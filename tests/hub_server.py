@@ -16,8 +16,9 @@ token and 403 with one that has not been granted access.
 
 Faults are injected per request: a fixed latency on every request, and rules matching a path
 fragment (and optionally a range start) that answer a status (429 then 200, 500 forever...),
-delay the answer, or cut the connection in the middle of a body. Every request is logged with
-the body bytes sent, so tests can assert that no tensor data ever left the server.
+delay the answer, cut the connection in the middle of a body, hold it open half-sent
+(``hold``), or drip the body (``drip``) or the headers (``drip_headers``) a byte at a time. Every request is logged with the
+body bytes sent, so tests can assert that no tensor data ever left the server.
 
 Models are folders built by the tests (sparse shards for big ones): files are served from disk.
 """
@@ -59,6 +60,9 @@ class Rule:
     headers: dict[str, str] = field(default_factory=dict)
     delay: float = 0.0  # sleep this long first (then answer normally, or with status)
     drop: bool = False  # send the headers and half the body, then cut the connection
+    drip: float = 0.0  # send the body one byte every this many seconds (a slow-drip server)
+    hold: float = 0.0  # send the headers and half the body, then hold the connection this long
+    drip_headers: float = 0.0  # send the status line, then header bytes one every this long
     range_start: int | None = None  # only requests whose Range starts here
     method: str | None = None
     times: int | None = None  # how many requests it applies to (None: all)
@@ -233,6 +237,14 @@ class _Handler(BaseHTTPRequestHandler):
             rule = hub._rule_for(method, self._path, range_start)
             if rule and rule.delay:
                 time.sleep(rule.delay)
+            if rule and rule.drip_headers:  # headers that never end (the client gives up)
+                self._status = 200
+                self.wfile.write(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+                for _ in range(100_000):
+                    self.wfile.flush()
+                    time.sleep(rule.drip_headers)
+                    self.wfile.write(b"a")
+                return
             if rule and rule.status and rule.body is not None:
                 self._send(rule.status, rule.body, rule.headers)
             elif rule and rule.status:
@@ -399,18 +411,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         if self._method == "HEAD":
             return
-        limit = length // 2 if rule and rule.drop else length
+        limit = length // 2 if rule and (rule.drop or rule.hold) else length
+        step = 1 if rule and rule.drip else CHUNK
         with open(file, "rb") as f:
             f.seek(start)
             left = limit
             while left > 0:
-                chunk = f.read(min(CHUNK, left))
+                if rule and rule.drip:
+                    self.wfile.flush()
+                    time.sleep(rule.drip)
+                chunk = f.read(min(step, left))
                 if not chunk:
                     break
                 self.wfile.write(chunk)
                 self._sent += len(chunk)
                 left -= len(chunk)
-        if rule and rule.drop:
+        if rule and rule.hold:
+            self.wfile.flush()
+            time.sleep(rule.hold)
+        if rule and (rule.drop or rule.hold):
             self.wfile.flush()
             self.close_connection = True
             try:

@@ -36,6 +36,7 @@ from typing import Any
 
 from mlxfit import resources
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.sources.localfile import read_regular, why
 
 try:
     import pwd
@@ -61,6 +62,16 @@ MACOS_MAJORS = (14, 15, 26)
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
+# The largest config.json, shard index or kv_config.json read, local or from the Hub: a
+# 200,000-tensor index is ~15 MB, so 64 MB is 4x the largest real one; anything past it is not
+# the small JSON file mlxfit expects (a /dev/zero, a 2 GB sparse file) and is refused unread.
+MAX_JSON_BYTES = 64_000_000
+
+# The largest file size believed from the Hub or the metadata cache: 2^53 bytes (9 PB) is
+# JavaScript's exact-integer limit, so every JSON client reads it unchanged, and no real shard
+# is within a factor of 10^5 of it. Past it a size is an error, not a number to sum.
+MAX_FILE_BYTES = 2**53
+
 
 # --------------------------------------------------------------------------- the values
 
@@ -78,13 +89,28 @@ class HubSettings:
     max_wait_seconds: float = 8.0  # also caps a server's Retry-After
     max_workers: int = 64  # concurrent requests; 100 shards = 2 waves
     ref_ttl_seconds: float = 24 * 3600  # a branch or tag -> commit mapping is trusted this long
-    max_json_bytes: int = 64_000_000  # config/index/kv_config: 200,000 tensors' index is ~15 MB
+    max_json_bytes: int = MAX_JSON_BYTES  # config/index/kv_config (also the local cap)
     max_info_bytes: int = 64_000_000  # the model info
+    # Wall-clock bounds (a server that drips a byte every few seconds never trips the per-read
+    # timeout): one request, retries included, and the whole fetch. A real fetch of a
+    # 1,000-shard model is ~2,000 requests in 64 parallel waves: 30-60 s on a slow link.
+    request_deadline_seconds: float = 60.0
+    fetch_deadline_seconds: float = 300.0
+    # The largest model*.safetensors count planned: the biggest real checkpoints have ~300
+    # shards (DeepSeek-V3 bf16: 163; Kimi K2 bf16 ~ 1,000 at 2 GB each is the far end). 4,096
+    # keeps a listing of 100,000 names from costing 200,000 requests.
+    max_shards: int = 4096
+    # mlxfit's own cache entries inflate to at most this many bytes (a legitimate entry is the
+    # JSON files plus the headers, base64: 4,096 shards' headers of a 200,000-tensor model are
+    # ~100 MB); past it a gzip member is a bomb, not an entry.
+    max_cache_entry_bytes: int = 512_000_000
 
 
 # The fields MLXFIT_HUB_<FIELD> sets (the others have Hugging Face's own variables).
 _HUB_TUNABLES = ("retries", "backoff_seconds", "max_wait_seconds", "max_workers",
-                 "ref_ttl_seconds", "max_json_bytes", "max_info_bytes")
+                 "ref_ttl_seconds", "max_json_bytes", "max_info_bytes",
+                 "request_deadline_seconds", "fetch_deadline_seconds", "max_shards",
+                 "max_cache_entry_bytes")
 
 
 @dataclass(frozen=True)
@@ -235,10 +261,10 @@ def user_calibration(settings: Settings | None = None) -> Path | None:
 def read_toml(path: Path, what: str, error: type[MlxfitError] = MlxfitError) -> dict[str, Any]:
     """The TOML document at ``path``. Unreadable, not UTF-8, not TOML or nested beyond reason:
     ``error`` in one line, ``cannot read <what> <path>: <why>``."""
-    try:
-        data = Path(path).read_bytes()
+    try:  # a FIFO or /dev/zero named like a settings file must neither hang nor fill memory
+        data = read_regular(path, MAX_JSON_BYTES)
     except OSError as e:
-        raise error(f"cannot read {what} {path}: {e.strerror or e}".replace("\n", " ")) from None
+        raise error(f"cannot read {what} {path}: {why(e)}".replace("\n", " ")) from None
     return parse_toml(data, f"{what} {path}", error)
 
 

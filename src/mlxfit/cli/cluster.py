@@ -10,6 +10,7 @@ from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json, render_cluster
 from mlxfit.render.cluster_launch import write_launch
+from mlxfit.render.text import esc
 from mlxfit.verbs.cluster.twin import cluster
 
 app = typer.Typer()
@@ -80,5 +81,5 @@ def cluster_cmd(
         c = console()
         render_cluster(r, c, explain=explain)
         if written:
-            c.print(f"wrote {', '.join(str(p) for p in written)}", soft_wrap=True)
+            c.print(f"wrote {esc(', '.join(str(p) for p in written))}", soft_wrap=True)
     raise typer.Exit(0 if r.fits else 1)

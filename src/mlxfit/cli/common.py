@@ -11,6 +11,8 @@ import typer
 from mlxfit.errors import MachineError, MlxfitError
 from mlxfit.render import SCHEMA_VERSION, dumps
 from mlxfit.render.tabular import FORMATS
+from mlxfit.render.text import controls
+from mlxfit.sources.redact import redact_text
 
 # A twin's parameter -> the flag that sets it, where it is not "--" + the name with "-" for "_".
 FLAGS = {
@@ -35,10 +37,12 @@ UNWRAPPED_WIDTH = 10_000
 def console(stderr: bool = False):
     from rich.console import Console  # rich is heavy: imported when a report is printed
 
-    c = Console(stderr=stderr, highlight=False)
+    # No emoji codes either: a model named "x:fire:" is printed as written.
+    c = Console(stderr=stderr, highlight=False, emoji=False)
     if c.is_terminal:
         return c
-    return Console(stderr=stderr, highlight=False, width=UNWRAPPED_WIDTH, soft_wrap=True)
+    return Console(stderr=stderr, highlight=False, emoji=False, width=UNWRAPPED_WIDTH,
+                   soft_wrap=True)
 
 
 def error_text(e: Exception) -> str:
@@ -56,9 +60,10 @@ def error_text(e: Exception) -> str:
 
 
 def print_error(msg: str) -> None:
-    """The one error line on stderr. A name with a newline in it (a folder, a model_type)
-    must not split the line."""
-    print("mlxfit: error: " + msg.replace("\r", "\\r").replace("\n", "\\n"), file=sys.stderr)
+    """The one error line on stderr. A name with a newline or an ESC in it (a folder, a
+    model_type, a Hub file name) must neither split the line nor command the terminal, and no
+    URL in it may carry a user:password (HF_ENDPOINT's)."""
+    print("mlxfit: error: " + controls(redact_text(msg)), file=sys.stderr)
 
 
 def error_kind(e: Exception) -> str:
@@ -81,7 +86,7 @@ def error_doc(e: Exception, kind: str | None = None) -> dict:
         opts = getattr(getattr(e, "param", None), "opts", None) or [None]
         file, field = None, opts[0]
     return {"schema_version": SCHEMA_VERSION,
-            "error": {"kind": kind or error_kind(e), "message": error_text(e),
+            "error": {"kind": kind or error_kind(e), "message": redact_text(error_text(e)),
                       "file": file, "field": field}}
 
 

@@ -10,6 +10,7 @@ from mlxfit.cli.sizes import gigabytes, tokens
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
 from mlxfit.render.fit import fit_to_json, render_fit
+from mlxfit.render.text import esc
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.verbs.fit import fit
 
@@ -115,5 +116,5 @@ def fit_cmd(
             out.print()
             render_terminal(r.chart, out)
         elif chart_file is not None:
-            out.print(f"chart written to {chart_file}", soft_wrap=True)
+            out.print(f"chart written to {esc(chart_file)}", soft_wrap=True)
     raise typer.Exit(0 if r.runs else 1)

@@ -134,7 +134,7 @@ class FitResult:
     state_bytes: int
     transient_bytes: int
     total_bytes: int
-    fits: bool
+    fits: bool  # the total fits the usable memory and the context is within the model's limit
     max_safe_context: int
     context_limit: int
     predicted_decode_tps: float | None
@@ -159,6 +159,9 @@ class FitResult:
     plan_source: str = "table"
     advice: Any = None  # mlxfit.verbs.advise.Advice when asked for (fit(advise=...))
     chart: Any = None  # mlxfit.verbs.chart.ChartData when asked for (fit(chart=True))
+    # --ctx past the config's max_position_embeddings: mlx-lm would run it, but the model was
+    # not trained to read that far, so it does not fit whatever the memory (issue 13)
+    beyond_context: bool = False
     # The hardware.resolve.Machine it was sized for (set by verbs.fit.fit_inputs; the pure core
     # takes only its figures): what the JSON's machine object is made from.
     machine: Any = None
@@ -173,6 +176,20 @@ class FitResult:
         if self.max_buffer_bytes is None:
             return ()
         return tuple(b for b in self.buffers if b.bytes > self.max_buffer_bytes)
+
+    @property
+    def problems(self) -> tuple[str, ...]:
+        """Why the run does not fit or run, each in a phrase; empty when it runs."""
+        out = []
+        if self.beyond_context:
+            out.append(f"--ctx {self.context_tokens:,} is beyond the model's context limit "
+                       f"({self.context_limit:,} tokens, max_position_embeddings)")
+        if self.total_bytes > self.usable_bytes:
+            out.append(f"needs {self.total_bytes / 1e9:,.2f} GB, "
+                       f"{self.usable_bytes / 1e9:,.2f} GB usable")
+        out += [f"{b.name} is {b.bytes / 1e9:,.2f} GB, over the GPU's largest buffer "
+                f"({(self.max_buffer_bytes or 0) / 1e9:,.2f} GB)" for b in self.oversize_buffers]
+        return tuple(out)
 
     @property
     def runs(self) -> bool:
@@ -202,9 +219,11 @@ def fit_core(
     validate_run(cfg, run)
     warn = list(warnings) + list(cfg.warnings)
     t = totals_at(cfg, weights.total_bytes, run, cal, extra_terms)
-    fits = t.total <= usable_bytes
     limit, limit_warnings = context_limit(cfg, run)
     warn += limit_warnings
+    memory_fits = t.total <= usable_bytes
+    beyond = bool(cfg.max_position) and run.ctx > limit  # a limit the config states
+    fits = memory_fits and not beyond
     max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
                                 extra_terms)
 
@@ -212,8 +231,10 @@ def fit_core(
     speed_terms: tuple[Term, ...] = ()
     if bandwidth_gbs is None:
         warn.append("memory bandwidth unknown for this machine: no decode speed (pass --machine)")
-    elif not fits:
+    elif not memory_fits:
         warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
+    elif beyond:
+        pass  # a verdict of "does not fit" never carries a speed (matrix, pick rely on it)
     else:
         secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
         tps = 1.0 / secs
@@ -265,6 +286,7 @@ def fit_core(
         extra_terms=t.extra,
         family_known=cfg.family_known,
         plan_source=cfg.plan_source,
+        beyond_context=beyond,
         predicted_prefill_tps=prompt.prefill_tps if prompt else None,
         predicted_ttft_s=prompt.ttft_s if prompt else None,
         prefill_terms=prompt.terms if prompt else (),

@@ -83,6 +83,11 @@ class Family:
     # Hand-written attention that reads the cache's arrays directly: mlx-lm fails on a
     # QuantizedKVCache (checked by the oracle), so --kv-bits is refused.
     no_quantized_attention: bool = False
+    # head_dim when the config omits it, where mlx-lm's ModelArgs has its own default rather
+    # than hidden_size // heads (gemma3_text, gemma4_text: 256; cohere2: 128; gpt_oss,
+    # falcon_h1: 64). Gemma 3 12B's config has no head_dim, and 3840 // 16 = 240 sized its KV
+    # cache 6% small: found by the tensor cross-check (model.crosscheck).
+    head_dim_default: int | None = None
 
 
 # One row per mlx-lm module. own_cache is True exactly where mlx_lm/models/<module>.py defines
@@ -99,11 +104,11 @@ FAMILIES: dict[str, Family] = {
     "phimoe": Family(b.standard, own_cache=False),
     "gemma": Family(b.standard, own_cache=False),
     "gemma2": Family(b.standard, own_cache=False, scores_always=True, no_quantized_attention=True),
-    "gemma3": Family(b.gemma3, own_cache=True),
+    "gemma3": Family(b.gemma3, own_cache=True, head_dim_default=256),
     "gemma3n": Family(b.gemma3n, own_cache=True),
-    "gemma4": Family(b.gemma4, own_cache=True),
-    "cohere2": Family(b.cohere2, own_cache=True),
-    "gpt_oss": Family(b.gpt_oss, own_cache=True),
+    "gemma4": Family(b.gemma4, own_cache=True, head_dim_default=256),
+    "cohere2": Family(b.cohere2, own_cache=True, head_dim_default=128),
+    "gpt_oss": Family(b.gpt_oss, own_cache=True, head_dim_default=64),
     "deepseek_v3": Family(b.mla, own_cache=False),
     "deepseek_v32": Family(b.mla_with_indexer, own_cache=True, never_quantized=True),
     "deepseek_v2": Family(b.deepseek_v2, own_cache=False),
@@ -112,7 +117,8 @@ FAMILIES: dict[str, Family] = {
     "qwen3_5": Family(b.qwen_linear, own_cache=True, gated_q=True),
     "nemotron_h": Family(b.nemotron_h, own_cache=True, depth_from_pattern=True),
     "granitemoehybrid": Family(b.granite_hybrid, own_cache=True),
-    "falcon_h1": Family(b.falcon_h1, own_cache=True, never_quantized=True),
+    "falcon_h1": Family(b.falcon_h1, own_cache=True, never_quantized=True,
+                        head_dim_default=64),
     "jamba": Family(b.jamba, own_cache=True),
     "lfm2": Family(b.lfm2, own_cache=True),
     "llama4": Family(b.llama4, own_cache=True),

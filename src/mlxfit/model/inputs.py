@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from mlxfit.model.config import ModelConfig
+from mlxfit.model.crosscheck import check_dims
 from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 from mlxfit.model.weights import is_lookup_table, is_vision, summarize_weights
@@ -52,6 +53,7 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     w = summarize_weights(src.tensors, src.config, with_vision=with_vision)
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
+    check_dims(cfg, src.tensors, src.config, where)  # a config its own weights contradict
     lookup = sum(t.nbytes for t in src.tensors if is_lookup_table(t.name))
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,

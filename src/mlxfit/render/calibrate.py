@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION
+from mlxfit.render.text import esc
 from mlxfit.verbs.calibrate.twin import CalibrationResult, ErrorStats, runs
 
 
@@ -57,13 +58,13 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
 
     n = sum(b.n_runs for b in r.backends)
     skipped = f" ({len(r.skipped)} skipped)" if r.skipped else ""
-    out.print(f"[bold]{runs(n, 'measured run')}[/] from {r.source}{skipped}; old constants: "
-              f"{r.calibration}", soft_wrap=True)
+    out.print(f"[bold]{runs(n, 'measured run')}[/] from {esc(r.source)}{skipped}; old constants: "
+              f"{esc(r.calibration)}", soft_wrap=True)
     if any(b.n_runs != b.n_records for b in r.backends):
         out.print("[dim]identical runs count once, with their largest peak[/]")
     for b in r.backends:
         o, w = b.old_stats, b.new_stats
-        out.print(f"\n[bold]backend {b.backend}[/]: {runs(b.n_records, 'distinct run')}, "
+        out.print(f"\n[bold]backend {esc(b.backend)}[/]: {runs(b.n_records, 'distinct run')}, "
                   "|peak error| median "
                   f"{_pct(o.median)} -> [bold]{_pct(w.median)}[/], p90 {_pct(o.p90)} -> "
                   f"{_pct(w.p90)}, max {_pct(o.max)} -> {_pct(w.max)}", soft_wrap=True)
@@ -78,10 +79,10 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
             t.add_column("old", justify="right", no_wrap=True)
             t.add_column("new", justify="right", no_wrap=True)
             for k in b.fitted:
-                t.add_row(k, _v(b.old[k]), _v(b.new[k]))
+                t.add_row(esc(k), _v(b.old[k]), _v(b.new[k]))
             out.print(t)
         if b.unused:
-            out.print(f"[dim]not exercised by these runs, kept: {', '.join(b.unused)}[/]",
+            out.print(f"[dim]not exercised by these runs, kept: {esc(', '.join(b.unused))}[/]",
                       soft_wrap=True)
     d = r.decode
     if d is not None:
@@ -109,15 +110,15 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
         kv = "" if x.kv_exact else " [yellow](KV not exact)[/]"
         rep = f" (max of {x.repeats})" if x.repeats > 1 else ""
         t.add_row(f"{100 * x.old_error:+.1f} %", f"{100 * x.new_error:+.1f} %",
-                  f"{x.measured / 1e6:,.3f}", f"{x.backend} {x.name}{rep}{kv}")
+                  f"{x.measured / 1e6:,.3f}", f"{esc(x.backend)} {esc(x.name)}{rep}{kv}")
     out.print()
     out.print(t)
     for name, why in r.skipped[:5]:
-        out.print(f"[dim]skipped {name}: {why}[/]", soft_wrap=True)
+        out.print(f"[dim]skipped {esc(name)}: {esc(why)}[/]", soft_wrap=True)
     if len(r.skipped) > 5:
         out.print(f"[dim]... and {len(r.skipped) - 5} more skipped[/]")
     if r.written_to:
-        out.print(f"\nwritten to [bold]{r.written_to}[/]: `mlxfit fit` and `mlxfit measure` now "
+        out.print(f"\nwritten to [bold]{esc(r.written_to)}[/]: `mlxfit fit` and `mlxfit measure` now "
                   "use these constants (and say so in their notes)", soft_wrap=True)
     else:
         out.print("\n--write stores these constants in ~/.config/mlxfit/calibration.toml",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError
+from mlxfit.render.text import controls, esc
 from mlxfit.verbs.chart import ChartData, ChartPoint
 
 # --------------------------------------------------------------------------- shared geometry
@@ -130,7 +131,7 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
     ok = [p.fits for p in cols]
     tps = [p.decode_tps for p in cols]
 
-    console.print(Text(d.title, style="bold"))
+    console.print(Text(controls(d.title), style="bold"))
     for line in panel(12, totals, ymax_mem, "GB total (peak)", d.usable_bytes / 1e9, ok,
                       mem_ticks):
         console.print(line, soft_wrap=True)
@@ -160,7 +161,7 @@ def render_terminal(d: ChartData, console: Any, width: int | None = None) -> Non
               f"─ usable: {d.usable_bytes / 1e9:,.2f} GB", "× over usable (swaps)"]
     console.print("  ".join(legend), style="dim", soft_wrap=True)
     for i, k in enumerate(d.kinks[:26]):
-        console.print(f"  {chr(ord('a') + i)}: {k.ctx:,} tokens: {k.label}", style="dim",
+        console.print(f"  {chr(ord('a') + i)}: {k.ctx:,} tokens: {esc(k.label)}", style="dim",
                       soft_wrap=True)
 
 
@@ -171,17 +172,17 @@ def write_chart(d: ChartData, path: str | Path) -> Path:
     """Write ``.svg`` (no dependency) or ``.png`` (needs matplotlib)."""
     p = Path(path)
     suffix = p.suffix.lower()
+    if suffix not in (".svg", ".png"):
+        raise MlxfitError(f"--chart {controls(path)}: the file must end in .png or .svg")
     try:
         if suffix == ".svg":
             p.write_text(svg(d))
-            return p
-        if suffix == ".png":
+        else:
             write_png(d, p)
-            return p
-    except OSError as e:  # a missing folder, a directory of that name, no permission
-        raise MlxfitError(f"--chart {path}: cannot write it: {e.strerror or e}",
-                          file=str(p)) from None
-    raise MlxfitError(f"--chart {path}: the file must end in .png or .svg")
+    except OSError as e:  # a missing folder, a directory of that name, no permission, full disk
+        raise MlxfitError(f"--chart {controls(path)}: cannot write it: "
+                          f"{controls(e.strerror or e)}", file=str(p)) from None
+    return p
 
 
 def _esc(s: str) -> str:

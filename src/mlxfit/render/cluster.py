@@ -14,6 +14,7 @@ from mlxfit.render import (
     time_term_to_json,
     tps_to_json,
 )
+from mlxfit.render.text import esc
 from mlxfit.verbs.cluster.hosts import HostMachine
 from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
 
@@ -99,15 +100,15 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
 
     p = r.plan
     n = len(r.hosts)
-    head = f"[bold]{r.model}[/] on {n} host{'s' if n > 1 else ''} at {r.context_tokens:,} tokens"
+    head = f"[bold]{esc(r.model)}[/] on {n} host{'s' if n > 1 else ''} at {r.context_tokens:,} tokens"
     if p is None or not p.supported:
         c.print(f"{head}: [bold red]NO PLAN CAN RUN[/]")
-        c.print(f"  {r.why}")
+        c.print(f"  {esc(r.why)}")
     else:
         verdict = "[bold green]FITS[/]" if p.fits else "[bold red]DOES NOT FIT[/]"
-        c.print(f"{head}, {p.strategy}" + (f" over {r.link.name} ({r.link.backend})"
+        c.print(f"{head}, {esc(p.strategy)}" + (f" over {esc(r.link.name)} ({esc(r.link.backend)})"
                                            if n > 1 else "") + f": {verdict}")
-        c.print(f"  [dim]{r.why}[/]")
+        c.print(f"  [dim]{esc(r.why)}[/]")
         t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col, just in (("rank", "right"), ("host", "left"), ("layers", "left"),
                           ("weights", "right"), ("KV", "right"), ("transient", "right"),
@@ -118,14 +119,14 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
             mark = "[green]ok[/]" if h.fits else "[bold red]OVER[/]"
             who = h.machine_name if h.label == f"host{h.rank}" else \
                 f"{h.label} ({h.machine_name})"
-            t.add_row(str(h.rank), who, f"{h.layers[0]}-{h.layers[1] - 1}",
+            t.add_row(str(h.rank), esc(who), f"{h.layers[0]}-{h.layers[1] - 1}",
                       _gb(h.weights_bytes), _gb(kv), _gb(h.transient_bytes),
                       _gb(h.total_bytes), _gb(h.usable_bytes), mark)
         c.print(t)
         c.print("  [dim]GB (10^9 B); KV includes recurrent state; weights = own share + "
                 "replicated (embeddings, norms, head)[/]", soft_wrap=True)
         if p.failing_hosts:
-            c.print(f"  [bold red]cannot hold its share:[/] {', '.join(p.failing_hosts)}")
+            c.print(f"  [bold red]cannot hold its share:[/] {esc(', '.join(p.failing_hosts))}")
         c.print(f"largest safe context: [bold]{p.max_safe_context:,}[/] tokens "
                 f"(model limit {r.context_limit:,})")
         if p.predicted_decode_tps is not None:
@@ -144,28 +145,29 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
         if q is p:
             continue
         if not q.supported:
-            c.print(f"[dim]{q.strategy}: cannot run: {q.refusal}[/]")
+            c.print(f"[dim]{esc(q.strategy)}: cannot run: {esc(q.refusal)}[/]")
         else:
             tps = (f", {q.predicted_decode_tps:.1f} tok/s" if q.predicted_decode_tps else "")
-            c.print(f"[dim]{q.strategy}: {'fits' if q.fits else 'does not fit'}, largest safe "
+            c.print(f"[dim]{esc(q.strategy)}: {'fits' if q.fits else 'does not fit'}, largest safe "
                     f"context {q.max_safe_context:,}{tps}[/]")
     if p is not None and p.assumptions:
         c.print("[bold]assumptions[/]")
         for a in p.assumptions:
-            c.print(f"  - {a}", soft_wrap=True)
+            c.print(f"  - {esc(a)}", soft_wrap=True)
         lk = r.link
-        c.print(f"  - link {lk.name}: {lk.latency_s * 1e6:g} us per hop, "
-                f"{lk.bandwidth_gbs:g} GB/s ({lk.source})", soft_wrap=True)
+        c.print(f"  - link {esc(lk.name)}: {lk.latency_s * 1e6:g} us per hop, "
+                f"{lk.bandwidth_gbs:g} GB/s ({esc(lk.source)})", soft_wrap=True)
     if explain and p is not None:
         for h in p.hosts:
-            c.print(f"\n[bold]rank {h.rank} {h.label}[/]")
+            c.print(f"\n[bold]rank {h.rank} {esc(h.label)}[/]")
             for term in h.terms:
-                c.print(f"  {term.name} = {term.bytes:,} B ({term.bytes / 1e9:.2f} GB)  "
-                        f"[dim]{term.formula}[/]", soft_wrap=True)
+                c.print(f"  {esc(term.name)} = {term.bytes:,} B ({term.bytes / 1e9:.2f} GB)  "
+                        f"[dim]{esc(term.formula)}[/]", soft_wrap=True)
         for term in p.speed_terms:
             inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
-            c.print(f"  {term.name}: [dim]{term.formula}; {inputs}[/]", soft_wrap=True)
+            c.print(f"  {esc(term.name)}: [dim]{esc(term.formula)}; {esc(inputs)}[/]",
+                    soft_wrap=True)
     for w in r.warnings:
-        c.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+        c.print(f"[yellow]warning:[/] {esc(w)}", soft_wrap=True)
     for note in r.notes:
-        c.print(f"[dim]note: {note}[/]", soft_wrap=True)
+        c.print(f"[dim]note: {esc(note)}[/]", soft_wrap=True)

@@ -16,6 +16,7 @@ from mlxfit.render import (
     time_term_to_json,
     tps_to_json,
 )
+from mlxfit.render.text import esc
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -52,6 +53,9 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "usable_bytes": r.usable_bytes,
         "headroom_bytes": r.usable_bytes - r.total_bytes,
         "fits": r.fits,
+        # additive (issue 13): why it does not fit or run, and the context-limit verdict
+        "problems": list(r.problems),
+        "beyond_context_limit": r.beyond_context,
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
@@ -119,25 +123,29 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
     verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
+    if r.beyond_context:  # memory is not why: say what is
+        verdict += (f" (--ctx {r.context_tokens:,} is beyond the model's context limit of "
+                    f"{r.context_limit:,} tokens)")
     if r.fits and r.oversize_buffers:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
     unverified = "" if r.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"
-    console.print(f"[bold]{r.model}[/] on [bold]{r.machine_name}[/] "
+    console.print(f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] "
                   f"at {r.context_tokens:,} tokens: {verdict}{unverified}")
     render_conversion(r.weights_detail.get("conversion"), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")
     t.add_column("GB (10^9 B)", justify="right")
     t.add_column("what it is")
-    t.add_row("weights", gb(r.weights_bytes), _weights_note(r.weights_detail))
+    t.add_row("weights", gb(r.weights_bytes), esc(_weights_note(r.weights_detail)))
     t.add_row("KV cache", gb(r.kv_bytes), f"at {r.context_tokens:,} tokens, mlx-lm's 256-token steps")
     if r.state_bytes:
         t.add_row("recurrent state", gb(r.state_bytes), "linear-attention / SSM / conv layers")
-    t.add_row("transient", gb(r.transient_bytes), f"peak: {r.peak_phase}")
+    t.add_row("transient", gb(r.transient_bytes), f"peak: {esc(r.peak_phase)}")
     for term in r.extra_terms:
-        t.add_row(term.name.replace("_", " "), gb(term.bytes), _EXTRA_WHAT.get(term.name, ""))
+        t.add_row(esc(term.name.replace("_", " ")), gb(term.bytes),
+                  esc(_EXTRA_WHAT.get(term.name, "")))
     t.add_row("[bold]total (peak)[/]", f"[bold]{gb(r.total_bytes)}[/]", "")
-    t.add_row("usable", gb(r.usable_bytes), r.usable_source)
+    t.add_row("usable", gb(r.usable_bytes), esc(r.usable_source))
     t.add_row("headroom", gb(r.usable_bytes - r.total_bytes), "")
     console.print(t)
     console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
@@ -154,24 +162,24 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if explain:
         console.print("\n[bold]terms[/] (bytes; formula; inputs)")
         for term in r.terms + r.speed_terms:
-            console.print(f"  [bold]{term.name}[/] = {term.bytes:,} B ({gb(term.bytes)})")
-            console.print(f"    {term.formula}", soft_wrap=True)
+            console.print(f"  [bold]{esc(term.name)}[/] = {term.bytes:,} B ({gb(term.bytes)})")
+            console.print(f"    {esc(term.formula)}", soft_wrap=True)
             if term.inputs:
                 inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
-                console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
+                console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
         if r.prefill_terms:
             console.print("\n[bold]time to first token[/] (seconds; formula; inputs)")
         for tt in r.prefill_terms:
-            console.print(f"  [bold]{tt.name}[/] = {tt.seconds:,.3f} s")
-            console.print(f"    {tt.formula}", soft_wrap=True)
+            console.print(f"  [bold]{esc(tt.name)}[/] = {tt.seconds:,.3f} s")
+            console.print(f"    {esc(tt.formula)}", soft_wrap=True)
             if tt.inputs:
                 inputs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
                                    for k, v in tt.inputs.items())
-                console.print(f"    [dim]{inputs}[/]", soft_wrap=True)
+                console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
     for w in r.warnings:
-        console.print(f"[yellow]warning:[/] {w}")
+        console.print(f"[yellow]warning:[/] {esc(w)}")
     for n in r.notes:
-        console.print(f"[dim]note: {n}[/]")
+        console.print(f"[dim]note: {esc(n)}[/]")
     if r.advice is not None:
         render_advice(r.advice, console)
 
@@ -180,7 +188,7 @@ def render_conversion(plan: dict[str, Any] | None, console: Any) -> None:
     """The lines saying which conversion is sized (verbs.convert_plan.plan_to_json)."""
     if not plan:
         return
-    console.print(f"as `{plan['command']}` would write it:", soft_wrap=True)
+    console.print(f"as `{esc(plan['command'])}` would write it:", soft_wrap=True)
     console.print(f"  converted weights {gb(plan['weight_bytes'])}, "
                   f"{plan['bits_per_weight']:.3f} bits per weight, disk "
                   f"{gb(plan['disk_bytes'])} in {plan['shards']} shard"
@@ -209,7 +217,7 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{sv['prefill_batch']} prefilled together), {cache}; each up to "
                       f"{r.context_tokens:,} tokens")
     if sv.get("draft_model"):
-        console.print(f"speculative decoding: draft {sv['draft_model']}, "
+        console.print(f"speculative decoding: draft {esc(sv['draft_model'])}, "
                       f"{sv['num_draft_tokens']} draft tokens per step")
     bd = sv.get("batched_decode")
     if bd:
@@ -217,7 +225,7 @@ def _render_serving(r: FitResult, console: Any) -> None:
                       f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
                       f"{bd['aggregate_tps']:,.1f} tok/s in all")
     if sv.get("command"):
-        console.print(f"[dim]mlx-lm: {sv['command']}[/]", soft_wrap=True)
+        console.print(f"[dim]mlx-lm: {esc(sv['command'])}[/]", soft_wrap=True)
         if sv["command"].startswith("mlx_lm.generate"):
             console.print(f"[dim]  prompt.txt: the {r.run.ctx - r.run.gen:,}-token prompt this "
                           f"run was sized for; --max-tokens is your --gen "
@@ -229,32 +237,32 @@ def render_advice(a: Any, console: Any) -> None:
     if not a.needed:
         console.print("\n[bold]advice:[/] fits as asked, nothing to change")
         return
-    console.print(f"\n[bold]what would make it fit[/] ({a.problem}); cheapest first, "
+    console.print(f"\n[bold]what would make it fit[/] ({esc(a.problem)}); cheapest first, "
                   "your --ctx is never changed silently:")
     for i, o in enumerate(a.options, 1):
         r = o.result
         speed = (f"{r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
                  else "speed unknown")
-        console.print(f" [bold]{i}. {o.label}[/]: total {gb(r.total_bytes)} of "
+        console.print(f" [bold]{i}. {esc(o.label)}[/]: total {gb(r.total_bytes)} of "
                       f"{gb(r.usable_bytes)}, largest safe context {r.max_safe_context:,}, "
                       f"{speed}", soft_wrap=True)
         for c in o.changes:
-            console.print(f"    [dim]cost: {c.cost}[/]", soft_wrap=True)
+            console.print(f"    [dim]cost: {esc(c.cost)}[/]", soft_wrap=True)
         own = [c.mlxfit for c in o.changes if c.mlxfit]
         if own:
-            console.print(f"    [dim]re-check with mlxfit: {' '.join(own)}[/]", soft_wrap=True)
+            console.print(f"    [dim]re-check with mlxfit: {esc(' '.join(own))}[/]", soft_wrap=True)
         if o.ttft_cost_s is not None:
             console.print(f"    [dim]cost: time to first token {o.ttft_cost_s:+,.1f} s "
                           f"(predicted {r.predicted_ttft_s or 0:,.1f} s)[/]", soft_wrap=True)
         for cmd in o.setup:
-            console.print(f"    $ {cmd}", soft_wrap=True, markup=False)
-        console.print(f"    $ {o.command}", soft_wrap=True, markup=False)
+            console.print(f"    $ {esc(cmd)}", soft_wrap=True)
+        console.print(f"    $ {esc(o.command)}", soft_wrap=True)
     if not a.options:
         console.print(" [red]nothing found[/]")
     for n in a.notes:
-        console.print(f" [dim]note: {n}[/]")
+        console.print(f" [dim]note: {esc(n)}[/]")
     for x in a.refused:
-        console.print(f" [dim]not offered: {x.reason}[/]", soft_wrap=True)
+        console.print(f" [dim]not offered: {esc(x.reason)}[/]", soft_wrap=True)
 
 
 def advice_to_json(a: Advice) -> dict[str, Any]:

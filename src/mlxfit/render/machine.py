@@ -6,6 +6,7 @@ from typing import Any
 
 from mlxfit.hardware.resolve import Machine
 from mlxfit.render import SCHEMA_VERSION, machine_to_json
+from mlxfit.render.text import esc
 
 
 def machine_doc(m: Machine) -> dict[str, Any]:
@@ -23,14 +24,14 @@ def machine_doc(m: Machine) -> dict[str, Any]:
 
 
 def render_machine(m: Machine, out: Any) -> None:
-    out.print(f"[bold]{m.name}[/]")
-    out.print(f"  chip: {m.chip or 'unknown'}  GPU cores: {m.gpu_cores or 'unknown'}")
+    out.print(f"[bold]{esc(m.name)}[/]")
+    out.print(f"  chip: {esc(m.chip or 'unknown')}  GPU cores: {m.gpu_cores or 'unknown'}")
     out.print(f"  RAM: {m.ram_bytes / 2**30:,.1f} GiB  bandwidth: "
               f"{f'{m.bandwidth_gbs:g} GB/s' if m.bandwidth_gbs else 'unknown'}")
-    out.print(f"  usable GPU memory: {m.usable_bytes / 1e9:,.2f} GB ({m.usable_source})")
+    out.print(f"  usable GPU memory: {m.usable_bytes / 1e9:,.2f} GB ({esc(m.usable_source)})")
     for n in m.notes:
-        out.print(f"  [dim]note: {n}[/]")
+        out.print(f"  [dim]note: {esc(n)}[/]")
     if m.sources:
         out.print("  [bold]where each figure came from[/]")
         for figure, where in m.sources.items():
-            out.print(f"    {figure}: {where}", soft_wrap=True)
+            out.print(f"    {esc(figure)}: {esc(where)}", soft_wrap=True)

@@ -15,6 +15,7 @@ from mlxfit.render import (
 from mlxfit.render.fit import fit_machine, render_conversion
 from mlxfit.render.quants import quants_to_json, render_quants
 from mlxfit.render.tabular import csv_text, markdown
+from mlxfit.render.text import controls, esc
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
@@ -74,8 +75,8 @@ def render_matrix(m: Any, out: Any) -> None:
     if m.quants:
         render_quants(m, out)
         return
-    flt = f", chips {m.chips_filter!r}" if m.chips_filter else ""
-    out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens on Apple Silicon "
+    flt = f", chips {esc(repr(m.chips_filter))}" if m.chips_filter else ""
+    out.print(f"[bold]{esc(m.model)}[/] at {m.context_tokens:,} tokens on Apple Silicon "
               f"(macOS {m.macos_major} working set{flt}): "
               f"[bold]{m.n_fit} of {m.skus_considered}[/] SKUs run it"
               + ("" if m.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"))
@@ -98,8 +99,8 @@ def render_matrix(m: Any, out: Any) -> None:
             t.add_column("", no_wrap=True)
         for i, r in enumerate(m.rows):
             if i == 0 or m.rows[i - 1].family != r.family:
-                t.add_row(f"[bold cyan]{r.family}[/]")
-            cores = f"  {r.chip} {r.gpu_cores}-core"
+                t.add_row(f"[bold cyan]{esc(r.family)}[/]")
+            cores = f"  {esc(r.chip)} {r.gpu_cores}-core"
             cells = [
                 f"[bold]{cores}[/]" if r.this_machine else cores,
                 f"{r.ram_gb}GB",
@@ -131,9 +132,9 @@ def render_matrix(m: Any, out: Any) -> None:
         out.print("[dim]buffer: the total fits, but one array exceeds the GPU's largest buffer "
                   "(maxBufferLength): Metal cannot allocate it[/]")
     for w in m.warnings:
-        out.print(f"[yellow]warning:[/] {w}")
+        out.print(f"[yellow]warning:[/] {esc(w)}")
     for n in m.notes:
-        out.print(f"[dim]note: {n}[/]")
+        out.print(f"[dim]note: {esc(n)}[/]")
 
 
 CSV_HEADERS = ("family", "name", "chip", "gpu_cores", "ram_bytes", "bandwidth_gbs",
@@ -152,12 +153,12 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             flat["name"] = r.name
             rows.append([flat[k] for k in CSV_HEADERS])
         return csv_text(CSV_HEADERS, rows)
-    cells = [[r.name, f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
+    cells = [[controls(r.name), f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
               "yes" if r.runs else "buffer" if r.fits else "no", f"{r.max_safe_context:,}",
               f"{r.predicted_decode_tps:,.1f}"
               if r.runs and r.predicted_decode_tps is not None else ""]
              for r in m.rows]
-    head = (f"Which Macs run **{m.model}** at {m.context_tokens:,} tokens with mlx-lm "
+    head = (f"Which Macs run **{controls(m.model)}** at {m.context_tokens:,} tokens with mlx-lm "
             f"(macOS {m.macos_major}; weights {_gb(m.weights_bytes)} GB, peak "
             f"{_gb(m.rows[0].total_bytes) if m.rows else '?'} GB; estimated by mlxfit "
             f"{__version__}): {m.n_fit} of {m.skus_considered} SKUs\n\n")

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json
+from mlxfit.render.text import esc
 from mlxfit.verbs.measure.twin import Measurement
 
 
@@ -75,8 +76,8 @@ def render_measurement(m: Any, out: Any) -> None:
     kv = (f", --kv-bits {run.kv_bits} from token {run.quantized_kv_start}"
           if run.kv_bits else "")
     mk = f", --max-kv-size {run.max_kv_size}" if run.max_kv_size else ""
-    out.print(f"[bold]{m.model}[/] ({m.source_kind}, {kind}, {m.dtype}) on MLX's "
-              f"[bold]{m.backend}[/] backend: {run.ctx:,} tokens ({run.ctx - run.gen:,} prompt "
+    out.print(f"[bold]{esc(m.model)}[/] ({esc(m.source_kind)}, {kind}, {esc(m.dtype)}) on MLX's "
+              f"[bold]{esc(m.backend)}[/] backend: {run.ctx:,} tokens ({run.ctx - run.gen:,} prompt "
               f"in chunks of {run.prefill_step_size:,}, {run.gen:,} generated{kv}{mk})",
               soft_wrap=True)
     scale, name = _unit(m.term("peak").measured)
@@ -94,14 +95,15 @@ def render_measurement(m: Any, out: Any) -> None:
               "caches' arrays at the end; peak = mx.get_peak_memory() over prefill and decode; "
               f"transient = peak - weights - final caches; decode tok/s over the last {steps} "
               "steps[/]", soft_wrap=True)
-    out.print(f"peak at: measured {m.measured_peak_phase}; predicted {m.predicted_peak_phase}",
+    out.print(f"peak at: measured {esc(m.measured_peak_phase)}; "
+              f"predicted {esc(m.predicted_peak_phase)}",
               soft_wrap=True)
-    out.print(f"[dim]{name} = 10^{9 if name == 'GB' else 6} B; mlx {m.record.get('mlx_version')}, "
-              f"mlx-lm {m.record.get('mlx_lm_version')}; calibration {m.calibration}[/]",
+    out.print(f"[dim]{name} = 10^{9 if name == 'GB' else 6} B; mlx {esc(m.record.get('mlx_version'))}, "
+              f"mlx-lm {esc(m.record.get('mlx_lm_version'))}; calibration {esc(m.calibration)}[/]",
               soft_wrap=True)
     for w in m.warnings:
         out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
     for n in m.notes:
-        out.print(f"[dim]note: {n}[/]", soft_wrap=True)
+        out.print(f"[dim]note: {esc(n)}[/]", soft_wrap=True)
     if m.saved_to:
-        out.print(f"saved to {m.saved_to}", soft_wrap=True)
+        out.print(f"saved to {esc(m.saved_to)}", soft_wrap=True)

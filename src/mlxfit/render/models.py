@@ -6,6 +6,7 @@ from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION
 from mlxfit.render.tabular import csv_text, markdown
+from mlxfit.render.text import controls, esc
 from mlxfit.verbs.models import ModelRow, ModelsResult
 
 
@@ -46,24 +47,25 @@ CSV_HEADERS = ("model", "source", "revision", "family", "model_type", "quant", "
 def models_text(m: ModelsResult, fmt: str) -> str:
     """--format markdown (the table's cells) or csv (the JSON's values, for a spreadsheet)."""
     if fmt == "csv":
-        return csv_text(CSV_HEADERS, [[row_to_json(r)[k] for k in CSV_HEADERS] for r in m.rows])
-    return markdown(HEADERS, [_cells(r) for r in m.rows],
+        return csv_text(CSV_HEADERS, [[controls(v) if isinstance(v := row_to_json(r)[k], str) else v
+                                       for k in CSV_HEADERS] for r in m.rows])
+    return markdown(HEADERS, [[controls(c) for c in _cells(r)] for r in m.rows],
                     right=(False, False, False, False, True, True, True))
 
 
 def render_models(m: ModelsResult, out: Any) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
-    q = f" matching {m.query!r}" if m.query else ""
+    q = f" matching {esc(repr(m.query))}" if m.query else ""
     out.print(f"[bold]{len(m.rows)}[/] of {m.total} models{q} "
-              f"(the built-in catalog and the Hugging Face cache at {m.cache_dir})",
+              f"(the built-in catalog and the Hugging Face cache at {esc(str(m.cache_dir))})",
               soft_wrap=True)
     if m.rows:
         t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for h in HEADERS:
             t.add_column(h, justify="right" if h in HEADERS[4:] else "left", no_wrap=True)
         for r in m.rows:
-            t.add_row(*_cells(r))
+            t.add_row(*(esc(c) for c in _cells(r)))
         out.print(t)
         out.print("[dim]GB = 10^9 B, the loaded weights exact from the headers; context = "
                   "max_position_embeddings; `mlxfit fit MODEL` sizes one[/]", soft_wrap=True)

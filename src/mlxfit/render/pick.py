@@ -16,6 +16,7 @@ from mlxfit.render import (
     tps_to_json,
 )
 from mlxfit.render.tabular import csv_text, markdown
+from mlxfit.render.text import controls, esc
 from mlxfit.verbs.pick import Candidate, PickResult
 
 
@@ -106,12 +107,12 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
     t.add_column("tok/s", justify="right", no_wrap=True)
     t.add_column("TTFT s", justify="right", no_wrap=True)
     for i, c in enumerate(rows, 1):
-        name = c.model + (" (default)" if c.is_default else "")
+        name = esc(c.model) + (" (default)" if c.is_default else "")
         t.add_row(
             ("" if catalog else f"[bold green]> {i}[/]") if c.chosen else
             ("" if catalog else str(i)),
             f"[bold green]{name}[/]" if c.chosen else name,
-            c.quant, _gb(c.weights_bytes), _gb(c.total_bytes), _fits(c),
+            esc(c.quant), _gb(c.weights_bytes), _gb(c.total_bytes), _fits(c),
             f"{c.max_safe_context:,}",
             f"{c.predicted_decode_tps:,.1f}"
             if c.runs and c.predicted_decode_tps is not None else "",
@@ -123,35 +124,36 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
 def render_pick(p: Any, out: Any) -> None:
     runs_here = [c for c in p.catalog or () if c.runs]
     if p.chosen:
-        head = f"[bold green]{p.chosen}[/]"
+        head = f"[bold green]{esc(p.chosen)}[/]"
     elif runs_here:  # --catalog answers the question even with nothing downloaded
         n = len(runs_here)
         head = (f"[bold yellow]nothing downloaded[/]; {n} catalog model{'s' if n > 1 else ''} "
                 f"run{'' if n > 1 else 's'} here (below)")
     else:
         head = "[bold red]nothing[/]"
-    out.print(f"pick for [bold]{p.machine_name}[/] at {p.context_tokens:,} tokens: {head}")
-    out.print(f"  {p.reason}", soft_wrap=True)
-    out.print(f"  usable {_gb(p.usable_bytes)} GB ({p.usable_source}); coexist budget "
+    out.print(f"pick for [bold]{esc(p.machine_name)}[/] at {p.context_tokens:,} tokens: {head}")
+    out.print(f"  {esc(p.reason)}", soft_wrap=True)
+    out.print(f"  usable {_gb(p.usable_bytes)} GB ({esc(p.usable_source)}); coexist budget "
               f"{_gb(p.coexist_bytes)} GB ({p.coexist_fraction:g} of RAM, "
-              f"{p.coexist_fraction_from})")
-    out.print(f"  default model {p.default_model} ({p.default_model_from}); "
-              f"cache {p.cache_dir}")
+              f"{esc(p.coexist_fraction_from)})")
+    out.print(f"  default model {esc(p.default_model)} ({esc(p.default_model_from)}); "
+              f"cache {esc(p.cache_dir)}")
     if p.candidates:
         out.print(_table(p.candidates, "downloaded", catalog=False))
         for i, c in enumerate(p.candidates, 1):
             verdict = "[green]chosen[/]" if c.chosen else "passed over"
-            out.print(f"  {i}. {verdict} [dim](budget: {c.budget} {_gb(c.budget_bytes)} GB)[/]: "
-                      f"{c.reason}", soft_wrap=True)
+            out.print(f"  {i}. {verdict} [dim](budget: {esc(c.budget)} "
+                      f"{_gb(c.budget_bytes)} GB)[/]: {esc(c.reason)}", soft_wrap=True)
             for w in c.warnings:
-                out.print(f"     [yellow]warning:[/] {w}", soft_wrap=True)
+                out.print(f"     [yellow]warning:[/] {esc(w)}", soft_wrap=True)
     else:
         out.print("no downloaded candidate")
     if p.skipped:
         out.print("[bold]skipped[/]")
         for s in p.skipped:
-            rev = f"@{s.revision[:12]}" if s.revision else ""
-            out.print(f"  {s.model}{rev} [dim]({s.kind})[/]: {s.reason}", soft_wrap=True)
+            rev = f"@{esc(s.revision[:12])}" if s.revision else ""
+            out.print(f"  {esc(s.model)}{rev} [dim]({esc(s.kind)})[/]: {esc(s.reason)}",
+                      soft_wrap=True)
     if p.catalog is not None:
         if p.catalog:
             out.print(_table(p.catalog, "built-in catalog, not downloaded: what could run "
@@ -167,9 +169,9 @@ def render_pick(p: Any, out: Any) -> None:
     for w in p.warnings:
         if p.skipped and w.startswith("skipped "):
             continue  # listed under "skipped" already
-        out.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+        out.print(f"[yellow]warning:[/] {esc(w)}", soft_wrap=True)
     for n in p.notes:
-        out.print(f"[dim]note: {n}[/]")
+        out.print(f"[dim]note: {esc(n)}[/]")
 
 
 TEXT_HEADERS = ("model", "source", "quant", "weights GB", "peak GB", "runs", "max context",
@@ -185,13 +187,13 @@ def pick_text(p: PickResult, fmt: str) -> str:
     if fmt == "csv":
         return csv_text(CSV_HEADERS, [[candidate_to_json(c)[k] for k in CSV_HEADERS]
                                       for c in rows])
-    cells = [[c.model + (" (chosen)" if c.chosen else ""),
+    cells = [[controls(c.model) + (" (chosen)" if c.chosen else ""),
               "downloaded" if c.source_kind != "catalog" else "catalog", c.quant,
               _gb(c.weights_bytes), _gb(c.total_bytes), "yes" if c.runs else "no",
               f"{c.max_safe_context:,}",
               f"{c.predicted_decode_tps:,.1f}" if c.runs and c.predicted_decode_tps else ""]
              for c in rows]
-    head = (f"Models for **{p.machine_name}** at {p.context_tokens:,} tokens "
+    head = (f"Models for **{controls(p.machine_name)}** at {p.context_tokens:,} tokens "
             f"(usable {_gb(p.usable_bytes)} GB; estimated by mlxfit {__version__} for mlx-lm)"
             "\n\n")
     return head + markdown(TEXT_HEADERS, cells,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.render import tps_to_json
+from mlxfit.render.text import esc
 
 
 def quants_to_json(quants: tuple) -> list[dict[str, Any]]:
@@ -28,13 +29,13 @@ def render_quants(m: Any, out: Any) -> None:
     """SKU rows; per quant one cell: the largest safe context and tok/s, or "no"."""
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
-    out.print(f"[bold]{m.model}[/] at {m.context_tokens:,} tokens, as mlx_lm.convert would "
+    out.print(f"[bold]{esc(m.model)}[/] at {m.context_tokens:,} tokens, as mlx_lm.convert would "
               f"write each quantization (macOS {m.macos_major} working set)")
     names = {r.name for q in m.quants for r in q.rows}
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("SKU", no_wrap=True)
     for q in m.quants:
-        t.add_column(f"{q.label}\n{q.weights_bytes / 1e9:,.1f} GB", justify="right", no_wrap=True)
+        t.add_column(f"{esc(q.label)}\n{q.weights_bytes / 1e9:,.1f} GB", justify="right", no_wrap=True)
     by_quant = [{r.name: r for r in q.rows} for q in m.quants]
     first = m.quants[0].rows if m.only_fits is False else None
     skus = first if first is not None else [r for r in m.rows if r.name in names]
@@ -45,7 +46,7 @@ def render_quants(m: Any, out: Any) -> None:
                 seen.setdefault(r.name, r)
         skus = list(seen.values())
     for r in skus:
-        cells = [f"{r.chip} {r.gpu_cores}c {r.ram_gb}GB"]
+        cells = [f"{esc(r.chip)} {r.gpu_cores}c {r.ram_gb}GB"]
         for rows in by_quant:
             q = rows.get(r.name)
             if q is None or not q.runs:
@@ -58,5 +59,5 @@ def render_quants(m: Any, out: Any) -> None:
     out.print("[dim]cell: largest safe context (K = 1024 tokens) and decode tok/s where it runs at "
               f"{m.context_tokens:,} tokens; GB = 10^9 B of converted weights[/]")
     for q in m.quants:
-        out.print(f"[dim]{q.label}: `{q.plan['command']}` ({q.plan['bits_per_weight']:.3f} bits "
+        out.print(f"[dim]{esc(q.label)}: `{esc(q.plan['command'])}` ({q.plan['bits_per_weight']:.3f} bits "
                   "per weight)[/]", soft_wrap=True)

@@ -6,6 +6,7 @@ from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION, bare_machine, machine_to_json, tps_to_json
 from mlxfit.render.fit import fit_to_json, gb
+from mlxfit.render.text import esc
 from mlxfit.verbs.serve_plan import ServePlan
 
 
@@ -52,11 +53,12 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
     if not p.concurrency:
-        console.print(f"[bold]{p.model}[/] on [bold]{p.machine_name}[/]: [bold red]not even "
+        console.print(f"[bold]{esc(p.model)}[/] on [bold]{esc(p.machine_name)}[/]: "
+                      "[bold red]not even "
                       f"one {p.ctx:,}-token request fits[/] ({gb(p.usable_bytes)} usable)")
     else:
         how = "batched" if p.batched else "one at a time"
-        console.print(f"[bold]{p.model}[/] on [bold]{p.machine_name}[/], {p.ctx:,}-token "
+        console.print(f"[bold]{esc(p.model)}[/] on [bold]{esc(p.machine_name)}[/], {p.ctx:,}-token "
                       f"requests: [bold green]{p.concurrency} concurrent[/] ({how})"
                       + (f", as asked (--users {p.users})" if p.users == p.concurrency else ""))
         r = p.result
@@ -78,7 +80,7 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
                       "concurrent) x one cache, as the server counts it")
         console.print(cache)
         console.print("\n[bold]launch:[/]")
-        console.print(f"  $ {p.command}", soft_wrap=True, markup=False)
+        console.print(f"  $ {esc(p.command)}", soft_wrap=True)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for col, just in (("concurrent", "right"), ("GB (10^9 B)", "right"), ("fits", "left"),
                       ("tok/s in all", "right"), ("tok/s per user", "right"),
@@ -87,12 +89,12 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
     for row in p.rows:
         t.add_row(str(row.concurrency), gb(row.total_bytes).removesuffix(" GB"),
                   "yes" if row.fits else "[red]no[/]", _tps(row.aggregate_tps),
-                  _tps(row.per_user_tps), row.bound or "-")
+                  _tps(row.per_user_tps), esc(row.bound or "-"))
     console.print()
     console.print(t)
     console.print(f"[dim]each row: mlxfit fit MODEL --ctx {p.ctx} --parallel N "
                   f"--prompt-cache {p.prompt_cache_size}[/]")
     for w in p.warnings:
-        console.print(f"[yellow]warning:[/] {w}", soft_wrap=True)
+        console.print(f"[yellow]warning:[/] {esc(w)}", soft_wrap=True)
     for n in p.notes:
-        console.print(f"[dim]note: {n}[/]", soft_wrap=True)
+        console.print(f"[dim]note: {esc(n)}[/]", soft_wrap=True)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import ConfigError, SourceError, WeightsError
+from mlxfit.settings import MAX_JSON_BYTES
+from mlxfit.sources.localfile import read_regular, why
 from mlxfit.sources.safetensors_header import read_headers
 from mlxfit.sources.source import INDEX_NAME, ModelSource
 
@@ -20,12 +22,13 @@ def read_config(path: Path) -> dict[str, Any]:
     carry (a Nemotron config has one), so no custom parser is needed."""
     if path.is_symlink() and not path.exists():
         raise ConfigError(f"{path}: broken symlink -> {os.readlink(path)}", file=str(path))
-    if not path.is_file():
-        raise ConfigError(f"{path}: missing (every model folder needs config.json)", file=str(path))
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(read_regular(path, MAX_JSON_BYTES).decode("utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: missing (every model folder needs config.json)",
+                          file=str(path)) from None
     except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or e}", file=str(path)) from None
+        raise ConfigError(f"{path}: cannot read: {why(e)}", file=str(path)) from None
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not valid UTF-8", file=str(path)) from None
     except json.JSONDecodeError as e:
@@ -50,9 +53,9 @@ def _check_link(path: Path) -> None:
 
 def _index_shards(folder: Path, index: Path) -> list[Path]:
     try:
-        data = json.loads(index.read_bytes().decode("utf-8"))
+        data = json.loads(read_regular(index, MAX_JSON_BYTES).decode("utf-8"))
     except OSError as e:
-        raise WeightsError(f"{index}: cannot read: {e.strerror or e}") from None
+        raise WeightsError(f"{index}: cannot read: {why(e)}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WeightsError(f"{index}: garbled index ({e})".replace("\n", " ")) from None
     except (RecursionError, ValueError):  # nested too deeply; a 4,300+ digit integer

@@ -27,6 +27,7 @@ from typing import BinaryIO
 
 from mlxfit.errors import WeightsError
 from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
+from mlxfit.sources.localfile import open_regular, why
 
 # The safetensors format's own limit: a larger header is hostile, not a model.
 MAX_HEADER_BYTES = 100_000_000
@@ -43,10 +44,11 @@ def _read_raw_header(path: Path) -> tuple[bytes, int]:
     if path.is_dir():
         raise _fail(path, "is a directory, not a safetensors file")
     try:
-        with open(path, "rb") as f:
+        # Non-blocking and regular files only: a FIFO named *.safetensors must not hang us.
+        with os.fdopen(open_regular(path), "rb") as f:
             return _read_open(f, path)
     except OSError as e:
-        raise _fail(path, f"cannot read: {e.strerror or e}") from None
+        raise _fail(path, f"cannot read: {why(e)}") from None
 
 
 def _read_open(f: BinaryIO, path: Path) -> tuple[bytes, int]:
@@ -58,12 +60,16 @@ def _read_open(f: BinaryIO, path: Path) -> tuple[bytes, int]:
     if len(prefix) != 8:  # shrank since fstat
         raise _fail(path, f"changed size while being read (was {size} bytes)")
     n = int.from_bytes(prefix, "little")
+    # The length is not printed: a file that is not safetensors (a shard symlinked to a secret)
+    # would have its first 8 bytes shown as a number.
     if n == 0:
-        raise _fail(path, "header length is 0")
+        raise _fail(path, "header length is 0: not a safetensors file")
     if n > MAX_HEADER_BYTES:
-        raise _fail(path, f"header length {n} exceeds the {MAX_HEADER_BYTES}-byte limit")
+        raise _fail(path, f"not a safetensors file (its header length exceeds the "
+                          f"{MAX_HEADER_BYTES}-byte limit)")
     if 8 + n > size:
-        raise _fail(path, f"header length {n} runs past the end of the file ({size} bytes)")
+        raise _fail(path, f"not a safetensors file, or truncated (its header length runs past "
+                          f"the end of the file, {size} bytes)")
     raw = f.read(n)
     now = os.fstat(f.fileno()).st_size
     if len(raw) != n:  # the file shrank while we read it

@@ -40,6 +40,9 @@ class HubTransfer:
     fetched_at: str  # when the metadata was read from the Hub (ISO 8601, UTC)
     header_bytes: int = 0  # of those bytes: 8 + N per shard, when fetched now
     shards: int = 0
+    # of those bytes: sent by a server past the ranges asked (it ignored Range or sent more),
+    # dropped unread; up to that much may have been tensor data
+    unasked_bytes: int = 0
 
     def describe(self) -> str:
         if self.from_cache:
@@ -48,6 +51,11 @@ class HubTransfer:
                 "to check the commit")
             return (f"Hub metadata from mlxfit's cache (commit {self.commit[:12]}, read "
                     f"{self.fetched_at}; {net})")
+        if self.unasked_bytes:
+            data = (f"{self.unasked_bytes:,} bytes past the ranges asked, which the server sent "
+                    "anyway, dropped unread")
+        else:
+            data = "no tensor data"
         return (f"read from the Hub: {self.requests} requests, {self.bytes:,} bytes "
                 f"({self.shards} safetensors headers = {self.header_bytes:,} bytes, plus JSON); "
-                "no tensor data")
+                f"{data}")

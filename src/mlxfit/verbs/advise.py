@@ -393,6 +393,11 @@ def advise(base: FitResult, ev: Evaluator, serving: Serving) -> Advice:
     problem = _problem(base)
     if not problem:
         return Advice(needed=False, problem="", notes=("fits as asked: nothing to change",))
+    if base.beyond_context:  # no memory lever reads past the model's limit; --ctx is the user's
+        note = (f"no setting makes the model read past its {base.context_limit:,}-token limit: "
+                f"ask for --ctx {base.context_limit:,} or less, or use a model with a longer "
+                "context")
+        return Advice(needed=True, problem=problem, notes=(note,))
     s = _Search(base, ev, serving)
     start = _Cand(run=base.run, serving=serving)
     levers = _levers(s, base.run, serving)
@@ -496,13 +501,7 @@ def _option(s: _Search, c: _Cand) -> Option:
 
 
 def _problem(r: FitResult) -> str:
-    parts = []
-    if not r.fits:
-        parts.append(f"needs {r.total_bytes / 1e9:,.2f} GB, {r.usable_bytes / 1e9:,.2f} GB usable")
-    for b in r.oversize_buffers:
-        parts.append(f"{b.name} is {b.bytes / 1e9:,.2f} GB, over the GPU's largest buffer "
-                     f"({(r.max_buffer_bytes or 0) / 1e9:,.2f} GB)")
-    return "; ".join(parts)
+    return "; ".join(r.problems)
 
 
 

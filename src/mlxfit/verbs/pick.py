@@ -409,7 +409,9 @@ def pick(
 
 
 def _blocked(r: FitResult) -> str:
-    """Why a model whose total fits still cannot run: an array over maxBufferLength."""
+    """Why a model cannot run beside its total: past its context limit, an oversize array."""
+    if r.beyond_context:
+        return f"--ctx {r.context_tokens:,} is beyond its context limit ({r.context_limit:,})"
     if not r.fits or r.runs:
         return ""
     b = max(r.oversize_buffers, key=lambda b: b.bytes)

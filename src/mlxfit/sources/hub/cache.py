@@ -19,10 +19,13 @@ import time
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit
 
-from mlxfit.settings import Settings, from_environ
+from mlxfit.settings import MAX_FILE_BYTES, Settings, from_environ
 from mlxfit.sources.hf_cache import cache_dirname
+from mlxfit.sources.localfile import read_regular
+from mlxfit.sources.redact import redact_url
 
 CONFIG_NAME = "config.json"
 KV_CONFIG_NAME = "kv_config.json"
@@ -40,8 +43,13 @@ def hub_cache_dir(root: str | os.PathLike[str] | None = None, *,
 
 
 def _endpoint_slug(ep: str) -> str:
+    # hostname and port only: credentials in HF_ENDPOINT (user:pass@) never name a directory
     parts = urlsplit(ep)
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", (parts.netloc + parts.path).strip("/")) or "hub"
+    try:
+        host = (parts.hostname or "") + (f"_{parts.port}" if parts.port else "")
+    except ValueError:  # a port that is not a number
+        host = parts.hostname or ""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", (host + parts.path).strip("/")) or "hub"
 
 
 def _repo_dir(root: Path, ep: str, repo_id: str) -> Path:
@@ -93,22 +101,105 @@ class _Snapshot:
         return gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=6)
 
     @staticmethod
-    def from_json(data: bytes) -> _Snapshot:
-        doc = json.loads(gzip.decompress(data))
-        if doc["schema"] != CACHE_SCHEMA:
-            raise ValueError(f"schema {doc['schema']!r}")
-        unb64 = lambda s: base64.b64decode(s.encode("ascii"), validate=True)
+    def from_json(data: bytes, *, limit: int = 512_000_000) -> _Snapshot:
+        """A cache entry read back as untrusted input (a hand-edited or planted file is just
+        another hostile source): inflated at most ``limit`` bytes, every field of its type,
+        file names plain and of the kinds a fetch writes, sizes bounded. ValueError if not."""
+        doc = json.loads(_inflate(data, limit))
+        if not isinstance(doc, dict):
+            raise ValueError("not a JSON object")  # noqa: TRY004 (the caller catches ValueError)
+        if doc.get("schema") != CACHE_SCHEMA:
+            raise ValueError(f"schema {_shown(doc.get('schema'))}")
+        transfer = _field(doc, "transfer", dict)
+        siblings = []
+        for item in _field(doc, "siblings", list):
+            n, s = _pair(item, "siblings")
+            siblings.append((_sibling_name(n), None if s is None else _size(s, "a sibling")))
+        files = {}
+        for n, b in _field(doc, "files", dict).items():
+            if n not in JSON_NAMES:
+                raise ValueError(f"a file {_shown(n)} that a fetch never writes")
+            files[n] = _unb64(b)
+        shards = []
+        for item in _field(doc, "shards", list):
+            if not isinstance(item, list) or len(item) != 3:
+                raise ValueError("a shard that is not [name, size, header]")
+            shards.append((_shard_name(item[0]), _size(item[1], "a shard"), _unb64(item[2])))
+        if len({n for n, _, _ in shards}) != len(shards):
+            raise ValueError("a shard listed twice")
         return _Snapshot(
-            repo_id=str(doc["repo_id"]),
-            commit=str(doc["commit"]),
-            endpoint=str(doc["endpoint"]),
-            fetched_at=str(doc["fetched_at"]),
-            siblings=[(str(n), None if s is None else int(s)) for n, s in doc["siblings"]],
-            files={str(n): unb64(b) for n, b in doc["files"].items()},
-            shards=[(str(n), int(s), unb64(r)) for n, s, r in doc["shards"]],
-            requests=int(doc["transfer"]["requests"]),
-            bytes=int(doc["transfer"]["bytes"]),
+            repo_id=_field(doc, "repo_id", str),
+            commit=_field(doc, "commit", str),
+            endpoint=_field(doc, "endpoint", str),
+            fetched_at=_field(doc, "fetched_at", str),
+            siblings=siblings,
+            files=files,
+            shards=shards,
+            requests=_size(transfer.get("requests"), "requests"),
+            bytes=_size(transfer.get("bytes"), "bytes"),
         )
+
+
+JSON_NAMES = ("config.json", "model.safetensors.index.json", "kv_config.json")
+_SHARD_NAME = re.compile(r"model[^/\\\x00-\x1f\x7f-\x9f]*\.safetensors")  # the plan's glob, no path
+
+
+def is_shard_name(n: str) -> bool:
+    """A shard name a cache entry may hold: model*.safetensors, a plain name (no separator, no
+    control character), so staging it can only ever write inside the staging folder."""
+    return _SHARD_NAME.fullmatch(n) is not None
+
+
+def _inflate(data: bytes, limit: int) -> bytes:
+    """One gzip member, at most ``limit`` bytes once inflated (a bomb stops there)."""
+    d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+    out = d.decompress(data, limit + 1)
+    if len(out) > limit or d.unconsumed_tail:
+        raise ValueError(f"inflates past {limit:,} bytes")
+    if not d.eof:
+        raise ValueError("truncated gzip")
+    return out
+
+
+def _shown(v: object) -> str:
+    return repr(v)[:40]
+
+
+def _field(doc: dict, key: str, kind: type) -> Any:
+    v = doc.get(key)
+    if type(v) is not kind:
+        raise ValueError(f"{key!r} is {_shown(v)}, not a {kind.__name__}")
+    return v
+
+
+def _pair(item: object, what: str) -> tuple[Any, Any]:
+    if not isinstance(item, list) or len(item) != 2:
+        raise ValueError(f"an entry of {what!r} that is not a pair")
+    return item[0], item[1]
+
+
+def _size(v: object, what: str) -> int:
+    if type(v) is not int or not 0 <= v <= MAX_FILE_BYTES:
+        raise ValueError(f"{what} size {_shown(v)} (sizes are whole numbers 0 to 2^53)")
+    return v
+
+
+def _sibling_name(n: object) -> str:
+    if type(n) is not str or not n or len(n) > 1000 or "\x00" in n:
+        raise ValueError(f"a file name {_shown(n)}")
+    return n
+
+
+def _shard_name(n: object) -> str:
+    if type(n) is not str or not is_shard_name(n):
+        raise ValueError(f"a shard name {_shown(n)} (shards are model*.safetensors, no path)")
+    return n
+
+
+def _unb64(s: object) -> bytes:
+    if type(s) is not str:
+        raise ValueError(f"bytes given as {_shown(s)}")
+    return base64.b64decode(s.encode("ascii"), validate=True)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
@@ -126,26 +217,36 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _read_entry(path: Path) -> _Snapshot | None:
-    """A cached snapshot; None if absent. A corrupt file raises ValueError naming it."""
+def _read_entry(path: Path, repo_id: str, commit: str, endpoint: str,
+                limit: int = 512_000_000) -> _Snapshot | None:
+    """The cached snapshot of ``repo_id`` at ``commit`` from ``endpoint``; None if absent. A
+    file that is corrupt, not a regular file, over ``limit`` bytes inflated, or that describes
+    another repo, commit or endpoint than its path raises ValueError naming it."""
     try:
-        data = path.read_bytes()
+        data = read_regular(path, limit)
     except FileNotFoundError:
         return None
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     try:
-        return _Snapshot.from_json(data)
+        snap = _Snapshot.from_json(data, limit=limit)
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, IndexError,
-            RecursionError) as e:
-        raise ValueError(f"{path} is corrupt ({type(e).__name__})") from None
+            AttributeError, RecursionError, MemoryError) as e:
+        why = str(e) if isinstance(e, ValueError) and str(e) else type(e).__name__
+        raise ValueError(f"{path} is corrupt ({why})".replace("\n", " ")) from None
+    for what, got, want in (("repo", snap.repo_id, repo_id), ("commit", snap.commit, commit),
+                            ("endpoint", snap.endpoint, redact_url(endpoint))):
+        if got != want:
+            raise ValueError(f"{path} is corrupt (it holds {what} {got[:80]!r}, not the "
+                             f"{what} its path names)")
+    return snap
 
 
 def _read_ref(repo_dir: Path, revision: str) -> tuple[str | None, float]:
     """(commit, age in seconds) of a cached branch/tag, (None, inf) when unknown."""
     ref = _ref_file(repo_dir, revision)
     try:
-        sha = ref.read_text().strip()
+        sha = read_regular(ref, 4096).decode("ascii", "replace").strip()  # a FIFO never hangs
         age = time.time() - ref.stat().st_mtime
     except OSError:
         return None, float("inf")

@@ -48,8 +48,9 @@ from mlxfit.sources.hub.cache import (
     hub_cache_dir,
 )
 from mlxfit.sources.hub.http import _Http, _huggingface_hub
-from mlxfit.sources.hub.plan import _fetch, _model_info
+from mlxfit.sources.hub.plan import _fetch, model_info_within_deadline
 from mlxfit.sources.hub.snapshot import _to_source
+from mlxfit.sources.redact import redact_text
 from mlxfit.sources.source import HubTransfer
 
 if TYPE_CHECKING:
@@ -111,9 +112,11 @@ class _Progress:
 
 
 def _scrub(e: MlxfitError, token: str | None) -> MlxfitError:
-    if token and token in str(e):
-        return type(e)(str(e).replace(token, "***"))
-    return e
+    """The message without the token, nor any user:password a URL in it carries."""
+    msg = redact_text(str(e))
+    if token and token in msg:
+        msg = msg.replace(token, "***")
+    return e if msg == str(e) else type(e)(msg)
 
 
 # --- the entry points -------------------------------------------------------------------------
@@ -131,7 +134,8 @@ def load_cached(repo_id: str, revision: str | None = None, *,
     if commit is None or (ref_ttl is not None and age > ref_ttl):
         return None
     try:
-        snap = _read_entry(_entry_file(repo_dir, commit))
+        snap = _read_entry(_entry_file(repo_dir, commit), repo_id, commit, s.hub.endpoint,
+                           s.hub.max_cache_entry_bytes)
     except ValueError as e:
         raise SourceError(f"mlxfit's Hub metadata cache for {repo_id}: {e}; delete it and "
                           "run again online") from None
@@ -174,7 +178,8 @@ def fetch_model(
     corrupt: str | None = None
     if commit is not None:
         try:
-            cached = _read_entry(_entry_file(repo_dir, commit))
+            cached = _read_entry(_entry_file(repo_dir, commit), repo_id, commit, ep,
+                                 hub.max_cache_entry_bytes)
         except ValueError as e:
             corrupt = str(e)
     if cached is not None and (offline or age <= ttl):
@@ -192,9 +197,11 @@ def fetch_model(
                      timeout if timeout is not None else hub.timeout,
                      retries=hub.retries, backoff=hub.backoff_seconds,
                      max_wait=hub.max_wait_seconds, max_body=hub.max_json_bytes,
-                     implicit_token=hub.implicit_token)
+                     implicit_token=hub.implicit_token,
+                     request_deadline=hub.request_deadline_seconds,
+                     fetch_deadline=hub.fetch_deadline_seconds)
         try:
-            info = _model_info(http, revision, hub.max_info_bytes)
+            info = model_info_within_deadline(http, revision, hub.max_info_bytes)
         except HubUnreachable as e:
             if cached is None:
                 raise
@@ -205,22 +212,28 @@ def fetch_model(
         commit = info["sha"]
         if cached is None or cached.commit != commit:
             try:
-                cached = _read_entry(_entry_file(repo_dir, commit))
+                cached = _read_entry(_entry_file(repo_dir, commit), repo_id, commit, ep,
+                                     hub.max_cache_entry_bytes)
             except ValueError:
                 cached = None  # corrupt: fetch it again and overwrite
         if cached is not None:
             _write_ref(repo_dir, revision, commit)
             return _to_source(cached, HubTransfer(http.requests, http.bytes, True, commit,
                                                   cached.fetched_at))
-        snap = _fetch(http, info, bar.shards(), max_workers or hub.max_workers, hub.max_json_bytes)
+        snap = _fetch(http, info, bar.shards(), max_workers or hub.max_workers, hub.max_json_bytes,
+                      hub.max_shards)
         bar.stop()
         header_bytes = sum(len(raw) for _, _, raw in snap.shards)
         transfer = HubTransfer(http.requests, http.bytes, False, commit, snap.fetched_at,
-                               header_bytes, len(snap.shards))
+                               header_bytes, len(snap.shards), http.unasked)
         src = _to_source(snap, transfer)  # validates: an invalid model is never cached
         notes: tuple[str, ...] = ()
+        entry = snap.to_json()
         try:
-            _atomic_write(_entry_file(repo_dir, commit), snap.to_json())
+            if len(entry) > hub.max_cache_entry_bytes:  # it could never be read back
+                raise OSError(f"the entry would be {len(entry):,} bytes, over the "
+                              f"{hub.max_cache_entry_bytes:,}-byte cap")
+            _atomic_write(_entry_file(repo_dir, commit), entry)
             _write_ref(repo_dir, revision, commit)
         except OSError as e:
             why = e.strerror or str(e)

@@ -11,11 +11,14 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
 from mlxfit.errors import Cancelled, HubUnreachable, MlxfitError, SourceError, WeightsError
+from mlxfit.settings import MAX_FILE_BYTES
+from mlxfit.sources.redact import redact_url
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 _LOGIN = "log in with `hf auth login` or set HF_TOKEN"
@@ -42,11 +45,19 @@ class _Http:
 
     def __init__(self, repo_id: str, revision: str | None, ep: str, token: str | bool | None,
                  timeout: float, *, retries: int, backoff: float, max_wait: float,
-                 max_body: int, implicit_token: bool = True):
+                 max_body: int, implicit_token: bool = True,
+                 request_deadline: float = 60.0, fetch_deadline: float = 300.0):
         # huggingface_hub is heavy: imported only when the Hub is read
         from huggingface_hub.utils import get_session
 
-        self.repo_id, self.revision, self.endpoint = repo_id, revision, ep
+        # ``base`` is what requests go to; ``endpoint`` is what messages and files show: the
+        # same URL without any user:password HF_ENDPOINT carries.
+        self.repo_id, self.revision, self.base = repo_id, revision, ep
+        self.endpoint = redact_url(ep)
+        self.request_deadline = request_deadline  # seconds per request, retries included
+        self.fetch_deadline = fetch_deadline  # seconds for everything this _Http asks
+        self.started = time.monotonic()
+        self.deadline = self.started + fetch_deadline
         self.client = get_session()
         if not hasattr(self.client, "stream"):  # huggingface_hub < 1.0 hands out requests
             from huggingface_hub import __version__
@@ -69,17 +80,19 @@ class _Http:
         self.lock = threading.Lock()
         self.requests = 0
         self.bytes = 0
+        self.unasked = 0  # bytes a server sent past the range asked (dropped unread)
         self.cancelled = threading.Event()  # set when one request of the fetch has failed
 
     # -- accounting
-    def _count(self, requests: int, nbytes: int) -> None:
+    def _count(self, requests: int, nbytes: int, unasked: int = 0) -> None:
         with self.lock:
             self.requests += requests
             self.bytes += nbytes
+            self.unasked += unasked
 
     def _headers_for(self, url: str) -> dict[str, str]:
         # The token goes to the endpoint's origin only, never to a CDN URL we were sent to.
-        return self.auth_headers if _origin(url) == _origin(self.endpoint) else self.anon_headers
+        return self.auth_headers if _origin(url) == _origin(self.base) else self.anon_headers
 
     # -- the one request loop
     def get(self, url: str, what: str, *, params: dict | None = None, start: int = 0,
@@ -94,19 +107,25 @@ class _Http:
         attempts = 1 + max(0, self.retries)
         wait = self.backoff
         x = self.x
+        t0 = time.monotonic()
+        deadline = min(t0 + self.request_deadline, self.deadline)
         for attempt in range(1, attempts + 1):
             last = attempt == attempts
             if self.cancelled.is_set():
                 raise Cancelled("cancelled")
+            if time.monotonic() >= deadline:
+                raise self._deadline_error(what, t0, attempt - 1)
+            answered = False
             try:
                 with self.client.stream("GET", url, headers=headers, params=params,
                                         timeout=self.timeout, follow_redirects=True) as r:
                     hops = 1 + len(r.history)
                     self._count(0, sum(h.num_bytes_downloaded for h in r.history))
                     status = r.status_code
+                    answered = True
                     if status in _RETRY_STATUS and not last:
                         self._count(hops, 0)
-                        self.cancelled.wait(self._retry_after(r, wait))
+                        self._pause(self._retry_after(r, wait), deadline)
                         wait = min(self.max_wait, wait * 2)
                         continue
                     if status == 416 and length is not None:
@@ -115,8 +134,10 @@ class _Http:
                     if status >= 300:
                         self._count(hops, 0)
                         raise self._status_error(r, what, attempt)
-                    body = self._read(r, what, start, length, limit, status)
-                    self._count(hops, r.num_bytes_downloaded)
+                    body = self._read(r, what, start, length, limit, status, t0, deadline)
+                    asked = len(body.data) + (start if status == 200 else 0)
+                    got = r.num_bytes_downloaded
+                    self._count(hops, got, max(0, got - asked) if length is not None else 0)
                     return body
             except MlxfitError:
                 raise
@@ -129,8 +150,8 @@ class _Http:
             except (x.TimeoutException, x.RemoteProtocolError, x.ReadError, x.CloseError) as e:
                 self._count(1, 0)
                 if last:
-                    raise self._transport_error(e, what, attempts) from None
-                self.cancelled.wait(wait)
+                    raise self._transport_error(e, what, attempts, answered, t0) from None
+                self._pause(wait, deadline)
                 wait = min(self.max_wait, wait * 2)
             except x.TooManyRedirects:
                 raise SourceError(f"the Hub at {self.endpoint} redirected {self._what(what)} "
@@ -149,9 +170,16 @@ class _Http:
                 raise
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _pause(self, seconds: float, deadline: float) -> None:
+        """Wait before a retry: cut short by a cancellation, never past the deadline."""
+        self.cancelled.wait(max(0.0, min(seconds, deadline - time.monotonic())))
+
     def _read(self, r: Any, what: str, start: int, length: int | None, limit: int,
-              status: int) -> _Body:
+              status: int, t0: float, deadline: float) -> _Body:
         total = _content_range_total(r)
+        if total is not None and total > MAX_FILE_BYTES:
+            raise WeightsError(f"{self._what(what)}: the Hub says the file is {total:,} bytes, "
+                               "past any real file (2^53)")
         skip = 0
         if length is not None:
             if status == 206:
@@ -167,6 +195,12 @@ class _Http:
         out = bytearray()
         seen = 0
         for chunk in r.iter_bytes():
+            # A server dripping a byte every few seconds never trips the read timeout: the
+            # deadline and a cancellation (another request failed, Ctrl-C) are checked here.
+            if self.cancelled.is_set():
+                raise Cancelled("cancelled")
+            if time.monotonic() >= deadline:
+                raise self._deadline_error(what, t0, None)
             seen += len(chunk)
             if skip:
                 drop = min(skip, len(chunk))
@@ -238,13 +272,31 @@ class _Http:
                                "without a usable location")
         return SourceError(f"the Hub at {ep} answered {code} {_reason(r)} for {self._what(what)}")
 
-    def _transport_error(self, e: Exception, what: str, attempts: int) -> MlxfitError:
+    def _deadline_error(self, what: str, t0: float, attempts: int | None) -> MlxfitError:
+        now = time.monotonic()
+        if now >= self.deadline:
+            limit, which = self.fetch_deadline, "MLXFIT_HUB_FETCH_DEADLINE_SECONDS"
+        else:
+            limit, which = self.request_deadline, "MLXFIT_HUB_REQUEST_DEADLINE_SECONDS"
+        tries = f", {attempts} attempt{'s' * (attempts != 1)}" if attempts else ""
+        return HubUnreachable(
+            f"the Hub at {self.endpoint} was too slow with {self._what(what)}: not done after "
+            f"{now - t0:.0f} s{tries} (limit {limit:g} s, {which}); {_OFFLINE_HINT}")
+
+    def _transport_error(self, e: Exception, what: str, attempts: int, answered: bool = False,
+                         t0: float | None = None) -> MlxfitError:
         x = self.x
+        spent = f", {time.monotonic() - t0:.0f} s in all" if t0 is not None else ""
         if isinstance(e, x.TimeoutException):
+            if answered:  # the status line came, then the body stalled (a 206 held open)
+                return HubUnreachable(
+                    f"the Hub at {self.endpoint} answered for {self._what(what)} but then sent "
+                    f"nothing for {self.timeout:g} s ({attempts} attempts{spent}; "
+                    f"HF_HUB_DOWNLOAD_TIMEOUT sets the limit); {_OFFLINE_HINT}")
             return HubUnreachable(
                 f"the Hub at {self.endpoint} did not answer within {self.timeout:g} s for "
-                f"{self._what(what)} ({attempts} attempts; HF_HUB_DOWNLOAD_TIMEOUT sets the "
-                f"limit); {_OFFLINE_HINT}")
+                f"{self._what(what)} ({attempts} attempts{spent}; HF_HUB_DOWNLOAD_TIMEOUT sets "
+                f"the limit); {_OFFLINE_HINT}")
         return HubUnreachable(
             f"connection cut while reading {self._what(what)} from {self.endpoint} "
             f"({attempts} attempts: {_short(e)}); try again; {_OFFLINE_HINT}")

@@ -10,8 +10,8 @@ caller's.
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
+import threading
 from datetime import datetime, timezone
 from fnmatch import fnmatch
 from typing import Any
@@ -25,14 +25,17 @@ from mlxfit.errors import (
     SourceError,
     WeightsError,
 )
+from mlxfit.settings import MAX_FILE_BYTES
 from mlxfit.sources.hub.cache import (
     _HEX40,
     CONFIG_NAME,
     KV_CONFIG_NAME,
     _label,
     _Snapshot,
+    is_shard_name,
 )
 from mlxfit.sources.hub.http import _Http
+from mlxfit.sources.hub.parallel import run_parallel
 from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES
 from mlxfit.sources.source import INDEX_NAME
 
@@ -52,7 +55,7 @@ def _resolve_url(ep: str, repo_id: str, commit: str, name: str) -> str:
 
 def _model_info(http: _Http, revision: str | None, max_info_bytes: int) -> dict[str, Any]:
     ep, repo = http.endpoint, http.repo_id
-    url = f"{ep}/api/models/{repo}" + (
+    url = f"{http.base}/api/models/{repo}" + (
         "" if revision is None else f"/revision/{quote(revision, safe='')}")
     body = http.get(url, "model info", params={"blobs": True}, limit=max_info_bytes)
     try:
@@ -67,6 +70,16 @@ def _model_info(http: _Http, revision: str | None, max_info_bytes: int) -> dict[
     return info
 
 
+def model_info_within_deadline(http: _Http, revision: str | None,
+                               max_info_bytes: int) -> dict[str, Any]:
+    """``_model_info`` on a daemon thread, waited for no longer than the fetch deadline: a
+    server that drips even its response headers cannot hold the main thread (the body's
+    drip is caught chunk by chunk in ``_Http._read``), and Ctrl-C lands at once."""
+    [(_, info)] = run_parallel([("info", lambda: _model_info(http, revision, max_info_bytes))],
+                               1, threading.Event(), http.deadline, lambda: _too_slow(http))
+    return info
+
+
 def _siblings(info: dict[str, Any]) -> list[tuple[str, int | None]]:
     out = []
     for s in info["siblings"]:
@@ -78,6 +91,9 @@ def _siblings(info: dict[str, Any]) -> list[tuple[str, int | None]]:
         lfs = s.get("lfs")
         if type(size) is not int and isinstance(lfs, dict):
             size = lfs.get("size")
+        if type(size) is int and size > MAX_FILE_BYTES:
+            raise WeightsError(f"{s['rfilename']!r}: the Hub lists it at {size:,} bytes, past "
+                               "any real file (2^53)")
         out.append((s["rfilename"], size if type(size) is int and size >= 0 else None))
     return out
 
@@ -87,11 +103,20 @@ def _listing(names: list[str], limit: int = 12) -> str:
     return ", ".join(shown) + (", ..." if len(names) > limit else "") if shown else "nothing"
 
 
-def _plan(repo_id: str, commit: str, siblings: list[tuple[str, int | None]]) -> list[str]:
+def _plan(repo_id: str, commit: str, siblings: list[tuple[str, int | None]],
+          max_shards: int = 4096) -> list[str]:
     """The shards mlx-lm would load, or a one-line error before any file is fetched."""
     names = [n for n, _ in siblings]
     label = _label(repo_id, commit)
     shards = sorted(n for n in names if "/" not in n and fnmatch(n, SHARD_GLOB))
+    odd = [n for n in shards if not is_shard_name(n)]
+    if odd:
+        raise WeightsError(f"{label}: the shard name {odd[0]!r} has a character no model "
+                           "file name has (a control character or a backslash)")
+    if len(shards) > max_shards:
+        raise WeightsError(f"{label}: lists {len(shards):,} {SHARD_GLOB} files, more than the "
+                           f"{max_shards:,} mlxfit reads (each costs two requests; "
+                           "MLXFIT_HUB_MAX_SHARDS raises the cap)")
     if not shards:
         kinds = []
         if any(n.endswith(".gguf") for n in names):
@@ -116,6 +141,9 @@ def _fetch_shard(http: _Http, url: str, name: str, size: int | None) -> tuple[in
     size = size if size is not None else first.total
     if size is None:
         raise WeightsError(f"{http.repo_id}/{name}: the Hub gave no file size for it")
+    if size > MAX_FILE_BYTES:
+        raise WeightsError(f"{http.repo_id}/{name}: the Hub says it is {size:,} bytes, past "
+                           "any real file (2^53)")
     raw = first.data
     if len(raw) < 8:
         return size, raw, 0  # the validator says "too short"
@@ -137,12 +165,12 @@ def _fetch_shard(http: _Http, url: str, name: str, size: int | None) -> tuple[in
 
 
 def _fetch(http: _Http, info: dict[str, Any], progress: Any, max_workers: int,
-           max_json_bytes: int) -> _Snapshot:
-    repo_id, ep = http.repo_id, http.endpoint
+           max_json_bytes: int, max_shards: int = 4096) -> _Snapshot:
+    repo_id, base = http.repo_id, http.base
     commit = info["sha"]
     siblings = _siblings(info)
     sizes = dict(siblings)
-    shards = _plan(repo_id, commit, siblings)
+    shards = _plan(repo_id, commit, siblings, max_shards)
     jsons = [n for n in (CONFIG_NAME, INDEX_NAME, KV_CONFIG_NAME) if n in sizes]
     for n in jsons:
         if (sizes[n] or 0) > max_json_bytes:
@@ -152,32 +180,32 @@ def _fetch(http: _Http, info: dict[str, Any], progress: Any, max_workers: int,
 
     files: dict[str, bytes] = {}
     got: dict[str, tuple[int, bytes, int]] = {}
-    pool = cf.ThreadPoolExecutor(max_workers=max(1, min(max_workers, len(shards) + len(jsons))),
-                                 thread_name_prefix="mlxfit-hub")
-    try:
-        futures: dict[cf.Future, tuple[str, str]] = {}
-        for n in jsons:
-            futures[pool.submit(http.get, _resolve_url(ep, repo_id, commit, n), n)] = ("json", n)
-        for n in shards:
-            url = _resolve_url(ep, repo_id, commit, n)
-            futures[pool.submit(_fetch_shard, http, url, n, sizes.get(n))] = ("shard", n)
-        for fut in cf.as_completed(futures):
-            kind, name = futures[fut]
-            result = fut.result()  # the first failure stops everything (finally: cancel)
-            if kind == "json":
-                files[name] = result.data
-            else:
-                got[name] = result
-                if progress:
-                    progress.advance(task)
-    finally:
-        # After a failure: queued requests are dropped, running ones stop at their next retry,
-        # and we wait for them (the interpreter would at exit anyway) so that nothing touches
-        # the network once we have answered.
-        http.cancelled.set()
-        pool.shutdown(wait=True, cancel_futures=True)
+    jobs: list[tuple[tuple[str, str], Any]] = []
+    for n in jsons:
+        url = _resolve_url(base, repo_id, commit, n)
+        jobs.append((("json", n), lambda url=url, n=n: http.get(url, n)))
+    for n in shards:
+        url = _resolve_url(base, repo_id, commit, n)
+        jobs.append((("shard", n), lambda url=url, n=n: _fetch_shard(http, url, n, sizes.get(n))))
+    def advance(key: tuple[str, str]) -> None:
+        if progress and key[0] == "shard":
+            progress.advance(task)
+
+    for (kind, name), result in run_parallel(jobs, max_workers, http.cancelled, http.deadline,
+                                             lambda: _too_slow(http), advance):
+        if kind == "json":
+            files[name] = result.data
+        else:
+            got[name] = result
     return _Snapshot(
-        repo_id=repo_id, commit=commit, endpoint=ep, fetched_at=_now(), siblings=siblings,
-        files=files, shards=[(n, got[n][0], got[n][1]) for n in shards],
+        repo_id=repo_id, commit=commit, endpoint=http.endpoint, fetched_at=_now(),
+        siblings=siblings, files=files, shards=[(n, got[n][0], got[n][1]) for n in shards],
         requests=http.requests, bytes=http.bytes,
     )
+
+
+def _too_slow(http: _Http) -> MlxfitError:
+    return HubUnreachable(
+        f"reading {http.repo_id} from the Hub at {http.endpoint} did not finish within "
+        f"{http.fetch_deadline:g} s (MLXFIT_HUB_FETCH_DEADLINE_SECONDS); try again later, or "
+        "HF_HUB_OFFLINE=1 for models already cached")

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 from mlxfit.errors import MlxfitError, SourceError, WeightsError
 from mlxfit.sources.folder import _load_folder
-from mlxfit.sources.hub.cache import _label, _Snapshot
+from mlxfit.sources.hub.cache import JSON_NAMES, _label, _Snapshot, is_shard_name
 from mlxfit.sources.hub.http import _short
 from mlxfit.sources.source import INDEX_NAME, HubTransfer
 
@@ -64,15 +64,22 @@ def _materialize(folder: Path, snap: _Snapshot) -> None:
             target.touch()
         except (OSError, ValueError):  # "a" and "a/b" both listed: keep whichever came first
             continue
+    # Names were checked when the snapshot was read (cache.py); checked again here because this
+    # is where a bad one would write outside the folder: plain names of the kinds a fetch makes.
+    label = _label(snap.repo_id, snap.commit)
     for name, data in snap.files.items():
+        if name not in JSON_NAMES:
+            raise SourceError(f"{label}: refusing to stage a file named {name!r}")
         (folder / name).write_bytes(data)
     for name, size, raw in snap.shards:
+        if not is_shard_name(name):
+            raise SourceError(f"{label}: refusing to stage a shard named {name!r}")
         try:
             with open(folder / name, "wb") as f:
                 f.write(raw)
                 f.truncate(max(size, len(raw)))  # a hole: costs no disk on APFS, ext4, tmpfs
         except (OSError, ValueError) as e:
-            raise WeightsError(f"{_label(snap.repo_id, snap.commit)}/{name}: cannot stage its "
+            raise WeightsError(f"{label}/{name}: cannot stage its "
                                f"header for checking ({_short(e)})") from None
 
 

@@ -48,6 +48,7 @@ from metal_descriptors import load_descriptor
 
 from mlxfit.calibration.constants import Calibration, parse_calibration
 from mlxfit.estimate.memory import Run, decode_phase, prefill_phase
+from mlxfit.estimate.kernels import arch_gen
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import decode_seconds, kv_read_term, weights_read_term
 from mlxfit.hardware.resolve import resolve_machine
@@ -228,7 +229,9 @@ def bandwidth(machine: str) -> float:
 def run_of(c: Case, ctx: int | None = None) -> Run:
     return Run(ctx=ctx or c.P + c.G, gen=c.G, prefill_step_size=c.step, kv_bits=c.kv_bits,
                quantized_kv_start=c.qstart, max_kv_size=c.max_kv, backend="metal",
-               gpu_class=gpu_class_of(c.machine))  # issue 18: the machine's commit rule
+               gpu_class=gpu_class_of(c.machine),  # issue 18: the machine's commit rule
+               # and its attention kernels (M5 + macOS 26: every published M5 run is on 26.4+)
+               gpu_gen=arch_gen(resolve_machine(c.machine).gpu_arch), macos_major=26)
 
 
 def predict_peak(c: Case, cal: Calibration) -> tuple[float, Any]:

@@ -72,12 +72,11 @@ def features(c, model, row: dict, cal) -> dict | None:
 
     run = run_of(c)
     s = run.schedule()
-    fused = cal.backend("metal").fused_prefill_head_dims
     _, _, n = s.chunks()
     tot = {"dense": 0.0, "experts": 0.0, "attn_fused": 0.0, "attn_unfused": 0.0, "scan": 0.0,
            "score_bytes": 0.0}
     for i in range(1, n + 1):
-        f = chunk_flops(model.cfg, w.params, run, i, fused_prefill=fused)
+        f = chunk_flops(model.cfg, w.params, run, i)
         for k in tot:
             tot[k] += getattr(f, k)
     chunk_read = (w.total_bytes - (0 if w.tied_embeddings else w.embedding_bytes)

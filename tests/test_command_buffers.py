@@ -177,14 +177,57 @@ def _attn(hd: int, q: int = 16, kv: int = 8) -> Attn:
 
 
 def test_prefill_paths_by_version_and_chip():
-    m4, m5 = "applegpu_g16s", "applegpu_g17s"
-    assert kernels.prefill_path(_attn(96), 2048, m4, "0.32.0") == "unfused"
-    assert kernels.prefill_path(_attn(96), 2048, m4, "0.32.4") == "fused"
-    assert kernels.prefill_path(_attn(256), 2048, m4, "0.32.4") == "unfused"
-    assert kernels.prefill_path(_attn(256), 2048, m5, "0.32.4").startswith("fused")
-    assert kernels.prefill_path(_attn(256), 512, m5, "0.32.4") == "unfused"  # < 1024 queries
-    assert kernels.prefill_path(_attn(256), 2048, m5, "0.32.4", macos=(26, 1)) == "unfused"
-    assert kernels.prefill_path(_attn(192), 2048, m5, "0.32.4") == "unfused"
+    m4, m5 = kernels.arch_gen("applegpu_g16s"), kernels.arch_gen("applegpu_g17s")
+    assert (m4, m5) == (16, 17)
+    assert kernels.prefill_path(_attn(96), 2048, m4, 26, "0.32.0") == "unfused"
+    assert kernels.prefill_path(_attn(96), 2048, m4, 26, "0.32.4") == "fused"
+    assert kernels.prefill_path(_attn(256), 2048, m4, 26, "0.32.4") == "unfused"
+    assert kernels.prefill_path(_attn(256), 2048, m5, 26, "0.32.4").startswith("fused")
+    assert kernels.prefill_path(_attn(256), 512, m5, 26, "0.32.4") == "unfused"  # < 1024 queries
+    assert kernels.prefill_path(_attn(256), 2048, m5, 15, "0.32.4") == "unfused"  # no NAX
+    assert kernels.prefill_path(_attn(256), 2048, m5, 26, "0.32.1") == "unfused"
+    assert kernels.prefill_path(_attn(192), 2048, m5, 26, "0.32.4") == "unfused"
+    sliding = Attn("rotating", 16, 8, 256, 256, 256, window=1024)
+    assert kernels.prefill_path(sliding, 1024, m5, 26).startswith("fused")  # mask="causal"
+    assert kernels.prefill_path(sliding, 2048, m5, 26) == "unfused"  # array mask past the window
+
+
+def test_m5_head_dim_256_flips_at_1024_queries_in_memory_and_compute():
+    """A head-dim-256 full-attention layer of 16 query heads, bf16, in a 2-layer model (prefill
+    computes the first layer only). One chunk of 1023 queries on M5 (gen 17, macOS 26): the
+    scores are materialized, 16 x 1023 x 1023 x 2 B + 1023 x 1023 mask = 34,535,457 B, and
+    the compute model moves the same 16 x 1023 x 1023 x 2 B of scores (the whole rectangle).
+    At 1024 queries both say fused: no score term, no score traffic, causal FLOPs
+    2 x 16 x (1024 x 1025 / 2) x 512. On M4 (gen 16) both stay unfused at 1024."""
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.estimate.compute import chunk_flops
+    from mlxfit.estimate.memory import Run, attn_unfused, scores_term
+    from mlxfit.model.inputs import MatmulParams
+
+    a = _attn(256, 16, 2)
+    be = load_calibration().backend("metal")
+    for gen, q, fused in ((17, 1023, False), (17, 1024, True), (16, 1024, False)):
+        cfg = _two_layer_cfg(a)
+        run = Run(ctx=q + 1, prefill_step_size=q, gpu_gen=gen, macos_major=26)
+        assert attn_unfused(a, run, cfg, False, q) is not fused
+        s = scores_term(cfg, run, 1, be, False)
+        f = chunk_flops(cfg, MatmulParams(total=1), run, 1)
+        if fused:
+            assert s.bytes == 0 and f.score_bytes == 0 and f.attn_unfused == 0
+            assert f.attn_fused == 2 * 16 * (q * (q + 1) / 2) * 512
+        else:
+            assert s.bytes == int(be.score_arrays * 16 * q * q * 2 + q * q)
+            assert f.score_bytes == 16 * q * q * 2 and f.attn_fused == 0
+
+
+def _two_layer_cfg(a):
+    from mlxfit.model.config import Layer, ModelConfig
+
+    return ModelConfig(model_type="llama", family="llama", hidden=4096, num_layers=2,
+                       vocab=1000, intermediate=8192, moe_intermediate=0, num_experts=0,
+                       top_k=0, shared_intermediate=0, tie_embeddings=False, max_position=None,
+                       layers=(Layer(a), Layer(a)), own_cache=False, scores_always=False,
+                       act_bytes=2)
 
 
 def test_decode_paths():

@@ -14,9 +14,6 @@ from mlxfit.hardware.skus import COMPUTE_KEYS, chip_compute_figures, load_sku_ta
 from mlxfit.model.inputs import MatmulParams, WeightsRead
 from mlxfit.verbs.edges import compute_for
 
-FUSED = (64, 72, 80, 96, 128)  # calibration.toml [backend.metal] fused_prefill_head_dims
-
-
 def _run(prompt: int, step: int = 2048) -> Run:
     return Run(ctx=prompt, gen=0, prefill_step_size=step)
 
@@ -32,7 +29,7 @@ def test_dense_llama_chunk_flops(prompt):
     p = MatmulParams(total=8_030_261_248, embedding=525_336_576, lm_head=525_336_576,
                      fmt="affine4")
     last = (prompt - 1) // 2048
-    f = chunk_flops(cfg, p, _run(prompt), last, fused_prefill=FUSED)
+    f = chunk_flops(cfg, p, _run(prompt), last)
     offset = (last - 1) * 2048
     pairs = 2048 * offset + 2048 * 2049 // 2
     assert f.attn_fused == 31 * 2 * 32 * pairs * 256
@@ -49,7 +46,7 @@ def test_moe_qwen3_30b_routed_experts(prompt):
     cfg = load_config("Qwen__Qwen3-30B-A3B")
     p = MatmulParams(total=30_500_000_000, experts=28_990_000_000, embedding=311_164_928,
                      lm_head=311_164_928)
-    f = chunk_flops(cfg, p, _run(prompt), 1, fused_prefill=FUSED)
+    f = chunk_flops(cfg, p, _run(prompt), 1)
     assert f.experts == pytest.approx(2 * 28_990_000_000 * 8 / 128 * 47 / 48 * 2048)
     assert f.dense == pytest.approx(2 * (30_500_000_000 - 28_990_000_000 - 622_329_856)
                                     * 47 / 48 * 2048)
@@ -65,7 +62,7 @@ def test_mla_deepseek_v3_rebuilds_kv(prompt):
     assert all(a.mla is not None for a in cfg.attention_layers)
     n = (prompt - 1) // 2048
     keys = n * 2048
-    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n, fused_prefill=FUSED)
+    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n)
     per_layer = 2 * 128 * 2048 * keys * 320 + 2 * keys * 128 * 512 * 256
     assert f.attn_unfused == 60 * per_layer
     assert f.attn_fused == 0
@@ -79,7 +76,7 @@ def test_hybrid_qwen3_next_scan_and_unfused_attention(prompt):
     7 x 36 x 2,146,304 / 4 x 2048."""
     cfg = load_config("Qwen__Qwen3-Next-80B-A3B-Thinking")
     n = (prompt - 1) // 2048
-    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n, fused_prefill=FUSED)
+    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n)
     assert f.scan == SCAN_FLOPS * 36 * 2_146_304 / 4 * 2048
     assert f.attn_unfused == 11 * 2 * 16 * 2048 * (n * 2048) * 512
     assert f.attn_fused == 0
@@ -93,7 +90,7 @@ def test_sliding_window_gemma3_keys_capped(prompt):
     cfg = load_config("Creekside__gemma-3-4b-text__variant")
     n = (prompt - 1) // 2048
     offset = (n - 1) * 2048
-    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n, fused_prefill=FUSED)
+    f = chunk_flops(cfg, MatmulParams(total=1), _run(prompt), n)
     sliding = min(offset, 1023) + 2048
     full = offset + 2048
     assert f.attn_unfused == 2 * 8 * 2048 * 512 * (28 * sliding + 5 * full)

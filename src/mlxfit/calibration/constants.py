@@ -20,7 +20,6 @@ from mlxfit.errors import MlxfitError, UsageError
 class Backend:
     """Transient-memory constants of one MLX backend (see calibration.toml for sources)."""
 
-    fused_prefill_head_dims: tuple[int, ...]
     fused_decode_head_dims: tuple[int, ...]
     score_arrays: float
     sink_score_arrays: float

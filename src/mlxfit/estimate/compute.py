@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxfit.calibration.constants import Calibration, Prefill
-from mlxfit.estimate.memory import Run, _as_run_sees
+from mlxfit.estimate.memory import Run, _as_run_sees, attn_unfused
 from mlxfit.estimate.speed import is_ultra, predicted_decode_seconds
 from mlxfit.model.config import Attn, ModelConfig
 from mlxfit.model.inputs import MatmulParams, WeightsRead
@@ -164,10 +164,9 @@ def _attn_flops(a: Attn, count: int, size: int, offset: int, keys: int, *, fused
 
 
 def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
-                fused_prefill: tuple[int, ...], computed: int | None = None) -> ChunkFlops:
-    """FLOPs of prefill chunk ``n`` (1-based) of ``run``. ``fused_prefill``: the backend's
-    fused prefill head dims (calibration.toml); mlx-lm's quantized SDPA and Gemma 2's softcap
-    are unfused too."""
+                computed: int | None = None) -> ChunkFlops:
+    """FLOPs of prefill chunk ``n`` (1-based) of ``run``; which layers run fused is the memory
+    model's decision too (memory.attn_unfused, from mlxfit.estimate.kernels)."""
     s = run.schedule()
     c = s.chunk_at(n)
     k = prefill_layers(cfg) if computed is None else computed
@@ -179,7 +178,7 @@ def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
             keys = c.offset_after  # reads another layer's cache: every token so far
         else:
             keys = s.keys_seen(a, n)
-        fused = (a.head_dim in fused_prefill and not cfg.scores_always and not quant)
+        fused = not attn_unfused(a, run, cfg, quant, c.size)
         causal = fused and a.cache in ("full", "shared") and a.mla is None
         out = out + _attn_flops(a, count, c.size, c.offset_before, keys, fused=fused,
                                 causal=causal, act_bytes=cfg.act_bytes)
@@ -277,7 +276,6 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     pc = cal.prefill
     assert pc is not None  # callers check: predicted_ttft returns None without [prefill]
     s = run.schedule()
-    fused = cal.backend(run.backend).fused_prefill_head_dims
     stream = cal.decode.eta * bandwidth_gbs * 1e9
     layers = prefill_layers(cfg) if computed is None else computed
     moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
@@ -286,7 +284,7 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     largest = layer = 0.0
     _, _, n_chunks = s.chunks()
     for n in range(1, n_chunks + 1):
-        f = chunk_flops(cfg, p, run, n, fused_prefill=fused, computed=layers)
+        f = chunk_flops(cfg, p, run, n, computed=layers)
         t = chunk_parts(f, chip, pc, p.fmt, read_bytes / stream, layers, moe_layers, stream)
         if per_chunk_s:
             t = t + ChunkTime(fixed=per_chunk_s(s.chunk_at(n).size))

@@ -9,18 +9,28 @@ Facts from MLX's ``mlx/backend/metal/scaled_dot_product_attention.cpp`` (``use_f
 - decode (8 queries or fewer): fused for 64/96/128/256, and query 192 with value 128 from 0.32.0;
   unfused when queries x GQA factor exceeds 32 (the vector kernel's limit, from 0.30.4) or for
   192/192.
-mlxfit's prediction uses the calibration's fused head dims (MLX 0.32.1+, no NAX exception: on
-M5 the head-dim-256 prefill estimate keeps the score matrix, an over-estimate there).
+``prefill_fused`` is the one decision the memory model (score arrays materialized or not) and
+the prefill compute model (fused vs unfused attention FLOPs and score traffic) both take, at the
+reference MLX (``REFERENCE_MLX``), with the NAX exception applied.
+mlxfit tracks only the macOS major: macOS 26 counts as 26.2+ (26.2 is the current release and
+what a Mac on 26 runs once updated); an unknown macOS (0) or 14/15 never has NAX.
 """
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from mlxfit.model.config import Attn, ModelConfig
+
+if TYPE_CHECKING:  # types only: memory imports this module
+    from mlxfit.estimate.memory import Run
 
 DECODE_FUSED = (64, 96, 128, 256)
 NAX_MIN_GEN = 17
 NAX_MIN_QUERIES = 1024
 VECTOR_MAX_QUERIES_X_GQA = 32
+NAX_MIN_MACOS = 26  # stands for 26.2: mlxfit knows the major only (module docstring)
+REFERENCE_MLX = "0.32.4"  # the MLX the predictions are for
 
 
 def _version_key(version: str) -> int:
@@ -39,16 +49,39 @@ def arch_gen(gpu_arch: str | None) -> int:
     return int(gpu_arch[-3:-1])
 
 
-def prefill_path(a: Attn, queries: int, gpu_arch: str | None, mlx_version: str,
-                 macos: tuple[int, int] = (26, 2)) -> str:
-    """'fused' or 'unfused' for a prefill chunk of ``queries`` tokens of this layer."""
+def nax_available(gpu_gen: int, macos_major: int, mlx_version: str = REFERENCE_MLX) -> bool:
+    """MLX's ``is_nax_available``: architecture generation 17+ (M5) on macOS 26.2+."""
+    return (gpu_gen >= NAX_MIN_GEN and macos_major >= NAX_MIN_MACOS
+            and _version_key(mlx_version) >= 32002)
+
+
+def _causal(a: Attn, queries: int) -> bool:
+    # mlx-lm passes mask="causal" unless the chunk is longer than a sliding window
+    # (models/base.py create_attention_mask builds an array mask then).
+    if a.cache in ("full", "shared"):
+        return True
+    return a.window is not None and queries <= a.window
+
+
+def prefill_path(a: Attn, queries: int, gpu_gen: int, macos_major: int,
+                 mlx_version: str = REFERENCE_MLX) -> str:
+    """The Metal SDPA path of a prefill chunk of ``queries`` tokens of this layer, in words."""
     if a.mla is not None:
         return "unfused (MLA: pe_scores materialized)"
-    nax = (arch_gen(gpu_arch) >= NAX_MIN_GEN and macos >= (26, 2)
-           and _version_key(mlx_version) >= 32002)
-    if nax and a.head_dim == 256 and queries >= NAX_MIN_QUERIES:
+    if (a.head_dim == 256 and queries >= NAX_MIN_QUERIES and _causal(a, queries)
+            and nax_available(gpu_gen, macos_major, mlx_version)):
         return "fused (NAX head-dim-256 kernel)"
     return "fused" if a.head_dim in prefill_fused_dims(mlx_version) else "unfused"
+
+
+def prefill_fused(a: Attn, cfg: ModelConfig, run: Run, queries: int, quantized: bool) -> bool:
+    """Whether a prefill chunk of ``queries`` tokens runs this layer's attention fused (no score
+    matrix materialized): the one rule memory.attn_unfused and compute.chunk_flops share.
+    Never on the CPU backend, nor for mlx-lm's quantized SDPA or hand-written softcapped
+    attention (Gemma 2), which are separate ops."""
+    if run.backend != "metal" or quantized or cfg.scores_always:
+        return False
+    return prefill_path(a, queries, run.gpu_gen, run.macos_major).startswith("fused")
 
 
 def decode_path(a: Attn, mlx_version: str, queries: int = 1) -> str:
@@ -63,12 +96,12 @@ def decode_path(a: Attn, mlx_version: str, queries: int = 1) -> str:
 
 
 def kernel_note(cfg: ModelConfig, chunk: int, gpu_arch: str | None, machine: str,
-                mlx_version: str = "0.32.4") -> str:
+                macos_major: int, mlx_version: str = REFERENCE_MLX) -> str:
     """One line: the attention kernel each distinct attention layout takes on this Mac."""
     parts = []
     for a, n in cfg.attn_groups:
         what = "MLA" if a.mla else f"head dim {a.head_dim}"
-        parts.append(f"{n} x {what}: prefill {prefill_path(a, chunk, gpu_arch, mlx_version)}, "
+        parts.append(f"{n} x {what}: prefill {prefill_path(a, chunk, arch_gen(gpu_arch), macos_major, mlx_version)}, "
                      f"decode {decode_path(a, mlx_version)}")
     if not parts:
         return ""

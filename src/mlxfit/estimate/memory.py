@@ -13,6 +13,7 @@ from mlxfit.calibration.constants import Backend
 from mlxfit.errors import UsageError
 from mlxfit.estimate import cache_sim as cs
 from mlxfit.estimate import command_buffers as cbuf
+from mlxfit.estimate import kernels
 from mlxfit.model.config import Attn, ModelConfig
 
 
@@ -33,6 +34,10 @@ class Run:
     # give the command-buffer commit rule (mlxfit.estimate.command_buffers).
     gpu_class: str = ""
     mlx_env: tuple[tuple[str, int], ...] = ()
+    # The GPU's architecture generation (applegpu_g17s -> 17; 0 unknown) and the macOS major
+    # (0 unknown): which attention kernel a prefill chunk takes (mlxfit.estimate.kernels).
+    gpu_gen: int = 0
+    macos_major: int = 0
 
     def schedule(self, ctx: int | None = None) -> cs.Schedule:
         return cs.Schedule(ctx=self.ctx if ctx is None else ctx, gen=self.gen,
@@ -259,11 +264,10 @@ def _act_dtype_bytes(cfg: ModelConfig, be: Backend) -> float:
     return be.bf16_act_bytes if cfg.act_bytes == 2 else float(cfg.act_bytes)
 
 
-def attn_unfused(a: Attn, be: Backend, cfg: ModelConfig, quantized: bool) -> bool:
-    """Whether a prefill chunk materializes this layer's score matrix on the backend."""
-    if quantized or cfg.scores_always:
-        return True
-    return a.head_dim not in be.fused_prefill_head_dims
+def attn_unfused(a: Attn, run: Run, cfg: ModelConfig, quantized: bool, queries: int) -> bool:
+    """Whether a prefill chunk of ``queries`` tokens materializes this layer's score matrix
+    (the kernel decision of mlxfit.estimate.kernels, shared with the compute model)."""
+    return not kernels.prefill_fused(a, cfg, run, queries, quantized)
 
 
 # --------------------------------------------------------------------------- transients
@@ -358,7 +362,7 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
         k = s.keys_seen(a, n_chunk)
         v = 0.0
         q_attn = quantized and a.cache == "full"
-        unfused = attn_unfused(a, be, cfg, q_attn)
+        unfused = attn_unfused(a, run, cfg, q_attn, c)
         if q_attn:
             arrays = be.quantized_score_arrays  # mlx-lm's hand-written quantized SDPA
         elif cfg.scores_always:

@@ -293,7 +293,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
                 continue
             k = s.keys_seen(a, n)
             cands = []
-            if attn_unfused(a, be, cfg, quant and a.cache == "full"):
+            if attn_unfused(a, run, cfg, quant and a.cache == "full", c):
                 cands.append((b * a.q_heads * c * k * act,
                               (f"attention scores: {b} x {a.q_heads} heads x {c} queries x "
                               f"{k} keys x {act} B (unfused, head_dim {a.head_dim})")))

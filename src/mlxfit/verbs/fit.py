@@ -10,7 +10,7 @@ from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.command_buffers import parse_mlx_env
 from mlxfit.estimate.compute import predicted_ttft
-from mlxfit.estimate.kernels import kernel_note
+from mlxfit.estimate.kernels import arch_gen, kernel_note
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
     Serving,
@@ -175,10 +175,14 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     ``extra_terms`` (solve.ExtraTerms): serving terms added to the total (mlxfit.estimate.serving)."""
     if run.backend == "metal" and not run.gpu_class and m.gpu_class:
         run = replace(run, gpu_class=m.gpu_class)  # the commit rule of this Mac's GPU
+    if run.backend == "metal" and not run.gpu_gen and m.gpu_arch:
+        # the attention kernels this Mac's GPU and macOS take (estimate/kernels.py)
+        run = replace(run, gpu_gen=arch_gen(m.gpu_arch), macos_major=m.macos_major or 0)
     warnings: list[str] = list(extra_warnings)
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if run.backend == "metal" and m.gpu_arch:
-        k = kernel_note(inputs.cfg, min(run.prefill_step_size, run.ctx), m.gpu_arch, m.name)
+        k = kernel_note(inputs.cfg, min(run.prefill_step_size, run.ctx), m.gpu_arch, m.name,
+                        m.macos_major or 0)
         notes += [k] if k else []
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")

@@ -14,6 +14,7 @@ from mlxfit.hardware.skus import COMPUTE_KEYS, chip_compute_figures, load_sku_ta
 from mlxfit.model.inputs import MatmulParams, WeightsRead
 from mlxfit.verbs.edges import compute_for
 
+
 def _run(prompt: int, step: int = 2048) -> Run:
     return Run(ctx=prompt, gen=0, prefill_step_size=step)
 

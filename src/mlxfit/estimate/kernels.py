@@ -18,12 +18,7 @@ what a Mac on 26 runs once updated); an unknown macOS (0) or 14/15 never has NAX
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from mlxfit.model.config import Attn, ModelConfig
-
-if TYPE_CHECKING:  # types only: memory imports this module
-    from mlxfit.estimate.memory import Run
 
 DECODE_FUSED = (64, 96, 128, 256)
 NAX_MIN_GEN = 17
@@ -74,14 +69,15 @@ def prefill_path(a: Attn, queries: int, gpu_gen: int, macos_major: int,
     return "fused" if a.head_dim in prefill_fused_dims(mlx_version) else "unfused"
 
 
-def prefill_fused(a: Attn, cfg: ModelConfig, run: Run, queries: int, quantized: bool) -> bool:
+def prefill_fused(a: Attn, cfg: ModelConfig, queries: int, quantized: bool, *, backend: str,
+                  gpu_gen: int, macos_major: int) -> bool:
     """Whether a prefill chunk of ``queries`` tokens runs this layer's attention fused (no score
     matrix materialized): the one rule memory.attn_unfused and compute.chunk_flops share.
     Never on the CPU backend, nor for mlx-lm's quantized SDPA or hand-written softcapped
     attention (Gemma 2), which are separate ops."""
-    if run.backend != "metal" or quantized or cfg.scores_always:
+    if backend != "metal" or quantized or cfg.scores_always:
         return False
-    return prefill_path(a, queries, run.gpu_gen, run.macos_major).startswith("fused")
+    return prefill_path(a, queries, gpu_gen, macos_major).startswith("fused")
 
 
 def decode_path(a: Attn, mlx_version: str, queries: int = 1) -> str:

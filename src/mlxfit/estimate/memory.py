@@ -267,7 +267,8 @@ def _act_dtype_bytes(cfg: ModelConfig, be: Backend) -> float:
 def attn_unfused(a: Attn, run: Run, cfg: ModelConfig, quantized: bool, queries: int) -> bool:
     """Whether a prefill chunk of ``queries`` tokens materializes this layer's score matrix
     (the kernel decision of mlxfit.estimate.kernels, shared with the compute model)."""
-    return not kernels.prefill_fused(a, cfg, run, queries, quantized)
+    return not kernels.prefill_fused(a, cfg, queries, quantized, backend=run.backend,
+                                     gpu_gen=run.gpu_gen, macos_major=run.macos_major)
 
 
 # --------------------------------------------------------------------------- transients

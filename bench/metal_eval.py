@@ -82,6 +82,7 @@ class Case:
     max_kv: int | None = None
     approx: str = ""  # non-empty: assumption-laden row, reported apart and not fitted
     label: str = ""
+    mlx: str = ""  # the run's MLX version (which attention kernels it had)
 
 
 @dataclass
@@ -194,7 +195,19 @@ def map_row(i: int, r: dict) -> Case | Skipped:
     tps = r["gen_tps"] if (G or 0) >= 8 and r["gen_tps"] else None
     return Case(i, src, _family(r, desc), desc, P, G, step, machine, r["peak_memory_gb"], tps,
                 kv_bits=kv_bits, qstart=qstart, max_kv=max_kv, approx=approx,
-                label=f"{desc.split('/')[-1]} p{P} g{G} s{step}")
+                label=f"{desc.split('/')[-1]} p{P} g{G} s{step}",
+                mlx=_mlx_of(r))
+
+
+def _mlx_of(r: dict) -> str:
+    """The run's MLX version; when only mlx-lm's is published, its major.minor (mlx-lm's
+    releases track MLX's minor: 0.31.3 ran on an MLX 0.31, before the 0.32.2 NAX kernel).
+    '' (the reference MLX) when neither is published."""
+    v = str(r.get("mlx_version") or "").split(" ")[0].split(".dev")[0]
+    if v:
+        return v
+    lm = str(r.get("mlx_lm_version") or "").split(".")
+    return ".".join(lm[:2]) if len(lm) >= 2 else ""
 
 
 # --------------------------------------------------------------------------- model, prediction
@@ -231,7 +244,8 @@ def run_of(c: Case, ctx: int | None = None) -> Run:
                quantized_kv_start=c.qstart, max_kv_size=c.max_kv, backend="metal",
                gpu_class=gpu_class_of(c.machine),  # issue 18: the machine's commit rule
                # and its attention kernels (M5 + macOS 26: every published M5 run is on 26.4+)
-               gpu_gen=arch_gen(resolve_machine(c.machine).gpu_arch), macos_major=26)
+               gpu_gen=arch_gen(resolve_machine(c.machine).gpu_arch), macos_major=26,
+               mlx_version=c.mlx)
 
 
 def predict_peak(c: Case, cal: Calibration) -> tuple[float, Any]:

@@ -197,8 +197,9 @@ def test_m5_head_dim_256_flips_at_1024_queries_in_memory_and_compute():
     computes the first layer only). One chunk of 1023 queries on M5 (gen 17, macOS 26): the
     scores are materialized, 16 x 1023 x 1023 x 2 B + 1023 x 1023 mask = 34,535,457 B, and
     the compute model moves the same 16 x 1023 x 1023 x 2 B of scores (the whole rectangle).
-    At 1024 queries both say fused: no score term, no score traffic, causal FLOPs
-    2 x 16 x (1024 x 1025 / 2) x 512. On M4 (gen 16) both stay unfused at 1024."""
+    At 1024 queries MLX takes the NAX kernel (the kernel path flips); the estimate follows it
+    only when kernels.NAX_IN_ESTIMATE, and then both models say fused: no score term, no score
+    traffic, causal FLOPs 2 x 16 x (1024 x 1025 / 2) x 512. On M4 (gen 16) nothing flips."""
     from mlxfit.calibration.load import load_calibration
     from mlxfit.estimate.compute import chunk_flops
     from mlxfit.estimate.memory import Run, attn_unfused, scores_term
@@ -206,10 +207,15 @@ def test_m5_head_dim_256_flips_at_1024_queries_in_memory_and_compute():
 
     a = _attn(256, 16, 2)
     be = load_calibration().backend("metal")
-    for gen, q, fused in ((17, 1023, False), (17, 1024, True), (16, 1024, False)):
+    cases = ((17, 1023, False, False), (17, 1024, True, kernels.NAX_IN_ESTIMATE),
+             (16, 1024, False, False))
+    for gen, q, nax_path, fused in cases:
+        assert kernels.prefill_path(a, q, gen, 26).startswith("fused") is nax_path
         cfg = _two_layer_cfg(a)
         run = Run(ctx=q + 1, prefill_step_size=q, gpu_gen=gen, macos_major=26)
         assert attn_unfused(a, run, cfg, False, q) is not fused
+        assert kernels.prefill_fused(a, cfg, q, False, backend="metal", gpu_gen=gen,
+                                     macos_major=26) is fused
         s = scores_term(cfg, run, 1, be, False)
         f = chunk_flops(cfg, MatmulParams(total=1), run, 1)
         if fused:

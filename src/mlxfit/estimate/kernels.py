@@ -11,7 +11,8 @@ Facts from MLX's ``mlx/backend/metal/scaled_dot_product_attention.cpp`` (``use_f
   192/192.
 ``prefill_fused`` is the one decision the memory model (score arrays materialized or not) and
 the prefill compute model (fused vs unfused attention FLOPs and score traffic) both take, at the
-reference MLX (``REFERENCE_MLX``), with the NAX exception applied.
+run's MLX (default ``REFERENCE_MLX``); the NAX exception is named in the note but not taken by
+the estimate (``NAX_IN_ESTIMATE``).
 mlxfit tracks only the macOS major: macOS 26 counts as 26.2+ (26.2 is the current release and
 what a Mac on 26 runs once updated); an unknown macOS (0) or 14/15 never has NAX.
 """
@@ -26,6 +27,12 @@ NAX_MIN_QUERIES = 1024
 VECTOR_MAX_QUERIES_X_GQA = 32
 NAX_MIN_MACOS = 26  # stands for 26.2: mlxfit knows the major only (module docstring)
 REFERENCE_MLX = "0.32.4"  # the MLX the predictions are for
+# Whether the estimate takes M5's NAX head-dim-256 path (no score matrix). Off: applied, it made
+# the published M5 Max rows worse (three 2K-prompt Qwen3.6-27B / Qwen3-Coder-Next rows of
+# unknown MLX by 0.3-0.9 points, and the Qwen3.8-27B 128K step-2048 run, which holds one score
+# array per the 2048 -> 256 step sweep, from +0.4 % to -32.7 %), and every published M5 run
+# with a known MLX is on 0.32.0, before the kernel: no run confirms it. Reported as a note.
+NAX_IN_ESTIMATE = False
 
 
 def _version_key(version: str) -> int:
@@ -70,14 +77,15 @@ def prefill_path(a: Attn, queries: int, gpu_gen: int, macos_major: int,
 
 
 def prefill_fused(a: Attn, cfg: ModelConfig, queries: int, quantized: bool, *, backend: str,
-                  gpu_gen: int, macos_major: int) -> bool:
+                  gpu_gen: int, macos_major: int, mlx_version: str = REFERENCE_MLX) -> bool:
     """Whether a prefill chunk of ``queries`` tokens runs this layer's attention fused (no score
     matrix materialized): the one rule memory.attn_unfused and compute.chunk_flops share.
     Never on the CPU backend, nor for mlx-lm's quantized SDPA or hand-written softcapped
     attention (Gemma 2), which are separate ops."""
     if backend != "metal" or quantized or cfg.scores_always:
         return False
-    return prefill_path(a, queries, gpu_gen, macos_major).startswith("fused")
+    path = prefill_path(a, queries, gpu_gen, macos_major, mlx_version)
+    return path == "fused" or (NAX_IN_ESTIMATE and path.startswith("fused"))
 
 
 def decode_path(a: Attn, mlx_version: str, queries: int = 1) -> str:
@@ -97,7 +105,10 @@ def kernel_note(cfg: ModelConfig, chunk: int, gpu_arch: str | None, machine: str
     parts = []
     for a, n in cfg.attn_groups:
         what = "MLA" if a.mla else f"head dim {a.head_dim}"
-        parts.append(f"{n} x {what}: prefill {prefill_path(a, chunk, arch_gen(gpu_arch), macos_major, mlx_version)}, "
+        path = prefill_path(a, chunk, arch_gen(gpu_arch), macos_major, mlx_version)
+        if "NAX" in path and not NAX_IN_ESTIMATE:
+            path += ", but the estimate keeps the score matrix (no published M5 run confirms it)"
+        parts.append(f"{n} x {what}: prefill {path}, "
                      f"decode {decode_path(a, mlx_version)}")
     if not parts:
         return ""

@@ -38,6 +38,7 @@ class Run:
     # (0 unknown): which attention kernel a prefill chunk takes (mlxfit.estimate.kernels).
     gpu_gen: int = 0
     macos_major: int = 0
+    mlx_version: str = ""  # the MLX the run uses; '' = kernels.REFERENCE_MLX
 
     def schedule(self, ctx: int | None = None) -> cs.Schedule:
         return cs.Schedule(ctx=self.ctx if ctx is None else ctx, gen=self.gen,
@@ -268,7 +269,8 @@ def attn_unfused(a: Attn, run: Run, cfg: ModelConfig, quantized: bool, queries: 
     """Whether a prefill chunk of ``queries`` tokens materializes this layer's score matrix
     (the kernel decision of mlxfit.estimate.kernels, shared with the compute model)."""
     return not kernels.prefill_fused(a, cfg, queries, quantized, backend=run.backend,
-                                     gpu_gen=run.gpu_gen, macos_major=run.macos_major)
+                                     gpu_gen=run.gpu_gen, macos_major=run.macos_major,
+                                     mlx_version=run.mlx_version or kernels.REFERENCE_MLX)
 
 
 # --------------------------------------------------------------------------- transients

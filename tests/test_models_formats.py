@@ -186,3 +186,22 @@ def test_pick_reasons_name_each_candidate(hub):
     n = next(i for i, c in enumerate(d["candidates"], 1) if c["chosen"])
     assert any(ln.startswith(f"> {n}") for ln in r.stdout.splitlines())
     assert f"  {n}. chosen" in r.stdout
+
+
+def test_models_quants_lists_each_unquantized_entry_as_convert_would_write_it():
+    """`models --quants`: an unquantized catalog entry gains one row per conversion, sized as
+    `fit --q-bits/--quant-predicate/--q-mode` sizes it (one path), quantized entries none."""
+    d = _json("models", "qwen3-8b", "--quants", "4,mixed_3_6,mxfp4")
+    rows = {r["model"]: r for r in d["models"]}
+    bf16 = "mlx-community/Qwen3-8B-bf16"
+    assert rows[bf16]["convert_command"] is None
+    flags = {"4bit": ("--q-bits", "4"), "mixed_3_6": ("--quant-predicate", "mixed_3_6"),
+             "mxfp4": ("--q-mode", "mxfp4")}
+    for label, fl in flags.items():
+        row = rows[f"{bf16} as {label}"]
+        assert row["quant"] == label and "mlx_lm.convert" in row["convert_command"]
+        fit = _json("fit", bf16, *fl, *ON_M4PRO)
+        assert row["weights_bytes"] == fit["weights_bytes"], label
+    assert not any(k.startswith(f"{Q8B} as") for k in rows)  # already quantized: no conversion
+    sizes = [rows[f"{bf16} as {lb}"]["weights_bytes"] for lb in ("mixed_3_6", "mxfp4", "4bit")]
+    assert sizes == sorted(sizes) and sizes[-1] < rows[bf16]["weights_bytes"] / 3

@@ -363,6 +363,14 @@ def test_cli_matrix_quants_and_pick_and_cluster():
                            "--host", "M4 Pro 24GB", "--q-bits", "4", "--json").stdout)
     assert any("mlx_lm.convert --hf-path mlx-community/Qwen3-8B-bf16 -q --q-bits 4" in n
                for n in cl["notes"])
+    fit = json.loads(invoke("fit", "mlx-community/Qwen3-8B-bf16", "--machine", "M4 Pro 24GB",
+                            "--q-bits", "4", "--json").stdout)
+    # cluster's JSON carries the same conversion fit sizes (one plan_to_json), and its weights
+    assert cl["quantization_plan"] == fit["quantization_plan"]
+    assert cl["weights_bytes"] == fit["weights_bytes"] == cl["quantization_plan"]["weight_bytes"]
+    text = invoke("cluster", "mlx-community/Qwen3-8B-bf16", "--host", "M4 Pro 24GB",
+                  "--host", "M4 Pro 24GB", "--q-bits", "4").stdout
+    assert "as `mlx_lm.convert --hf-path mlx-community/Qwen3-8B-bf16 -q --q-bits 4` would" in text
 
 
 def test_hub_checkpoint_sized_as_converted(tmp_path, monkeypatch):

@@ -19,13 +19,14 @@ def models_cmd(
         None, help="Words that must all appear in the id, family, model_type or quant "
                    "(e.g. qwen3 4-bit)."),
     fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
+    quants: str | None = typer.Option(None, "--quants", help="Also list each unquantized catalog entry as mlx_lm.convert would write it, e.g. 4,mixed_3_6,mxfp4 (as matrix and pick take it)."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
 ) -> None:
     """The built-in catalog and the models in the local Hugging Face cache, searchable."""
     as_json = as_json or fmt == "json"
     try:
         check_format(fmt)
-        m = models(" ".join(query) if query else None)
+        m = models(" ".join(query) if query else None, quants=quants)
     except MlxfitError as e:
         fail(e, as_json)
         return

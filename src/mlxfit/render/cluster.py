@@ -14,6 +14,7 @@ from mlxfit.render import (
     time_term_to_json,
     tps_to_json,
 )
+from mlxfit.render.fit import render_conversion
 from mlxfit.render.text import esc
 from mlxfit.verbs.cluster.hosts import HostMachine
 from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
@@ -86,6 +87,7 @@ def cluster_to_json(r: ClusterResult) -> dict[str, Any]:
         "hosts": [{"rank": h.rank, "name": h.label, "machine": _host_machine(h)}
                   for h in r.hosts],
         "plans": [plan_to_json(q, r.hosts) for q in r.plans],
+        "quantization_plan": r.quantization_plan,
         "warnings": list(r.warnings), "notes": list(r.notes),
     }
 
@@ -109,6 +111,7 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
         c.print(f"{head}, {esc(p.strategy)}" + (f" over {esc(r.link.name)} ({esc(r.link.backend)})"
                                            if n > 1 else "") + f": {verdict}")
         c.print(f"  [dim]{esc(r.why)}[/]")
+        render_conversion(r.quantization_plan, c)
         t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
         for col, just in (("rank", "right"), ("host", "left"), ("layers", "left"),
                           ("weights", "right"), ("KV", "right"), ("transient", "right"),

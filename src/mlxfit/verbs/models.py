@@ -14,6 +14,7 @@ from mlxfit.settings import from_environ
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.hf_cache import hf_hub_cache_dir
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
+from mlxfit.verbs.convert_plan import predicted_quants, quant_recipes
 from mlxfit.verbs.pick import Skipped, quant_label, scan_cache
 
 
@@ -29,6 +30,9 @@ class ModelRow:
     param_count: int
     context_limit: int | None  # max_position_embeddings; None when the config has none
     downloaded: bool  # in the local cache (a catalog row: some revision of it is)
+    # A predicted conversion of an unquantized catalog entry (--quants): the mlx_lm.convert
+    # command that would write it; None for a model that exists.
+    convert_command: str | None = None
 
 
 @dataclass(frozen=True)
@@ -40,13 +44,18 @@ class ModelsResult:
     skipped: tuple[Skipped, ...] = ()  # cached repos that are not loadable models, and why
 
 
-def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool) -> ModelRow:
+def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool,
+         convert: dict | None = None) -> ModelRow:
+    """``convert``: the quantization_plan JSON of a predicted conversion (its label is the
+    quant: "mixed_3_6" says more than the 4 bits its config block names)."""
     cfg, w = inputs.cfg, inputs.weights_detail
     return ModelRow(model=inputs.name, source=source, revision=revision, family=cfg.family,
-                    model_type=cfg.model_type, quant=quant_label(w),
+                    model_type=cfg.model_type,
+                    quant=convert["label"] if convert else quant_label(w),
                     weights_bytes=inputs.weights.total_bytes,
                     param_count=int(w.get("param_count") or 0),
-                    context_limit=cfg.max_position, downloaded=downloaded)
+                    context_limit=cfg.max_position, downloaded=downloaded,
+                    convert_command=convert["command"] if convert else None)
 
 
 def matches(row: ModelRow, query: str | None) -> bool:
@@ -57,9 +66,13 @@ def matches(row: ModelRow, query: str | None) -> bool:
     return all(word in text for word in query.casefold().split())
 
 
-def models(query: str | None = None, *, cache_dir: str | Path | None = None) -> ModelsResult:
+def models(query: str | None = None, *, cache_dir: str | Path | None = None,
+           quants: str | None = None) -> ModelsResult:
     """The catalog and the cached models whose id, family, model_type or quant contain every
-    word of ``query`` (all of them without one)."""
+    word of ``query`` (all of them without one). ``quants`` ("4,mixed_3_6,mxfp4", as matrix and
+    pick take it) adds, after each unquantized catalog entry, the models mlx_lm.convert would
+    write from it ("<id> as 4bit"), sized exactly as ``fit --q-bits ...`` sizes them."""
+    recipes = quant_recipes(quants) if quants is not None else ()
     settings = from_environ()
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_cache_dir(settings)
     loaded, skipped, _ = scan_cache(cache)
@@ -73,6 +86,8 @@ def models(query: str | None = None, *, cache_dir: str | Path | None = None) -> 
         src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
         listed.append(_row(model_inputs(src), "catalog", None, rid.casefold() in have))
+        for _, conv, plan in predicted_quants(src, recipes, e.repo_id):
+            listed.append(_row(model_inputs(conv), "catalog", None, False, plan))
     every = sorted(cached, key=lambda r: r.model.casefold()) + listed
     rows = tuple(r for r in every if matches(r, query))
     return ModelsResult(query=query, rows=rows, total=len(every), cache_dir=str(cache),

@@ -92,6 +92,8 @@ class ClusterResult:
     notes: tuple[str, ...] = ()
     model_path: str = ""  # what to pass to mlx-lm's --model
     single_safetensors: bool = False  # no model.safetensors.index.json: sharded_load fails
+    # The conversion sized (--q-bits ...): verbs.convert_plan.plan_to_json; None otherwise.
+    quantization_plan: dict | None = None
 
     @property
     def plan(self) -> Plan | None:

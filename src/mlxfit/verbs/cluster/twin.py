@@ -52,7 +52,7 @@ from mlxfit.verbs.cluster.plan import (
     plan_cluster,
 )
 from mlxfit.verbs.cluster.results import ClusterResult
-from mlxfit.verbs.convert_plan import converted_source, quant_recipe
+from mlxfit.verbs.convert_plan import converted_source, plan_to_json, quant_recipe
 from mlxfit.verbs.edges import calibration_for_user, calibration_note, check_machine_params
 
 # --------------------------------------------------------------------------- the twin
@@ -110,8 +110,10 @@ def cluster(
         lk = replace(lk, backend=extra["backend"])
     src = resolve_model(model, revision=revision)
     converted = recipe is not None
+    conversion = None
     if converted:
-        src, _ = converted_source(src, recipe, model)
+        src, qplan = converted_source(src, recipe, model)
+        conversion = plan_to_json(qplan, model)
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
     machines = resolve_hosts(specs, macos)
@@ -130,7 +132,8 @@ def cluster(
         if src.kind == "folder":
             model_path = str(loc)
     params = MatmulParams.of(summarize_weights(src.tensors, src.config))
-    return plan_cluster(model=src.name, source_kind=src.kind, cfg=cfg, tensors=src.tensors,
-                        hosts=machines, run=run, cal=cal, link=lk, strategy=strategy,
-                        notes=notes, model_path=model_path, single_safetensors=single,
-                        params=params)
+    result = plan_cluster(model=src.name, source_kind=src.kind, cfg=cfg, tensors=src.tensors,
+                          hosts=machines, run=run, cal=cal, link=lk, strategy=strategy,
+                          notes=notes, model_path=model_path, single_safetensors=single,
+                          params=params)
+    return replace(result, quantization_plan=conversion)

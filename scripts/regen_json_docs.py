@@ -39,10 +39,11 @@ def _run(cmd: str) -> str | None:
         r = subprocess.run([sys.executable, "-m", "mlxfit", *args], capture_output=True,
                            text=True, env={**env, "PYTHONPATH": str(DOC.parents[1] / "src")},
                            check=False)
-    if r.returncode not in (0, 1):  # e.g. measure needs mlx and a model: keep the example
-        print(f"kept: {cmd}: exit {r.returncode}: {r.stderr.strip()}", file=sys.stderr)
-        return None
-    return json.dumps(_trim(json.loads(r.stdout)), indent=2)
+        if r.returncode not in (0, 1):  # e.g. measure needs mlx and a model: keep the example
+            print(f"kept: {cmd}: exit {r.returncode}: {r.stderr.strip()}", file=sys.stderr)
+            return None
+        # the temporary home would change the page on every run: show a user's instead
+        return json.dumps(_trim(json.loads(r.stdout.replace(home, "/Users/you"))), indent=2)
 
 
 def main() -> int:

@@ -10,6 +10,7 @@ import pytest
 from st_helpers import invoke, load_config
 
 import mlxfit
+from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import MachineError, UsageError
 from mlxfit.estimate import command_buffers as cb
 from mlxfit.estimate import kernels
@@ -200,7 +201,6 @@ def test_m5_head_dim_256_flips_at_1024_queries_in_memory_and_compute():
     At 1024 queries MLX takes the NAX kernel (the kernel path flips); the estimate follows it
     only when kernels.NAX_IN_ESTIMATE, and then both models say fused: no score term, no score
     traffic, causal FLOPs 2 x 16 x (1024 x 1025 / 2) x 512. On M4 (gen 16) nothing flips."""
-    from mlxfit.calibration.load import load_calibration
     from mlxfit.estimate.compute import chunk_flops
     from mlxfit.estimate.memory import Run, attn_unfused, scores_term
     from mlxfit.model.inputs import MatmulParams
@@ -237,11 +237,13 @@ def _two_layer_cfg(a):
 
 
 def test_decode_paths():
-    assert kernels.decode_path(_attn(128), "0.32.4") == "fused"
-    assert kernels.decode_path(_attn(80), "0.32.4") == "unfused"
+    fused = load_calibration().backend("metal").fused_decode_head_dims  # speed.py's list
+    assert kernels.decode_path(_attn(128), "0.32.4", fused) == "fused"
+    assert kernels.decode_path(_attn(80), "0.32.4", fused) == "unfused"
+    assert kernels.decode_path(_attn(80), "0.32.4", fused + (80,)) == "fused"  # the one list
     # queries x GQA > 32: 64 query heads on 1 KV head
-    assert kernels.decode_path(_attn(128, 64, 1), "0.32.4").startswith("unfused")
-    assert kernels.decode_path(_attn(128, 64, 1), "0.30.3") == "fused"
+    assert kernels.decode_path(_attn(128, 64, 1), "0.32.4", fused).startswith("unfused")
+    assert kernels.decode_path(_attn(128, 64, 1), "0.30.3", fused) == "fused"
 
 
 def test_fit_says_which_kernel_each_layer_takes():

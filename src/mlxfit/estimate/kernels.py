@@ -6,8 +6,9 @@ Facts from MLX's ``mlx/backend/metal/scaled_dot_product_attention.cpp`` (``use_f
   materialized); from 0.32.2 the fused kernel exists for them but MLX routes them unfused on
   purpose, except causal head-dim-256 prefill of at least 1024 queries on a GPU with neural
   accelerators (``is_nax_available``: architecture generation 17+, i.e. M5, and macOS 26.2+).
-- decode (8 queries or fewer): fused for 64/96/128/256, and query 192 with value 128 from 0.32.0;
-  unfused when queries x GQA factor exceeds 32 (the vector kernel's limit, from 0.30.4) or for
+- decode (8 queries or fewer): fused for the backend's ``fused_decode_head_dims``
+  (calibration.toml: 64/96/128/256 on Metal, the same list the decode-speed model reads), and
+  query 192 with value 128 from 0.32.0; unfused when queries x GQA factor exceeds 32 (the vector kernel's limit, from 0.30.4) or for
   192/192.
 ``prefill_fused`` is the one decision the memory model (score arrays materialized or not) and
 the prefill compute model (fused vs unfused attention FLOPs and score traffic) both take, at the
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 from mlxfit.model.config import Attn, ModelConfig
 
-DECODE_FUSED = (64, 96, 128, 256)
 NAX_MIN_GEN = 17
 NAX_MIN_QUERIES = 1024
 VECTOR_MAX_QUERIES_X_GQA = 32
@@ -88,11 +88,13 @@ def prefill_fused(a: Attn, cfg: ModelConfig, queries: int, quantized: bool, *, b
     return path == "fused" or (NAX_IN_ESTIMATE and path.startswith("fused"))
 
 
-def decode_path(a: Attn, mlx_version: str, queries: int = 1) -> str:
+def decode_path(a: Attn, mlx_version: str, fused_dims: tuple[int, ...],
+                queries: int = 1) -> str:
+    """``fused_dims``: the backend's ``fused_decode_head_dims`` (estimate.speed reads the same)."""
     if a.mla is not None:
         return "unfused (MLA)"
     gqa = a.q_heads // max(a.kv_heads, 1)
-    if a.head_dim not in DECODE_FUSED:
+    if a.head_dim not in fused_dims:
         return "unfused"
     if queries * gqa > VECTOR_MAX_QUERIES_X_GQA and _version_key(mlx_version) >= 30004:
         return f"unfused (queries x GQA {queries * gqa} > {VECTOR_MAX_QUERIES_X_GQA})"
@@ -100,7 +102,8 @@ def decode_path(a: Attn, mlx_version: str, queries: int = 1) -> str:
 
 
 def kernel_note(cfg: ModelConfig, chunk: int, gpu_arch: str | None, machine: str,
-                macos_major: int, mlx_version: str = REFERENCE_MLX) -> str:
+                macos_major: int, decode_fused_dims: tuple[int, ...],
+                mlx_version: str = REFERENCE_MLX) -> str:
     """One line: the attention kernel each distinct attention layout takes on this Mac."""
     parts = []
     for a, n in cfg.attn_groups:
@@ -109,7 +112,7 @@ def kernel_note(cfg: ModelConfig, chunk: int, gpu_arch: str | None, machine: str
         if "NAX" in path and not NAX_IN_ESTIMATE:
             path += ", but the estimate keeps the score matrix (no published M5 run confirms it)"
         parts.append(f"{n} x {what}: prefill {path}, "
-                     f"decode {decode_path(a, mlx_version)}")
+                     f"decode {decode_path(a, mlx_version, decode_fused_dims)}")
     if not parts:
         return ""
     return (f"attention kernels on {machine} (MLX {mlx_version}, {chunk}-token chunks): "

@@ -182,7 +182,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if run.backend == "metal" and m.gpu_arch:
         k = kernel_note(inputs.cfg, min(run.prefill_step_size, run.ctx), m.gpu_arch, m.name,
-                        m.macos_major or 0)
+                        m.macos_major or 0, cal.backend("metal").fused_decode_head_dims)
         notes += [k] if k else []
     if m.unverified and m.is_apple_silicon:
         warnings.append(f"{m.name}: some figures in the SKU table are unverified")

@@ -111,6 +111,21 @@ def test_fifo_in_the_hf_cache_does_not_hang_pick(tmp_path: Path) -> None:
     assert good.is_dir()
 
 
+def test_huge_ref_in_the_hf_cache_is_not_read(tmp_path: Path) -> None:
+    """A ref file holds a 40-character hash: a 2 GB sparse one is refused from its size (under
+    RLIMIT_AS reading it would end in a MemoryError), and the scan goes on."""
+    cache = tmp_path / "hf"
+    repo = make_hf_cache(cache, "acme/good", {"config.json": json.dumps(TINY_CONFIG).encode(),
+                                              "model.safetensors": TINY}, commit="a" * 40)
+    pr = repo.parents[1] / "refs" / "pr" / "1"
+    pr.parent.mkdir(parents=True, exist_ok=True)
+    with open(pr, "wb") as f:
+        f.truncate(2 << 30)
+    r = run_cli("pick", "--machine", M4PRO, "--json", env={"HF_HUB_CACHE": str(cache)})
+    assert r.returncode in (0, 1), r.stderr
+    assert "acme/good" in {c["model"] for c in json.loads(r.stdout)["candidates"]}
+
+
 def test_fifo_as_a_hub_cache_entry(tmp_path: Path) -> None:
     """mlxfit's own cache, planted: the entry file is a FIFO."""
     cache = tmp_path / "mlxfit-cache"

@@ -11,6 +11,7 @@ from typing import Any
 from mlxfit.errors import SourceError
 from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.folder import _load_folder, read_config
+from mlxfit.sources.localfile import read_regular
 from mlxfit.sources.source import ModelSource
 
 # A drafter is named for it ("...-DRAFT", "...-draft-0.5B", "EAGLE3-...", "medusa-...") or its
@@ -70,6 +71,15 @@ def repo_id_of(dirname: str) -> str | None:
     return dirname[len(_REPO_DIR_PREFIX):].replace("--", "/", 1)
 
 
+# A ref file holds one 40-character commit hash: anything much longer is not one, and is
+# refused unread like any local file mlxfit did not write (sources.localfile).
+REF_BYTES = 4096
+
+
+def _read_ref(p: Path) -> str:
+    return read_regular(p, REF_BYTES).decode().strip()
+
+
 def _refs(repo_dir: Path) -> dict[str, list[str]]:
     """commit sha -> ref names pointing at it (refs/main, refs/pr/1, ...)."""
     out: dict[str, list[str]] = {}
@@ -77,9 +87,9 @@ def _refs(repo_dir: Path) -> dict[str, list[str]]:
     try:
         for p in sorted(refs.rglob("*")):
             if p.is_file():
-                sha = p.read_text().strip()
+                sha = _read_ref(p)
                 out.setdefault(sha, []).append(str(p.relative_to(refs)))
-    except OSError:
+    except (OSError, UnicodeDecodeError):
         pass  # unreadable refs: snapshots are still ordered by time below
     return out
 
@@ -181,7 +191,7 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSour
         snaps = repo_dir / "snapshots"
         refs = repo_dir / "refs"
         try:
-            sha = (refs / rev).read_text().strip() if (refs / rev).is_file() else rev
+            sha = _read_ref(refs / rev) if (refs / rev).is_file() else rev
         except (OSError, UnicodeDecodeError) as e:
             raise _refs_error(repo_id, cache, e) from None
         if not (snaps / sha).is_dir():

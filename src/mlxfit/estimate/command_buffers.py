@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import accumulate
 
 from mlxfit.errors import UsageError
 from mlxfit.model.config import ModelConfig
@@ -159,6 +160,9 @@ def buffer_sizes(cfg: ModelConfig, weights_bytes: int, c: int, keys: int, max_op
     return tuple(out)
 
 
+# Cached like buffer_sizes, whose tuples it takes: matrix asks the same pass for every base
+# chip SKU and phase.
+@lru_cache(maxsize=4096)
 def held_bytes(sizes: tuple[int, ...], inflight: float) -> int:
     """The most bytes pending at once: the open buffer plus ``inflight`` committed ones (a
     fraction weighs the oldest), maximized over the pass."""
@@ -166,10 +170,10 @@ def held_bytes(sizes: tuple[int, ...], inflight: float) -> int:
         return 0
     n = min(max(inflight, 0.0), MAX_ACTIVE_TASKS + 1.0)
     whole, frac = int(n), n - int(n)
+    prefix = [0, *accumulate(sizes)]  # window sums in O(1): matrix sizes ~90 SKUs x phases
     best = 0.0
     for j in range(len(sizes)):
-        lo = max(j - whole, 0)
-        v = float(sum(sizes[lo:j + 1]))
+        v = float(prefix[j + 1] - prefix[max(j - whole, 0)])
         if frac and j - whole - 1 >= 0:
             v += frac * sizes[j - whole - 1]
         best = max(best, v)

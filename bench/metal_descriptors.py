@@ -99,6 +99,17 @@ SPECS: list[Spec] = [
     *[Spec(f"mlx-community/gemma-4-31b-it-{b}bit", "google__gemma-4-31B-it.json", b) for b in (4, 6)],
     Spec("mlx-community/gemma-4-26b-a4b-it-6bit", "google__gemma-4-26B-A4B.json", 6),
     Spec("mlx-community/GLM-4.7-Flash-4bit", "zai-org__GLM-4.7-Flash.json", 4),
+    # prism-ml Ternary-Bonsai MLX 2-bit packs (PrismML-Eng/Bonsai-demo community benchmarks): stock
+    # MLX affine 2-bit of the base architectures llama.cpp names for them (qwen35 27B, qwen3 8B /
+    # 4B); group 128 as the packs' GGUF twins state, every tensor quantized as mlx_lm.convert does.
+    # The group is the one the weights allow: at group 64 the 27B would weigh more than its
+    # published peak (bench/results/metal_descriptors/README.md).
+    *[Spec(f"prism-ml/Ternary-Bonsai-{n}-mlx-2bit", base, 2, 128, float32=f32, note=note)
+      for n, base, f32, note in (
+          ("27B", "Qwen__Qwen3.6-27B.json", A_LOG, "qwen3_5 27B text model (llama.cpp: qwen35 27B)"),
+          ("8B", "Qwen__Qwen3-8B.json", (), "qwen3 8B (llama.cpp: qwen3 8B, 8.19 B params)"),
+          ("4B", "Qwen__Qwen3-4B__variant.json", (), "qwen3 4B (llama.cpp: qwen3 4B, 4.02 B params)"),
+          ("1.7B", "Qwen__Qwen3-1.7B.json", (), "qwen3 1.7B"))],
 ]
 
 

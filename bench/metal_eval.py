@@ -260,6 +260,7 @@ def run_of(c: Case, ctx: int | None = None) -> Run:
     return Run(ctx=ctx or c.P + c.G, gen=c.G, prefill_step_size=c.step, kv_bits=c.kv_bits,
                quantized_kv_start=c.qstart, max_kv_size=c.max_kv, backend="metal",
                gpu_class=gpu_class_of(c.machine),  # issue 18: the machine's commit rule
+               gpu_tier=resolve_machine(c.machine).gpu_tier,  # and its drain class
                # and its attention kernels (M5 + macOS 26: every published M5 run is on 26.4+)
                gpu_gen=arch_gen(resolve_machine(c.machine).gpu_arch), macos_major=26,
                mlx_version=c.mlx)
@@ -512,11 +513,14 @@ def chip_group(machine: str) -> str:
     return "Max" if "Max" in machine else ("Pro" if "Pro" in machine else "base")
 
 
+@cache
 def drain_class(machine: str) -> str:
-    """The drain classes of issue 18: 'big' (Max and Ultra GPUs), 'small' (base and Pro), 'm5'."""
-    if machine.startswith("M5"):
-        return "m5"
-    return "big" if ("Max" in machine or "Ultra" in machine) else "small"
+    """The drain classes of issue 18: 'big' (Max and Ultra GPUs), 'small' (base and Pro), 'm5'
+    (mlxfit.estimate.command_buffers.drain_class, from the machine's SKU)."""
+    from mlxfit.estimate.command_buffers import drain_class as rule
+
+    m = resolve_machine(machine)
+    return rule(m.gpu_class, arch_gen(m.gpu_arch), m.gpu_tier)
 
 
 def cb_inflight_for(machine: str, ex: dict) -> float:

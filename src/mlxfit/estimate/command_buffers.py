@@ -69,6 +69,22 @@ def parse_mlx_env(items: list[str] | tuple[str, ...] | dict[str, int] | None
     return tuple(sorted(out.items()))
 
 
+# M5 GPUs (architecture generation 17, mlxfit.estimate.kernels.arch_gen) drain as a class of
+# their own; every published M5 run is on an M5 Max.
+M5_GEN = 17
+
+
+def drain_class(gpu_class: str, gpu_gen: int = 0, gpu_tier: str = "") -> str:
+    """Which fitted drain the Metal transient takes (issue 18): 'm5', 'big' (Max and Ultra GPUs)
+    or 'small' (base and Pro). Unknown tiers follow the GPU class: 'g' (base) is small, 's' and
+    'd' take the class every constant was first fitted on (Max/Ultra)."""
+    if gpu_gen >= M5_GEN:
+        return "m5"
+    if gpu_tier in ("big", "small"):
+        return gpu_tier
+    return "small" if gpu_class == "g" else "big"
+
+
 def commit_rule(gpu_class: str, env: dict[str, int] | None = None) -> tuple[int, int]:
     """(max ops, max MiB) per command buffer for a GPU class letter, with MLX's overrides."""
     ops, mb = COMMIT_RULES.get(gpu_class, DEFAULT_RULE)

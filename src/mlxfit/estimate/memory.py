@@ -34,6 +34,9 @@ class Run:
     # give the command-buffer commit rule (mlxfit.estimate.command_buffers).
     gpu_class: str = ""
     mlx_env: tuple[tuple[str, int], ...] = ()
+    # 'big' (Max, Ultra) or 'small' (base, Pro) GPU, '' unknown: with gpu_gen, which drain class
+    # of the Metal transient the run takes (mlxfit.estimate.command_buffers.drain_class).
+    gpu_tier: str = ""
     # The GPU's architecture generation (applegpu_g17s -> 17; 0 unknown) and the macOS major
     # (0 unknown): which attention kernel a prefill chunk takes (mlxfit.estimate.kernels).
     gpu_gen: int = 0

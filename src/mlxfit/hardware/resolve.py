@@ -68,6 +68,14 @@ class Machine:
         """The architecture name's last letter ('g' base, 's' Pro/Max, 'd' Ultra); '' unknown."""
         return self.gpu_arch[-1] if self.gpu_arch else ""
 
+    @property
+    def gpu_tier(self) -> str:
+        """'big' (Max, Ultra), 'small' (base, Pro) or '' (chip unknown): the drain classes of the
+        Metal transient (mlxfit.estimate.command_buffers.drain_class)."""
+        if not self.chip:
+            return ""
+        return "big" if ("Max" in self.chip or "Ultra" in self.chip) else "small"
+
 
 # ---------------------------------------------------------------------------------------------
 # The table

@@ -175,6 +175,8 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     ``extra_terms`` (solve.ExtraTerms): serving terms added to the total (mlxfit.estimate.serving)."""
     if run.backend == "metal" and not run.gpu_class and m.gpu_class:
         run = replace(run, gpu_class=m.gpu_class)  # the commit rule of this Mac's GPU
+    if run.backend == "metal" and not run.gpu_tier and m.gpu_tier:
+        run = replace(run, gpu_tier=m.gpu_tier)  # its drain class (Max/Ultra or base/Pro)
     if run.backend == "metal" and not run.gpu_gen and m.gpu_arch:
         # the attention kernels this Mac's GPU and macOS take (estimate/kernels.py)
         run = replace(run, gpu_gen=arch_gen(m.gpu_arch), macos_major=m.macos_major or 0)

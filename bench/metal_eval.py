@@ -300,7 +300,8 @@ def base_doc() -> dict:
 # native). Their neutral values switch the native terms off; extra keys are ignored by older code.
 def _neutral_metal(m: dict) -> dict:
     return {"softcap_score_arrays": m["score_arrays"], "quantized_score_arrays": m["score_arrays"],
-            "act_floor": 0.0, "act_floor_tokens": 1.0, "act_linear": 0.0}
+            "act_floor": 0.0, "act_floor_small": 0.0, "act_floor_m5": 0.0,
+            "act_floor_tokens": 1.0, "act_linear": 0.0}
 
 
 NEUTRAL_DECODE = {"kv_unfused": 1.0, "gqa_ultra": 0.0, "ultra_eta": 1.0}

@@ -260,3 +260,30 @@ def test_a_tighter_rule_never_raises_the_floor():
     loose = _activations(mlxfit.fit(Q06, 2048, machine="M4 Pro 24GB",
                                     mlx_env=["MLX_MAX_MB_PER_BUFFER=51"]))
     assert tight["floor_scale"] <= 1.0 <= loose["floor_scale"]
+
+
+# --------------------------------------------------------------------------- drain classes
+
+
+def test_each_chip_takes_its_drain_class():
+    """Max and Ultra GPUs drain as one class, base and Pro as another, M5 as a third (issue 18);
+    the class is read from the SKU, so two Pro chips of different generations share it."""
+    want = {"M4 Max 64GB": "big", "M3 Ultra 80c 512GB": "big", "M4 Pro 24GB": "small",
+            "M1 Pro 16-core 32GB": "small", "M3 10-core 16GB": "small", "M5 Max 128GB": "m5"}
+    got = {m: _activations(mlxfit.fit(Q06, 2048, machine=m))["drain_class"] for m in want}
+    assert got == want
+    assert cb.drain_class("g") == "small" and cb.drain_class("s") == cb.drain_class("d") == "big"
+    assert cb.drain_class("s", gpu_gen=17) == "m5"
+
+
+def test_a_class_floor_moves_only_its_own_class(tmp_path):
+    """Raising the base/Pro floor in a user calibration file raises the Pro and base peaks of a
+    floor-bound run (a 0.6B model at 2K chunks) and leaves the Max's and the M5's unchanged."""
+    user = tmp_path / "calibration.toml"
+    user.write_text("[backend.metal]\nact_floor_small = 9.0e8\n")
+    shipped, raised = load_calibration(), load_calibration(user)
+    for machine, moves in (("M4 Pro 24GB", True), ("M4 24GB", True), ("M4 Max 64GB", False),
+                           ("M5 Max 128GB", False)):
+        a = mlxfit.fit(Q06, 2048, machine=machine, calibration=shipped).total_bytes
+        b = mlxfit.fit(Q06, 2048, machine=machine, calibration=raised).total_bytes
+        assert (b > a) if moves else (b == a), machine

@@ -32,7 +32,9 @@ class Backend:
     act_q: float
     act_moe: float
     act_kv: float
-    act_floor: float
+    act_floor: float  # Max and Ultra GPUs (drain class 'big')
+    act_floor_small: float  # base and Pro GPUs
+    act_floor_m5: float  # M5 GPUs
     act_floor_tokens: float
     cb_inflight: float
     act_linear: float

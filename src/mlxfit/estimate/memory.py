@@ -321,6 +321,13 @@ def floor_scale(cfg: ModelConfig, c: int, be: Backend, run: Run | None,
     return ratio, rule
 
 
+def floor_level(be: Backend, run: Run | None) -> tuple[float, str]:
+    """The Metal floor's level for the run's drain class (issue 18: Max/Ultra, base/Pro, M5;
+    mlxfit.estimate.command_buffers.drain_class) and that class. Without a run: Max/Ultra."""
+    k = cbuf.drain_class(run.gpu_class, run.gpu_gen, run.gpu_tier) if run else "big"
+    return {"small": be.act_floor_small, "m5": be.act_floor_m5}.get(k, be.act_floor), k
+
+
 def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = None,
                      weights_bytes: int = 0) -> Term:
     """A chunk's activations: linear in the chunk and in the model's widths, or the Metal
@@ -335,7 +342,8 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = No
     # Metal holds intermediates until their command buffer completes (MLX commits every ~50
     # ops / 50 MB): small per-op arrays saturate at a device-level live set, a floor reached
     # at act_floor_tokens of chunk.
-    floor = be.act_floor * min(1.0, c / be.act_floor_tokens) if be.act_floor else 0.0
+    level, drain = floor_level(be, run)
+    floor = level * min(1.0, c / be.act_floor_tokens) if level else 0.0
     scale, rule = floor_scale(cfg, c, be, run, weights_bytes) if floor else (1.0, (0, 0))
     floor *= scale
     linear = 0.0
@@ -346,11 +354,12 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = No
         "activations",
         int(max(c * per_tok, floor) + linear),
         "max(chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
-        "+ act_moe*top_k*hidden), act_floor x min(1, chunk/act_floor_tokens) x floor_scale) "
+        "+ act_moe*top_k*hidden), act_floor[drain_class] x min(1, chunk/act_floor_tokens) x floor_scale) "
         "+ act_linear x chunk x Hv x Dv x 4",
         {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
          "bytes_per_chunk_token": round(per_tok), "floor": int(floor),
-         "commit_rule_ops_mb": list(rule), "floor_scale": round(scale, 3),
+         "drain_class": drain, "commit_rule_ops_mb": list(rule),
+         "floor_scale": round(scale, 3),
          "gated_delta": int(linear)},
     )
 

@@ -47,8 +47,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from metal_descriptors import load_descriptor
 
 from mlxfit.calibration.constants import Calibration, parse_calibration
-from mlxfit.estimate.memory import Run, decode_phase, floor_scale, prefill_phase
 from mlxfit.estimate.kernels import arch_gen
+from mlxfit.estimate.memory import Run, decode_phase, floor_scale, prefill_phase
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import decode_seconds, kv_read_term, weights_read_term
 from mlxfit.hardware.resolve import resolve_machine

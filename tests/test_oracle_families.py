@@ -140,9 +140,15 @@ def test_family_quantized_cache_matches_mlx_lm(name: str) -> None:
     assert (kv_bytes_final(cfg, run), cfg.state_bytes) == (got.kv_bytes, got.state_bytes)
 
 
+# Real configs: the shared set (tests/fixtures/configs/*.json) and published configs of further
+# families (configs/published/, MANIFEST.json there says where each came from).
+PUBLISHED = FIXTURES / "configs" / "published"
+REAL_CONFIGS = sorted((FIXTURES / "configs").glob("*.json")) + sorted(
+    p for p in PUBLISHED.glob("*.json") if p.name != "MANIFEST.json")
+
+
 @NEEDS_MLX
-@pytest.mark.parametrize("path", sorted((FIXTURES / "configs").glob("*.json")),
-                         ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", REAL_CONFIGS, ids=lambda p: p.stem)
 def test_real_config_matches_mlx_lm(path: Path) -> None:
     _check(json.loads(path.read_text()), path.name, REAL_CONTEXTS, REAL_STATE_CONTEXTS)
 

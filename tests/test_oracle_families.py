@@ -25,6 +25,7 @@ from mlxfit.estimate.memory import Run, kv_bytes_final, validate_run
 from mlxfit.model.families import (
     FAMILIES,
     FAMILY_ALIASES,
+    IGNORES_HEAD_DIM,
     MLX_LM_REMAPPING,
     NOT_SUPPORTED,
     NOT_TEXT_LM,
@@ -151,6 +152,35 @@ REAL_CONFIGS = sorted((FIXTURES / "configs").glob("*.json")) + sorted(
 @pytest.mark.parametrize("path", REAL_CONFIGS, ids=lambda p: p.stem)
 def test_real_config_matches_mlx_lm(path: Path) -> None:
     _check(json.loads(path.read_text()), path.name, REAL_CONTEXTS, REAL_STATE_CONTEXTS)
+
+
+def _stated_head_dim(config: dict) -> dict:
+    """The fixture with a head_dim that is not hidden_size // heads (text_config's for a
+    wrapper), as microsoft/Phi-tiny-MoE's config states one."""
+    cfg = parse_config(config)
+    heads = next(ly.attn.q_heads for ly in cfg.layers if ly.attn is not None)
+    inner = config.get("text_config") or config
+    stated = dict(inner, head_dim=cfg.hidden // heads // 2)
+    return dict(config, text_config=stated) if "text_config" in config else stated
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", sorted(n for n in MANIFEST
+                                        if resolve_family(n)[0] in IGNORES_HEAD_DIM))
+def test_ignored_head_dim_matches_mlx_lm(name: str) -> None:
+    """A config's head_dim that mlx-lm's ModelArgs drops: the caches stay hidden // heads wide."""
+    _check(_stated_head_dim(_fixture(name)), name, [QUANTIZED])
+
+
+@NEEDS_MLX
+def test_ignored_head_dim_is_mlx_lms() -> None:
+    import dataclasses
+    import importlib
+
+    for name in IGNORES_HEAD_DIM:
+        args = importlib.import_module(f"mlx_lm.models.{name}").ModelArgs
+        assert "head_dim" not in {f.name for f in dataclasses.fields(args)}, name
+    assert {resolve_family(n)[0] for n in MANIFEST} >= IGNORES_HEAD_DIM
 
 
 @NEEDS_MLX

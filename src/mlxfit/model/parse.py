@@ -108,7 +108,8 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         if heads <= 0:
             raise ConfigError(f"{where}: missing 'num_attention_heads'")
         kv_heads = f.int("num_key_value_heads", heads, minimum=1)
-        head_dim = f.int("head_dim", 0) or family.head_dim_default or hidden // heads
+        stated = f.int("head_dim", 0) if family.config_head_dim else 0
+        head_dim = stated or family.head_dim_default or hidden // heads
         if head_dim < 1:  # else every cache would silently size to 0 bytes
             raise ConfigError(f"{where}: hidden_size {hidden} < num_attention_heads {heads} "
                               "and no head_dim: cannot size the attention")

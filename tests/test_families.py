@@ -146,3 +146,27 @@ def test_depth_from_pattern_is_a_family_fact() -> None:
     assert parse_config(cfg).num_layers == 5
     with pytest.raises(ConfigError, match="num_hidden_layers"):
         parse_config({**cfg, "model_type": "qwen3"})
+
+
+def test_required_fields_are_mlx_lms() -> None:
+    """model/mlx_lm_fields.py's copy: each module's ModelArgs fields without a default (modules
+    with their own from_dict left out), for every family row and mlxfit alias with a module."""
+    import dataclasses
+    import importlib
+
+    pytest.importorskip("mlx_lm.utils", reason="mlx-lm is not installed (pip install -e '.[measure]')")
+    from mlxfit.model.mlx_lm_fields import REQUIRED_FIELDS
+
+    modules = set(FAMILIES) | {a for a in FAMILY_ALIASES
+                               if importlib.util.find_spec(f"mlx_lm.models.{a}") is not None}
+    want = {}
+    for name in modules:
+        args = importlib.import_module(f"mlx_lm.models.{name}").ModelArgs
+        if "from_dict" in args.__dict__:
+            continue
+        req = tuple(f.name for f in dataclasses.fields(args) if f.name != "model_type"
+                    and f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING)
+        if req:
+            want[name] = req
+    assert REQUIRED_FIELDS == want

@@ -183,6 +183,33 @@ def test_ignored_head_dim_is_mlx_lms() -> None:
     assert {resolve_family(n)[0] for n in MANIFEST} >= IGNORES_HEAD_DIM
 
 
+UNLOADABLE = FIXTURES / "configs" / "unloadable"
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("path", sorted(p for p in UNLOADABLE.glob("*.json")
+                                        if p.name != "MANIFEST.json"), ids=lambda p: p.stem)
+def test_unloadable_config_warns_like_mlx_lm_fails(path: Path) -> None:
+    """A published config mlx-lm cannot load (a required ModelArgs field absent): mlxfit's
+    warning names the field mlx-lm's TypeError names."""
+    from mlxfit.verbs.measure.oracle import cache_plan
+
+    config = json.loads(path.read_text())
+    with pytest.raises(MlxfitError) as e:
+        cache_plan(config, 300)
+    field = e.value.field
+    assert field and any(f"'{field}'" in w and "cannot load" in w
+                         for w in parse_config(config).warnings)
+
+
+def test_loadable_fixtures_do_not_warn_of_missing_fields() -> None:
+    """Every fixture mlx-lm builds (the oracle tests above) has the fields it requires."""
+    configs = [_fixture(n) for n in sorted(set(MANIFEST) - NOT_CHECKED)]
+    configs += [json.loads(p.read_text()) for p in REAL_CONFIGS]
+    for config in configs:
+        assert not [w for w in parse_config(config).warnings if "cannot load" in w], config
+
+
 @NEEDS_MLX
 def test_every_mlx_lm_module_is_covered() -> None:
     """Every module of the installed mlx-lm: a row (directly, by mlxfit's alias or mlx-lm's

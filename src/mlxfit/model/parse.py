@@ -11,6 +11,7 @@ from typing import Any
 from mlxfit.errors import ConfigError
 from mlxfit.model.config import Fields, Layer, ModelConfig
 from mlxfit.model.families import GENERIC, NOT_SUPPORTED, Ctx, mlx_lm_module, resolve_family
+from mlxfit.model.mlx_lm_fields import absent_fields
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +94,15 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
                "with mlx-lm installed (mlxfit[measure]) the plan is read from mlx-lm itself")
         )
         family = GENERIC
+    else:
+        module = mlx_lm_module(raw_type, archs)
+        absent = absent_fields(module, config)
+        if absent:
+            warnings.append(
+                f"{where} has no {', '.join(repr(k) for k in absent)}, which mlx-lm's {module} "
+                "model requires: mlx-lm cannot load this config as published (a TypeError); "
+                "the sizes assume the field is added"
+            )
 
     n_layers = f.int("num_hidden_layers", 0 if family.depth_from_pattern else None,
                      minimum=0 if family.depth_from_pattern else 1)

@@ -170,3 +170,12 @@ def test_required_fields_are_mlx_lms() -> None:
         if req:
             want[name] = req
     assert REQUIRED_FIELDS == want
+
+
+def test_dbrx_context_limit_is_max_seq_len() -> None:
+    """databricks/dbrx-instruct states its context as max_seq_len (no max_position_embeddings):
+    fit's context limit comes from it instead of 'no max_position_embeddings'."""
+    path = CONFIGS / "published" / "SinclairSchneider__dbrx-instruct-quantization-fixed.json"
+    config = json.loads(path.read_text())
+    assert "max_position_embeddings" not in config
+    assert parse_config(config).max_position == config["max_seq_len"]

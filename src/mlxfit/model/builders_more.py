@@ -351,8 +351,9 @@ GPT2_NAMES = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers",
 
 
 def prepare_dbrx(d: dict[str, Any]) -> dict[str, Any]:
+    # max_seq_len is DBRX's context limit (databricks/dbrx-instruct: 32768)
     out = renamed({"d_model": "hidden_size", "n_layers": "num_hidden_layers",
-                   "n_heads": "num_attention_heads"})(d)
+                   "n_heads": "num_attention_heads", "max_seq_len": "max_position_embeddings"})(d)
     attn = d.get("attn_config")
     if isinstance(attn, dict) and out.get("num_key_value_heads") is None:
         out["num_key_value_heads"] = attn.get("kv_n_heads")

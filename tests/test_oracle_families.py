@@ -143,7 +143,7 @@ def test_family_quantized_cache_matches_mlx_lm(name: str) -> None:
 
 # Real configs: the shared set (tests/fixtures/configs/*.json) and published configs of further
 # families (configs/published/, MANIFEST.json there says where each came from).
-PUBLISHED = FIXTURES / "configs" / "published"
+PUBLISHED = FIXTURES / "configs" / "published"  # README.md there
 REAL_CONFIGS = sorted((FIXTURES / "configs").glob("*.json")) + sorted(
     p for p in PUBLISHED.glob("*.json") if p.name != "MANIFEST.json")
 

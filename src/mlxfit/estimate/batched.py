@@ -158,8 +158,9 @@ def compute_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, chip: ChipComput
 class BatchedStep:
     """One batched decode step of ``sequences`` sequences: the reads of the first sequence's
     step (fit's single-stream decode, whose calibration holds that token's FLOPs), the extra
-    experts the batch routes to, and for every further sequence its KV read plus its matmul
-    and attention FLOPs, which MLX's decode-size kernels do not hide under the weight stream."""
+    experts the batch routes to, for every further sequence its matmul FLOPs, which MLX's
+    decode-size matmul kernels do not hide under the weight stream, and the attention: every
+    sequence's KV read or its FLOPs, whichever is longer (one kernel streams the keys)."""
 
     sequences: int
     step_seconds: float
@@ -210,15 +211,17 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
                  compute: ChipCompute | None = None) -> BatchedStep:
     """One decode step of ``sequences`` sequences at the run's context:
     weights read once (a MoE layer reads the union of the experts the batch routes to:
-    E x (1 - (1 - k/E)^B) distinct experts, uniform routing) + every sequence's attended KV
-    + the per-layer fixed costs + (sequences - 1)/sequences of the batch's matmul and
-    attention FLOPs (``compute_seconds`` with the chip's ``compute``; without it, bytes alone)
-    + the batched path's per-layer cost when sequences > 1. The FLOPs add to the reads rather
-    than overlap them: mlx_lm.benchmark -b 2..8 on an M4 grows by one token's KV read + FLOPs
-    per sequence (bench/results/batched_published.md). The first sequence's FLOPs are left
-    out because the single-stream constants were fitted to measured decode that contains
-    them, so one sequence is exactly fit's decode (``speed.predicted_decode_seconds``).
-    Aggregate tok/s rises with the batch and saturates at 1 / (one token's KV read + FLOPs)."""
+    E x (1 - (1 - k/E)^B) distinct experts, uniform routing) + the per-layer fixed costs
+    + (sequences - 1)/sequences of the batch's matmul FLOPs + max(every sequence's attended
+    KV, the batch's attention FLOPs) + the batched path's per-layer cost when sequences > 1
+    (FLOPs by ``compute_seconds`` with the chip's ``compute``; without it, bytes alone). The
+    matmul FLOPs add to the weight reads rather than overlap them: mlx_lm.benchmark -b 2..8
+    on an M4 grows by one token's KV read + matmul FLOPs per sequence
+    (bench/results/batched_published.md). The first sequence's FLOPs are left out because
+    the single-stream constants were fitted to measured decode that contains them, so one
+    sequence is fit's decode (``speed.predicted_decode_seconds``) while its attention is
+    memory-bound. Aggregate tok/s rises with the batch and saturates at
+    1 / (one token's matmul FLOPs + max(its KV read, its attention FLOPs))."""
     dec = cal.decode
     fused, ultra = decode_factors(cal, run.backend, machine_name)
     read = weights_read_term(cfg, w).bytes
@@ -233,8 +236,8 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
     mm, at = comp if comp is not None else (None, None)
     fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec)
     batch_s = dec.batch_per_layer_s * cfg.num_layers if sequences > 1 else 0.0
-    flops_s = ((mm or 0.0) + (at or 0.0)) * (sequences - 1) / sequences
-    step = w_s + kv_s + fixed + flops_s + batch_s
+    step = (w_s + (mm or 0.0) * (sequences - 1) / sequences + max(kv_s, at or 0.0) + fixed
+            + batch_s)
     return BatchedStep(sequences=sequences, step_seconds=step, weights_seconds=w_s,
                        kv_seconds=kv_s, matmul_seconds=mm, attention_seconds=at,
                        fixed_seconds=fixed, batch_seconds=batch_s, weights_read_bytes=read,

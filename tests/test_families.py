@@ -161,7 +161,10 @@ def test_required_fields_are_mlx_lms() -> None:
                                if importlib.util.find_spec(f"mlx_lm.models.{a}") is not None}
     want = {}
     for name in modules:
-        args = importlib.import_module(f"mlx_lm.models.{name}").ModelArgs
+        try:
+            args = importlib.import_module(f"mlx_lm.models.{name}").ModelArgs
+        except (ImportError, SystemExit):  # olmo.py exits without the ai2-olmo package
+            continue
         if "from_dict" in args.__dict__:
             continue
         req = tuple(f.name for f in dataclasses.fields(args) if f.name != "model_type"

@@ -118,7 +118,8 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
                              "arrays directly and fails on a quantized cache (mlx-lm 0.32)",
                              param="kv_bits")
         if cfg.never_quantized:
-            raise UsageError("kv_bits: mlx-lm never quantizes this model's CacheList "
+            what = "LayerCache" if cfg.family == "deepseek_v41" else "CacheList"
+            raise UsageError(f"kv_bits: mlx-lm never quantizes this model's {what} "
                              "caches (no to_quantized), so the flag has no effect",
                              param="kv_bits")
         if any(a.mla is not None for a, _ in attn_groups(cfg, run)):
@@ -176,6 +177,8 @@ def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
         return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
     if a.cache == "chunked":
         return cs.chunked_len_prefill(s, a.window or 0, n_chunks)
+    if a.cache == "window":
+        return cs.window_rows(cs.tokens_seen_prefill(s, n_chunks), a.window or 0)
     return cs.full_capacity_prefill(s, n_chunks)
 
 
@@ -187,6 +190,8 @@ def tokens_final(a: Attn, s: cs.Schedule) -> int:
         return cs.rotating_size_final(s, a.window or 0)
     if a.cache == "chunked":
         return cs.chunked_len_final(s, a.window or 0)
+    if a.cache == "window":
+        return cs.window_rows(s.ctx, a.window or 0)
     return cs.full_capacity_final(s)
 
 
@@ -196,9 +201,32 @@ def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: 
     return tokens * per_token_bytes(a, act_bytes)
 
 
+def compress_bytes(a: Attn, tokens: int, act_bytes: int) -> int:
+    """deepseek_v41 compressed KV once a layer has taken in ``tokens``: the closed groups
+    (head_dim + index keys, activation dtype) and the open group's float32 pending rows."""
+    if a.compress is None:
+        return 0
+    closed, pending = cs.compressed_rows(tokens, a.compress.ratio)
+    return closed * a.compress.width * act_bytes + pending * a.compress.pending * 4
+
+
+def layer_bytes_prefill(a: Attn, s: cs.Schedule, n_chunks: int, quantized: bool, run: Run,
+                        act_bytes: int) -> float:
+    """One layer's cache bytes right after the n-th prefill chunk."""
+    return (_layer_kv_bytes(a, tokens_prefill(a, s, n_chunks), quantized, run, act_bytes)
+            + compress_bytes(a, cs.tokens_seen_prefill(s, n_chunks), act_bytes))
+
+
+def layer_bytes_final(a: Attn, s: cs.Schedule, quantized: bool, run: Run,
+                      act_bytes: int) -> float:
+    """One layer's cache bytes once it holds the schedule's whole context."""
+    return (_layer_kv_bytes(a, tokens_final(a, s), quantized, run, act_bytes)
+            + compress_bytes(a, s.ctx, act_bytes))
+
+
 def kv_bytes_final(cfg: ModelConfig, run: Run) -> int:
     s = run.schedule()
-    return int(sum(n * _layer_kv_bytes(a, tokens_final(a, s), run.kv_quantized, run, cfg.act_bytes)
+    return int(sum(n * layer_bytes_final(a, s, run.kv_quantized, run, cfg.act_bytes)
                    for a, n in attn_groups(cfg, run)))
 
 
@@ -425,8 +453,8 @@ def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     s = run.schedule()
     best = 0.0
     for a, _ in attn_groups(cfg, run):
-        old = tokens_prefill(a, s, n_chunk - 1) if n_chunk > 1 else 0
-        best = max(best, _layer_kv_bytes(a, old, quantized, run, cfg.act_bytes))
+        old = layer_bytes_prefill(a, s, n_chunk - 1, quantized, run, cfg.act_bytes)
+        best = max(best, old if n_chunk > 1 else 0)
     return Term("kv_growth_copy", int(be.growth_copy_layers * best),
                 "growth_copy_layers x one layer's cache before this chunk (concatenate copy)",
                 {"growth_copy_layers": be.growth_copy_layers})
@@ -443,7 +471,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
     quant_now = s.kv_quantized_during(n_chunk, run.kv_bits, start)
     converting = s.kv_converted_after(n_chunk, run.kv_bits, start)
     groups = attn_groups(cfg, run)
-    kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
+    kv = sum(n * layer_bytes_prefill(a, s, n_chunk, quant_now, run, cfg.act_bytes)
              for a, n in groups)
     terms = [
         activations_term(cfg, c, be, run, weights_bytes),
@@ -452,7 +480,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
     ]
     if converting:
-        q = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), True, run, cfg.act_bytes)
+        q = sum(n * layer_bytes_prefill(a, s, n_chunk, True, run, cfg.act_bytes)
                 for a, n in groups)
         terms.append(Term("kv_quantize_copy", int(q),
                           "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
@@ -470,10 +498,12 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     copy = 0.0
     for a, _ in attn_groups(cfg, run):
         # The step that last grew (or trimmed) the cache held the old buffer beside the new.
-        before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size))
+        earlier = cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size)
         if a.cache == "rotating":
-            before = tokens_prefill(a, s, s.chunks()[2])
-        copy = max(copy, _layer_kv_bytes(a, before, quant, run, cfg.act_bytes))
+            before = layer_bytes_prefill(a, s, s.chunks()[2], quant, run, cfg.act_bytes)
+        else:
+            before = layer_bytes_final(a, earlier, quant, run, cfg.act_bytes)
+        copy = max(copy, before)
     logits = cfg.vocab * 4 * 2  # float32 logits and log-probs of one position
     terms = (
         Term("kv_growth_copy", int(be.growth_copy_layers * copy),

@@ -397,3 +397,20 @@ def test_olmo1_field_names():
     cfg = _family("olmo.json")
     assert (cfg.hidden, cfg.num_layers, cfg.vocab, cfg.intermediate) == (1024, 4, 10000, 1024)
     assert kv_bytes_final(cfg, Run(ctx=300)) == 512 * 4 * 2 * 512 * 2 * 2
+
+
+def test_deepseek_v41_indexer_scores_are_the_prefill_transient():
+    """The compressed fixture's index layers 4 and 5 score every index key of layer 4 (ratio
+    1, index_n_heads 2): at ctx 4097, step 2048, chunk 2 (2048 tokens, 4096 keys by then) that
+    is index_score_arrays x 2048 x 2 x 4096 x 4 B (float32) = 67,108,864 B x the constant,
+    larger than any window layer's float32 scores (4 heads x 2048 queries x (128 window rows
+    + 16 top-k picks) x 4 B, x 3.05 sink arrays)."""
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.estimate.memory import scores_term
+
+    cfg = _family("deepseek_v41_compressed.json")
+    be = load_calibration().backend("cpu")
+    term = scores_term(cfg, Run(ctx=4097, backend="cpu"), 2, be, False)
+    assert term.inputs["index_keys"] == 4096
+    assert term.bytes == int(be.index_score_arrays * 2048 * 2 * 4096 * 4)
+    assert 2048 * 2 * 4096 * 4 > 3.05 * 4 * 2048 * (128 + 16) * 4 + 2048 * (128 + 16)

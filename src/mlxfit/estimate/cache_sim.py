@@ -74,14 +74,15 @@ class Schedule:
     def keys_seen(self, a: Attn, n: int) -> int:
         """Keys chunk n's queries attend over (the score matrix's width): every token so far
         (this chunk included) for a full cache; a RotatingKVCache's length after the update; a
-        ChunkedKVCache's kept window plus this chunk."""
+        ChunkedKVCache's kept window plus this chunk; deepseek_v41's window (its last
+        ``window`` tokens) plus the top-k compressed rows each query picks."""
         c = self.chunk_at(n)
         if a.cache == "rotating":
             return rotating_size_prefill(self, a.window or 0, n)
         if a.cache == "chunked":
             return min(c.offset_after, (a.window or 0) + c.size)
-        if a.cache == "window":  # the window before this chunk, then the chunk
-            return min(c.offset_before, a.window or 0) + c.size
+        if a.cache == "window":  # deepseek_v41: each query's window rows and top-k picks
+            return min(c.offset_after, a.window or 0) + a.sparse_topk
         return c.offset_after
 
     def kv_quantized_during(self, n: int, kv_bits: int | None, quantized_kv_start: int) -> bool:

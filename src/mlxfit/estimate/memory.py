@@ -406,7 +406,8 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
             v += arrays * m.heads * c * k * b + c * k
             v += be.mla_kv_arrays * m.heads * k * (m.qk_nope + m.v_head) * b
         elif unfused:
-            v += arrays * a.q_heads * c * k * b + c * k
+            # deepseek_v41's _sparse_attention casts queries and keys to float32 first.
+            v += arrays * a.q_heads * c * k * (4 if a.cache == "window" else b) + c * k
         if v > best:
             best = v
             best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
@@ -419,6 +420,15 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
                * cfg.linear_v_dim * 4)
         if lin > best:
             best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c}
+    for a, _ in attn_groups(cfg, run, prefill_compute=True):
+        if a.index is not None:
+            # deepseek_v41's indexer: q (chunk, heads, dim) against every index key, a float32
+            # (chunk, heads, keys) score matrix before it is summed over the heads.
+            keys = cs.compressed_rows(s.offset_after(n_chunk), a.index.source_ratio)[0]
+            idx = be.index_score_arrays * c * a.index.heads * keys * 4
+            if idx > best:
+                best, best_in = idx, {"sparse_index_scores": int(idx), "index_keys": keys,
+                                      "chunk": c}
     mixer = 0.0
     if cfg.ssm_heads:
         # Mamba2 SSD (mlx_lm/models/ssm.py ssm_attn): float32 (heads, s, s) decay/attention

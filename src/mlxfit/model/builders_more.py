@@ -11,7 +11,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.builders import Ctx, linear_state_bytes, mla
-from mlxfit.model.config import Attn, Compress, Fields, Layer
+from mlxfit.model.config import Attn, Compress, Fields, Layer, SparseIndex
 
 
 def _sub(c: Ctx, key: str, required: bool = True) -> Fields:
@@ -462,14 +462,24 @@ def deepseek_v41(c: Ctx) -> list[Layer]:
     window = f.int("sliding_window", 128, minimum=1)
     hd = c.head_dim
     index = f.int("index_head_dim", 128)
+    index_heads = f.int("index_n_heads", 32)
     layers = []
+    index_ratio = 0  # ratio of the latest layer that made index keys (forward order)
+    picked = False  # an index layer has chosen top-k compressed rows (shared topk_idx)
     for i in range(c.n):
         r = ratios[i] if i < len(ratios) else 0
-        comp = None
+        comp = idx = None
         if r and i in kv_src:
             comp = Compress(r, hd + (index if i in index_src else 0), 2 * hd if r > 1 else 0)
+            if i in index_src:
+                index_ratio = r
+        if r and i in index_src and index_ratio:  # Indexer scores the shared index keys
+            idx = SparseIndex(index_heads, index_ratio)
+            picked = True
+        # A compressing layer past an index layer attends its window plus the top-k picks.
+        topk = f.int("index_topk", 512) if r and picked else 0
         layers.append(Layer(Attn("window", c.heads, 1, hd, 0, hd, window=window, sinks=True,
-                                 compress=comp)))
+                                 compress=comp, index=idx, sparse_topk=topk)))
     return layers
 
 

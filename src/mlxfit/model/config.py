@@ -36,6 +36,18 @@ class Attn:
     sinks: bool = False
     mla: Mla | None = None
     compress: Compress | None = None
+    index: SparseIndex | None = None
+    sparse_topk: int = 0  # deepseek_v41: compressed rows each query also attends (index_topk)
+
+
+@dataclass(frozen=True)
+class SparseIndex:
+    """deepseek_v41's indexer on a layer that runs it: ``heads`` query heads score every index
+    key of the latest earlier (or this) layer that makes them, one key per ``source_ratio``
+    tokens: a float32 (chunk, heads, keys) score matrix in prefill."""
+
+    heads: int
+    source_ratio: int
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ class Decode:
     kv_unfused: float
     gqa_ultra: float
     ultra_eta: float
+    batch_per_layer_s: float  # BatchGenerator's decode path, sequences > 1 (estimate/batched.py)
 
 
 @dataclass(frozen=True)

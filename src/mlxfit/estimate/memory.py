@@ -7,6 +7,7 @@ Pure functions of (ModelConfig, Run, calibration). Each term is one named functi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from mlxfit.calibration.constants import Backend
@@ -331,11 +332,17 @@ def floor_scale(cfg: ModelConfig, c: int, be: Backend, run: Run | None,
     rule = cbuf.commit_rule(run.gpu_class or "s", dict(run.mlx_env))
     if rule == cbuf.FITTED_RULE:
         return 1.0, rule
+    return _held_ratio(cfg, weights_bytes, c, rule, be.cb_inflight), rule
+
+
+@lru_cache(maxsize=1024)
+def _held_ratio(cfg: ModelConfig, weights_bytes: int, c: int, rule: tuple[int, int],
+                inflight: float) -> float:
     # Cache slices are left out of the sizes (keys = 0): they move commits at long context
     # only, and leaving them out keeps one computation per chunk size.
     ref = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *cbuf.FITTED_RULE),
-                          be.cb_inflight)
-    new = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *rule), be.cb_inflight)
+                          inflight)
+    new = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *rule), inflight)
     ratio = new / ref if ref else 1.0
     # A rule tighter in both limits never holds more (looser: never less); where the commit
     # points fall can push the modelled ratio a little across 1, which is not the mechanism.
@@ -343,7 +350,7 @@ def floor_scale(cfg: ModelConfig, c: int, be: Backend, run: Run | None,
         ratio = min(ratio, 1.0)
     elif rule[0] >= cbuf.FITTED_RULE[0] and rule[1] >= cbuf.FITTED_RULE[1]:
         ratio = max(ratio, 1.0)
-    return ratio, rule
+    return ratio
 
 
 def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = None,

@@ -115,6 +115,16 @@ class ModelConfig:
     family_known: bool = True
     plan_source: str = "table"
 
+    def __hash__(self) -> int:
+        # The generated hash walks every layer; the estimators key their caches on the config
+        # once per machine and chunk (matrix: 89 SKUs), so it is computed once and kept. Equal
+        # configs still hash alike: the value is the hash of the same fields.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", h)
+        return h
+
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0 and self.top_k > 0
@@ -142,6 +152,21 @@ class ModelConfig:
         for a in self.attention_layers:
             counts[a] = counts.get(a, 0) + 1
         return tuple(counts.items())
+
+    @cached_property
+    def _groups_upto(self) -> dict[int, tuple[tuple[Attn, int], ...]]:
+        return {}
+
+    def attn_groups_upto(self, k: int) -> tuple[tuple[Attn, int], ...]:
+        """Distinct attention layouts among the first ``k`` layers, with their counts."""
+        memo = self._groups_upto
+        if k not in memo:
+            counts: dict[Attn, int] = {}
+            for ly in self.layers[:k]:
+                if ly.attn is not None:
+                    counts[ly.attn] = counts.get(ly.attn, 0) + 1
+            memo[k] = tuple(counts.items())
+        return memo[k]
 
     @cached_property
     def attn_groups_computed_in_prefill(self) -> tuple[tuple[Attn, int], ...]:

@@ -25,9 +25,10 @@ CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 # mixed mlx-lm's remapping with mlxfit's aliases, then FAMILIES); None: no row, sized as a
 # plain transformer. Keys: every model_type of the fixtures, every old REMAP key, every key of
 # mlx-lm 0.32.2's MODEL_REMAPPING. Issue 12 gave llava, minimax_m2, phi-msft and qwen2_5_vl
-# the rows of the modules mlx-lm loads for them, and added two aliases.
+# the rows of the modules mlx-lm loads for them (deepseek_v41_text: deepseek_v41, its row
+# added later), and added two aliases.
 BEFORE = {
-    "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3", "deepseek_v41_text": None,
+    "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3", "deepseek_v41_text": "deepseek_v41",
     "falcon_mamba": "mamba", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3",
     "gemma4": "gemma4", "gemma4_text": "gemma4", "gemma4_unified": "gemma4",
     "gpt_oss": "gpt_oss", "iquestcoder": "llama", "joyai_llm_flash": "deepseek_v3",

@@ -27,6 +27,7 @@ class Backend:
     quantized_score_arrays: float
     mla_score_arrays: float
     mla_kv_arrays: float
+    index_score_arrays: float
     act_hidden: float
     act_ffn: float
     act_q: float

@@ -22,7 +22,8 @@ class Attn:
 
     cache: "full" (KVCache), "rotating" (RotatingKVCache, window tokens), "chunked"
     (ChunkedKVCache, window = attention_chunk_size), "shared" (reads another layer's cache,
-    owns none).
+    owns none), "window" (deepseek_v41's LayerCache: exactly the last ``window`` tokens, kept by
+    concatenate-and-slice, no 256-token steps; ``compress`` adds its compressed groups).
     """
 
     cache: str
@@ -34,6 +35,31 @@ class Attn:
     window: int | None = None
     sinks: bool = False
     mla: Mla | None = None
+    compress: Compress | None = None
+    index: SparseIndex | None = None
+    sparse_topk: int = 0  # deepseek_v41: compressed rows each query also attends (index_topk)
+
+
+@dataclass(frozen=True)
+class SparseIndex:
+    """deepseek_v41's indexer on a layer that runs it: ``heads`` query heads score every index
+    key of the latest earlier (or this) layer that makes them, one key per ``source_ratio``
+    tokens: a float32 (chunk, heads, keys) score matrix in prefill."""
+
+    heads: int
+    source_ratio: int
+
+
+@dataclass(frozen=True)
+class Compress:
+    """deepseek_v41's compressed KV on a layer that makes it (LayerCache.compress_kv / index_k
+    / pending_*): one entry per ``ratio`` tokens, each ``width`` elements in the activation
+    dtype (head_dim, plus index_head_dim where the layer also makes index keys); the tokens of
+    the still-open group (tokens % ratio) held as ``pending`` float32 elements each."""
+
+    ratio: int
+    width: int
+    pending: int
 
 
 @dataclass(frozen=True)
@@ -82,7 +108,7 @@ class ModelConfig:
     linear_k_dim: int = 0
     linear_v_dim: int = 0
     gated_q: bool = False  # q_proj also produces an output gate (Qwen3-Next / Qwen3.5)
-    never_quantized: bool = False  # CacheList caches: mlx-lm's --kv-bits leaves them as they are
+    never_quantized: bool = False  # no to_quantized (CacheList, LayerCache): --kv-bits no-op
     no_quantized_attention: bool = False  # the attention fails on a QuantizedKVCache
     # Whether the cache plan is known to match mlx-lm: a family row ("table"), a plan read from
     # mlx-lm's own classes ("mlx-lm <version>"), or neither: a plain transformer, unverified.

@@ -79,7 +79,8 @@ class Family:
     depth_from_pattern: bool = False
     # The family's own field names mapped to the standard ones before parse_config reads them.
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    # Caches mlx-lm never quantizes (CacheList has no to_quantized): --kv-bits has no effect.
+    # Caches mlx-lm never quantizes (CacheList, deepseek_v41's LayerCache: no to_quantized):
+    # --kv-bits has no effect.
     never_quantized: bool = False
     # Hand-written attention that reads the cache's arrays directly: mlx-lm fails on a
     # QuantizedKVCache (checked by the oracle), so --kv-bits is refused.
@@ -141,6 +142,10 @@ FAMILIES: dict[str, Family] = {
     "mamba": Family(b.mamba, own_cache=True, attention_free=True),
     "mamba2": Family(b.mamba, own_cache=True, attention_free=True),
     "olmo2": Family(b.standard, own_cache=False),
+    # OLMo 1: hand-written attention (scores materialized; keys.transpose fails on a
+    # QuantizedKVCache's tuples), OLMo-1 field names.
+    "olmo": Family(m.olmo, own_cache=False, scores_always=True, no_quantized_attention=True,
+                   prepare=m.prepare_olmo),
     "granite": Family(b.standard, own_cache=False),
     "granitemoe": Family(b.standard, own_cache=False),
     "starcoder2": Family(b.standard, own_cache=False),
@@ -200,6 +205,10 @@ FAMILIES: dict[str, Family] = {
     "gear": Family(m.gear, own_cache=True),
     "muse_spark": Family(m.by_layer_types, own_cache=True),
     "minimax_m3_vl": Family(m.minimax_m3, own_cache=True, never_quantized=True),
+    # LayerCache: a sliding window plus compressed KV and index keys; no to_quantized, and
+    # make_cache() ignores --max-kv-size.
+    "deepseek_v41": Family(m.deepseek_v41, own_cache=True, never_quantized=True,
+                           head_dim_default=512),
     # Standard GQA attention, a KVCache per layer (verified like the others).
     "Klear": Family(b.standard, own_cache=False),
     "apertus": Family(b.standard, own_cache=False),
@@ -259,14 +268,9 @@ NOT_TEXT_LM: dict[str, str] = {
     "switch_layers": "the MoE expert layers (SwitchGLU)",
 }
 
-# Text families mlx-lm ships that mlxfit does not size exactly, and why. They are sized as a
-# plain transformer and the result says so ("family_known": false).
-NOT_SUPPORTED: dict[str, str] = {
-    "olmo": "mlx-lm's olmo.py needs the ai2-olmo package (it exits without it), so it cannot "
-            "be checked; OLMo 2/3 checkpoints use olmo2/olmo3",
-    "deepseek_v41": "its LayerCache keeps a sliding window plus compressed KV groups and index "
-                    "keys, a layout neither the table nor a derived per-token plan describes",
-}
+# Text families mlx-lm ships that mlxfit does not size exactly, and why (none for mlx-lm
+# 0.32.2). They are sized as a plain transformer and the result says so ("family_known": false).
+NOT_SUPPORTED: dict[str, str] = {}
 
 # An unknown model_type with the standard fields: a plain transformer, full KV on every layer.
 GENERIC = Family(b.standard, own_cache=False)

@@ -59,6 +59,7 @@ def _q(stem: str, base: str, bits_list, note: str = "", **kw) -> list[Spec]:
 QWEN3_4B_2507 = {"max_position_embeddings": 262144, "rope_theta": 5000000, "tie_word_embeddings": True}
 QWEN3_30B_2507 = {"max_position_embeddings": 262144, "rope_theta": 10000000}
 A_LOG = ("A_log",)
+QWEN3_1_7B = {"hidden_size": 2048, "intermediate_size": 6144}
 
 SPECS: list[Spec] = [
     # guruswami-ai/mlx-benchmarks local conversions (mlx_lm.convert --q-bits N, group 64 assumed).
@@ -104,12 +105,18 @@ SPECS: list[Spec] = [
     # 4B); group 128 as the packs' GGUF twins state, every tensor quantized as mlx_lm.convert does.
     # The group is the one the weights allow: at group 64 the 27B would weigh more than its
     # published peak (bench/results/metal_descriptors/README.md).
-    *[Spec(f"prism-ml/Ternary-Bonsai-{n}-mlx-2bit", base, 2, 128, float32=f32, note=note)
-      for n, base, f32, note in (
-          ("27B", "Qwen__Qwen3.6-27B.json", A_LOG, "qwen3_5 27B text model (llama.cpp: qwen35 27B)"),
-          ("8B", "Qwen__Qwen3-8B.json", (), "qwen3 8B (llama.cpp: qwen3 8B, 8.19 B params)"),
-          ("4B", "Qwen__Qwen3-4B__variant.json", (), "qwen3 4B (llama.cpp: qwen3 4B, 4.02 B params)"),
-          ("1.7B", "Qwen__Qwen3-1.7B.json", (), "qwen3 1.7B"))],
+    *[Spec(f"prism-ml/Ternary-Bonsai-{n}-mlx-2bit", base, 2, 128, float32=f32, note=note,
+           overrides=ov)
+      for n, base, f32, ov, note in (
+          ("27B", "Qwen__Qwen3.6-27B.json", A_LOG, {}, "qwen3_5 27B text model (llama.cpp: qwen35 27B)"),
+          ("8B", "Qwen__Qwen3-8B.json", (), {}, "qwen3 8B (llama.cpp: qwen3 8B, 8.19 B params)"),
+          ("4B", "Qwen__Qwen3-4B__variant.json", (), {}, "qwen3 4B (llama.cpp: qwen3 4B, 4.02 B params)"),
+          ("1.7B", "Qwen__Qwen3-0.6B.json", (), QWEN3_1_7B,
+           "qwen3 1.7B: the 0.6B config with the 1.7B dimensions, as for Qwen3-1.7B-bf16 below"))],
+    # batched_published.jsonl (mudler/vllm.cpp's mlx_lm.benchmark -b N sweep on an M4 16GB).
+    Spec("mlx-community/Qwen3-1.7B-bf16", "Qwen__Qwen3-0.6B.json", None, overrides=QWEN3_1_7B,
+         note="Qwen3-1.7B: the 0.6B config with the 1.7B dimensions (2048 hidden, 6144 MLP; "
+              "28 layers, 16 / 8 heads x 128, tied embeddings: Qwen3 technical report table 1)"),
 ]
 
 
@@ -121,8 +128,10 @@ def build_spec(gc, s: Spec) -> Path:
     entry = gc.Entry(
         repo_id=s.name,
         base=str(s.base_path()),  # absolute: CONFIGS / abs == abs
-        description=(f"{s.name}: mlx_lm.convert affine {s.bits}-bit group {s.group} "
-                     f"(built by bench/metal_descriptors.py from {s.base}). {s.note}").strip(),
+        description=(f"{s.name}: "
+                     + (f"mlx_lm.convert affine {s.bits}-bit group {s.group}" if s.bits
+                        else "unquantized bfloat16")
+                     + f" (built by bench/metal_descriptors.py from {s.base}). {s.note}").strip(),
         bits=s.bits,
         group_size=s.group if s.bits else None,
         float32_in_checkpoint=s.float32,

@@ -169,3 +169,17 @@ def test_oracle_stays_off_the_plain_import_path() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT / "src")}, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_kv_line_says_how_the_caches_grow(tmp_path: Path) -> None:
+    """deepseek_v41's caches are kept at exact size: the report does not claim 256-token steps
+    for them, and a plain KVCache model still says it has them."""
+    v41 = _folder(tmp_path / "v41",
+                  json.loads((FAMILY_DIR / "deepseek_v41_compressed.json").read_text()))
+    line = next(ln for ln in invoke("fit", str(v41), "--ctx", "2000", "--machine",
+                                    "M4 Pro 24GB").stdout.splitlines() if ln.startswith("KV"))
+    assert "exact-size" in line and "256-token steps)" in line
+    olmo3 = _folder(tmp_path / "olmo3", json.loads((FAMILY_DIR / "olmo3.json").read_text()))
+    line = next(ln for ln in invoke("fit", str(olmo3), "--ctx", "2000", "--machine",
+                                    "M4 Pro 24GB").stdout.splitlines() if ln.startswith("KV"))
+    assert line.rstrip().endswith("mlx-lm's 256-token steps")

@@ -223,3 +223,17 @@ def test_a_family_the_table_lacks_gets_its_recurrence_from_mlx_lm(tmp_path: Path
                               Run(ctx=3000, prefill_step_size=512))
     assert any("read from mlx-lm" in n for n in notes)
     assert _transients(got.cfg) == _transients(inputs.cfg)
+
+
+def test_kv_line_says_how_the_caches_grow(tmp_path: Path) -> None:
+    """deepseek_v41's caches are kept at exact size: the report does not claim 256-token steps
+    for them, and a plain KVCache model still says it has them."""
+    v41 = _folder(tmp_path / "v41",
+                  json.loads((FAMILY_DIR / "deepseek_v41_compressed.json").read_text()))
+    line = next(ln for ln in invoke("fit", str(v41), "--ctx", "2000", "--machine",
+                                    "M4 Pro 24GB").stdout.splitlines() if ln.startswith("KV"))
+    assert "exact-size" in line and "256-token steps)" in line
+    olmo3 = _folder(tmp_path / "olmo3", json.loads((FAMILY_DIR / "olmo3.json").read_text()))
+    line = next(ln for ln in invoke("fit", str(olmo3), "--ctx", "2000", "--machine",
+                                    "M4 Pro 24GB").stdout.splitlines() if ln.startswith("KV"))
+    assert line.rstrip().endswith("mlx-lm's 256-token steps")

@@ -579,3 +579,19 @@ def test_resolved_and_budgeted_machines_say_where_too(table):
     assert b.sources["usable_bytes"] == b.usable_source
     assert b.sources["chip"] == m.sources["chip"]
     assert all(s.sources["bandwidth_gbs"].startswith("apple_skus.toml") for s in all_skus(table=table))
+
+
+def test_compute_comes_from_the_table_the_machine_was_resolved_against(tmp_path):
+    # A user's table that doubles M4 Pro's GPU clock doubles the chip compute prefill uses,
+    # for a machine resolved against that table (not the shipped table reloaded later).
+    from mlxfit.verbs.edges import compute_for
+
+    shipped = load_sku_table(user_path=NO_USER_TABLE)
+    clock = shipped["chips"]["M4 Pro"]["gpu_clock_mhz"]
+    user = tmp_path / "apple_skus.toml"
+    user.write_text(f'[chips."M4 Pro"]\ngpu_clock_mhz = {2 * clock}  # Source: test\n')
+    merged = load_sku_table(user_path=user)
+    base = compute_for(resolve_machine("M4 Pro 24GB", table=shipped))
+    fast = compute_for(resolve_machine("M4 Pro 24GB", table=merged))
+    assert base is not None and fast is not None
+    assert fast.gpu_flops == pytest.approx(2 * base.gpu_flops)

@@ -209,3 +209,28 @@ def test_fifo_as_a_hub_cache_ref(tmp_path: Path) -> None:
     os.mkfifo(refs / "main")
     r = run_cli("fit", "acme/tiny", "--machine", M4PRO, env={"MLXFIT_CACHE_DIR": str(cache)})
     assert "not in mlxfit's Hub metadata cache" in error_line(r)
+
+
+def test_huge_main_ref_when_fitting_a_cached_repo(tmp_path: Path) -> None:
+    """fit on a repo of the HF cache reads refs/main itself: a 2 GB sparse ref is one line
+    naming the refs, not a 2 GB read (run_cli's address-space limit would end that in a
+    MemoryError)."""
+    cache = tmp_path / "hf"
+    repo = make_hf_cache(cache, "acme/good", {"config.json": json.dumps(TINY_CONFIG).encode(),
+                                              "model.safetensors": TINY}, commit="a" * 40)
+    with open(repo.parents[1] / "refs" / "main", "wb") as f:
+        f.truncate(2 << 30)
+    r = run_cli("fit", "acme/good", "--machine", M4PRO, env={"HF_HUB_CACHE": str(cache)})
+    assert "cannot read its refs" in error_line(r)
+
+
+def test_revision_cannot_walk_out_of_refs(tmp_path: Path) -> None:
+    """--revision ../../x names no ref and no snapshot: a file outside refs/ is not read."""
+    cache = tmp_path / "hf"
+    repo = make_hf_cache(cache, "acme/good", {"config.json": json.dumps(TINY_CONFIG).encode(),
+                                              "model.safetensors": TINY}, commit="a" * 40)
+    outside = repo.parents[1] / "planted"
+    outside.write_text("a" * 40)  # would resolve to the cached snapshot if followed
+    r = run_cli("fit", "acme/good", "--revision", "../planted", "--machine", M4PRO,
+                env={"HF_HUB_CACHE": str(cache)})
+    assert "is not in the Hugging Face cache" in error_line(r)

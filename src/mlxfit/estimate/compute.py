@@ -140,10 +140,9 @@ def prefill_attn_groups(cfg: ModelConfig, run: Run, computed: int | None = None
     """Attention layouts a prefill chunk computes (layers before ``prefill_layers``, or the
     first ``computed``), with their counts, as the run sees them (--max-kv-size)."""
     counts: dict[Attn, int] = {}
-    for ly in cfg.layers[:prefill_layers(cfg) if computed is None else computed]:
-        if ly.attn is not None:
-            a = _as_run_sees(ly.attn, cfg, run)
-            counts[a] = counts.get(a, 0) + 1
+    for a, n in cfg.attn_groups_upto(prefill_layers(cfg) if computed is None else computed):
+        seen = _as_run_sees(a, cfg, run)
+        counts[seen] = counts.get(seen, 0) + n
     return list(counts.items())
 
 

@@ -7,6 +7,7 @@ Pure functions of (ModelConfig, Run, calibration). Each term is one named functi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any
 
 from mlxfit.calibration.constants import Backend
@@ -118,7 +119,8 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
                              "arrays directly and fails on a quantized cache (mlx-lm 0.32)",
                              param="kv_bits")
         if cfg.never_quantized:
-            raise UsageError("kv_bits: mlx-lm never quantizes this model's CacheList "
+            what = "LayerCache" if cfg.family == "deepseek_v41" else "CacheList"
+            raise UsageError(f"kv_bits: mlx-lm never quantizes this model's {what} "
                              "caches (no to_quantized), so the flag has no effect",
                              param="kv_bits")
         if any(a.mla is not None for a, _ in attn_groups(cfg, run)):
@@ -176,6 +178,8 @@ def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
         return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
     if a.cache == "chunked":
         return cs.chunked_len_prefill(s, a.window or 0, n_chunks)
+    if a.cache == "window":
+        return cs.window_rows(cs.tokens_seen_prefill(s, n_chunks), a.window or 0)
     return cs.full_capacity_prefill(s, n_chunks)
 
 
@@ -187,6 +191,8 @@ def tokens_final(a: Attn, s: cs.Schedule) -> int:
         return cs.rotating_size_final(s, a.window or 0)
     if a.cache == "chunked":
         return cs.chunked_len_final(s, a.window or 0)
+    if a.cache == "window":
+        return cs.window_rows(s.ctx, a.window or 0)
     return cs.full_capacity_final(s)
 
 
@@ -196,9 +202,32 @@ def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: 
     return tokens * per_token_bytes(a, act_bytes)
 
 
+def compress_bytes(a: Attn, tokens: int, act_bytes: int) -> int:
+    """deepseek_v41 compressed KV once a layer has taken in ``tokens``: the closed groups
+    (head_dim + index keys, activation dtype) and the open group's float32 pending rows."""
+    if a.compress is None:
+        return 0
+    closed, pending = cs.compressed_rows(tokens, a.compress.ratio)
+    return closed * a.compress.width * act_bytes + pending * a.compress.pending * 4
+
+
+def layer_bytes_prefill(a: Attn, s: cs.Schedule, n_chunks: int, quantized: bool, run: Run,
+                        act_bytes: int) -> float:
+    """One layer's cache bytes right after the n-th prefill chunk."""
+    return (_layer_kv_bytes(a, tokens_prefill(a, s, n_chunks), quantized, run, act_bytes)
+            + compress_bytes(a, cs.tokens_seen_prefill(s, n_chunks), act_bytes))
+
+
+def layer_bytes_final(a: Attn, s: cs.Schedule, quantized: bool, run: Run,
+                      act_bytes: int) -> float:
+    """One layer's cache bytes once it holds the schedule's whole context."""
+    return (_layer_kv_bytes(a, tokens_final(a, s), quantized, run, act_bytes)
+            + compress_bytes(a, s.ctx, act_bytes))
+
+
 def kv_bytes_final(cfg: ModelConfig, run: Run) -> int:
     s = run.schedule()
-    return int(sum(n * _layer_kv_bytes(a, tokens_final(a, s), run.kv_quantized, run, cfg.act_bytes)
+    return int(sum(n * layer_bytes_final(a, s, run.kv_quantized, run, cfg.act_bytes)
                    for a, n in attn_groups(cfg, run)))
 
 
@@ -303,11 +332,17 @@ def floor_scale(cfg: ModelConfig, c: int, be: Backend, run: Run | None,
     rule = cbuf.commit_rule(run.gpu_class or "s", dict(run.mlx_env))
     if rule == cbuf.FITTED_RULE:
         return 1.0, rule
+    return _held_ratio(cfg, weights_bytes, c, rule, be.cb_inflight), rule
+
+
+@lru_cache(maxsize=1024)
+def _held_ratio(cfg: ModelConfig, weights_bytes: int, c: int, rule: tuple[int, int],
+                inflight: float) -> float:
     # Cache slices are left out of the sizes (keys = 0): they move commits at long context
     # only, and leaving them out keeps one computation per chunk size.
     ref = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *cbuf.FITTED_RULE),
-                          be.cb_inflight)
-    new = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *rule), be.cb_inflight)
+                          inflight)
+    new = cbuf.held_bytes(cbuf.buffer_sizes(cfg, weights_bytes, c, 0, *rule), inflight)
     ratio = new / ref if ref else 1.0
     # A rule tighter in both limits never holds more (looser: never less); where the commit
     # points fall can push the modelled ratio a little across 1, which is not the mechanism.
@@ -315,7 +350,7 @@ def floor_scale(cfg: ModelConfig, c: int, be: Backend, run: Run | None,
         ratio = min(ratio, 1.0)
     elif rule[0] >= cbuf.FITTED_RULE[0] and rule[1] >= cbuf.FITTED_RULE[1]:
         ratio = max(ratio, 1.0)
-    return ratio, rule
+    return ratio
 
 
 def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = None,
@@ -391,7 +426,8 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
             v += arrays * m.heads * c * k * b + c * k
             v += be.mla_kv_arrays * m.heads * k * (m.qk_nope + m.v_head) * b
         elif unfused:
-            v += arrays * a.q_heads * c * k * b + c * k
+            # deepseek_v41's _sparse_attention casts queries and keys to float32 first.
+            v += arrays * a.q_heads * c * k * (4 if a.cache == "window" else b) + c * k
         if v > best:
             best = v
             best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
@@ -403,6 +439,15 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     if lin > best:
         best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c,
                               "recurrence": cfg.linear_scan}
+    for a, _ in attn_groups(cfg, run, prefill_compute=True):
+        if a.index is not None:
+            # deepseek_v41's indexer: q (chunk, heads, dim) against every index key, a float32
+            # (chunk, heads, keys) score matrix before it is summed over the heads.
+            keys = cs.compressed_rows(s.offset_after(n_chunk), a.index.source_ratio)[0]
+            idx = be.index_score_arrays * c * a.index.heads * keys * 4
+            if idx > best:
+                best, best_in = idx, {"sparse_index_scores": int(idx), "index_keys": keys,
+                                      "chunk": c}
     mixer = 0.0
     if cfg.ssm_heads:
         # Mamba2 SSD (mlx_lm/models/ssm.py ssm_attn): float32 (heads, s, s) decay/attention
@@ -438,8 +483,8 @@ def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     s = run.schedule()
     best = 0.0
     for a, _ in attn_groups(cfg, run):
-        old = tokens_prefill(a, s, n_chunk - 1) if n_chunk > 1 else 0
-        best = max(best, _layer_kv_bytes(a, old, quantized, run, cfg.act_bytes))
+        old = layer_bytes_prefill(a, s, n_chunk - 1, quantized, run, cfg.act_bytes)
+        best = max(best, old if n_chunk > 1 else 0)
     return Term("kv_growth_copy", int(be.growth_copy_layers * best),
                 "growth_copy_layers x one layer's cache before this chunk (concatenate copy)",
                 {"growth_copy_layers": be.growth_copy_layers})
@@ -456,7 +501,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
     quant_now = s.kv_quantized_during(n_chunk, run.kv_bits, start)
     converting = s.kv_converted_after(n_chunk, run.kv_bits, start)
     groups = attn_groups(cfg, run)
-    kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
+    kv = sum(n * layer_bytes_prefill(a, s, n_chunk, quant_now, run, cfg.act_bytes)
              for a, n in groups)
     terms = [
         activations_term(cfg, c, be, run, weights_bytes),
@@ -465,7 +510,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
     ]
     if converting:
-        q = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), True, run, cfg.act_bytes)
+        q = sum(n * layer_bytes_prefill(a, s, n_chunk, True, run, cfg.act_bytes)
                 for a, n in groups)
         terms.append(Term("kv_quantize_copy", int(q),
                           "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
@@ -483,10 +528,12 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     copy = 0.0
     for a, _ in attn_groups(cfg, run):
         # The step that last grew (or trimmed) the cache held the old buffer beside the new.
-        before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size))
+        earlier = cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size)
         if a.cache == "rotating":
-            before = tokens_prefill(a, s, s.chunks()[2])
-        copy = max(copy, _layer_kv_bytes(a, before, quant, run, cfg.act_bytes))
+            before = layer_bytes_prefill(a, s, s.chunks()[2], quant, run, cfg.act_bytes)
+        else:
+            before = layer_bytes_final(a, earlier, quant, run, cfg.act_bytes)
+        copy = max(copy, before)
     logits = cfg.vocab * 4 * 2  # float32 logits and log-probs of one position
     terms = (
         Term("kv_growth_copy", int(be.growth_copy_layers * copy),

@@ -63,6 +63,19 @@ def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
     )
 
 
+def memo_totals(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration) -> Totals:
+    """``totals_at`` through the model's memo: the peak does not depend on the machine beyond
+    what the run holds, so matrix and pick compute each (run, constants) once for every Mac."""
+    memo = cfg.totals_memo
+    hit = memo.get((weights_bytes, run))
+    if hit is not None and hit[0] is cal:  # the same constants, by identity
+        return hit[1]
+    t = totals_at(cfg, weights_bytes, run, cal)
+    if len(memo) < 4096:
+        memo[(weights_bytes, run)] = (cal, t)
+    return t
+
+
 def context_limit(cfg: ModelConfig, run: Run) -> tuple[int, list[str]]:
     """The largest context the solver searches (max_position_embeddings, else
     DEFAULT_MAX_CONTEXT) and the warnings about it: none in the config, ctx beyond it."""
@@ -102,19 +115,11 @@ def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calib
     """Largest n in [1, hi] whose total fits (0 if even one token does not): bisection on the
     same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not."""
 
-    memo = cfg.totals_memo
-
     def total(n: int) -> int:
         r = run_at(run, n)
         if extra is not None:  # a serving closure: its terms are not part of the key
             return totals_at(cfg, weights_bytes, r, cal, extra).total
-        hit = memo.get((weights_bytes, r))
-        if hit is not None and hit[0] is cal:  # the same constants, by identity
-            return hit[1]
-        value = totals_at(cfg, weights_bytes, r, cal).total
-        if len(memo) < 4096:
-            memo[(weights_bytes, r)] = (cal, value)
-        return value
+        return memo_totals(cfg, weights_bytes, r, cal).total
 
     return largest_true(lambda n: total(n) <= usable, hi)
 
@@ -218,7 +223,8 @@ def fit_core(
 ) -> FitResult:
     validate_run(cfg, run)
     warn = list(warnings) + list(cfg.warnings)
-    t = totals_at(cfg, weights.total_bytes, run, cal, extra_terms)
+    t = (totals_at(cfg, weights.total_bytes, run, cal, extra_terms) if extra_terms is not None
+         else memo_totals(cfg, weights.total_bytes, run, cal))
     limit, limit_warnings = context_limit(cfg, run)
     warn += limit_warnings
     memory_fits = t.total <= usable_bytes

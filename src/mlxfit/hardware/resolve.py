@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxfit.errors import MachineError
-from mlxfit.hardware.skus import SkuTable, _table
+from mlxfit.hardware.skus import SkuTable, _table, chip_compute_figures
 from mlxfit.settings import DEFAULT_MACOS
 
 GIB = 2**30
@@ -58,6 +58,10 @@ class Machine:
     # The GPU architecture name Metal reports (apple_skus.toml gpu_arch): MLX picks its
     # command-buffer limits from its last letter (mlxfit.estimate.command_buffers).
     gpu_arch: str | None = None
+    # The chip's compute figures from the SKU table the machine was resolved against
+    # (hardware.skus.COMPUTE_KEYS): carried so prefill's compute uses a user's --sku-table
+    # too, and no verb reloads the table per machine.
+    compute_figures: tuple[tuple[str, float], ...] = ()
 
     @property
     def ram_gb(self) -> float:
@@ -274,6 +278,7 @@ def _apple_machine(
         max_buffer_bytes=max_buffer_bytes_for(ram_bytes, table),
         sources=src,
         gpu_arch=chip_arch(table, chip),
+        compute_figures=tuple(chip_compute_figures(chip, table).items()),
     )
 
 

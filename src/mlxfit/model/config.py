@@ -22,7 +22,8 @@ class Attn:
 
     cache: "full" (KVCache), "rotating" (RotatingKVCache, window tokens), "chunked"
     (ChunkedKVCache, window = attention_chunk_size), "shared" (reads another layer's cache,
-    owns none).
+    owns none), "window" (deepseek_v41's LayerCache: exactly the last ``window`` tokens, kept by
+    concatenate-and-slice, no 256-token steps; ``compress`` adds its compressed groups).
     """
 
     cache: str
@@ -34,6 +35,31 @@ class Attn:
     window: int | None = None
     sinks: bool = False
     mla: Mla | None = None
+    compress: Compress | None = None
+    index: SparseIndex | None = None
+    sparse_topk: int = 0  # deepseek_v41: compressed rows each query also attends (index_topk)
+
+
+@dataclass(frozen=True)
+class SparseIndex:
+    """deepseek_v41's indexer on a layer that runs it: ``heads`` query heads score every index
+    key of the latest earlier (or this) layer that makes them, one key per ``source_ratio``
+    tokens: a float32 (chunk, heads, keys) score matrix in prefill."""
+
+    heads: int
+    source_ratio: int
+
+
+@dataclass(frozen=True)
+class Compress:
+    """deepseek_v41's compressed KV on a layer that makes it (LayerCache.compress_kv / index_k
+    / pending_*): one entry per ``ratio`` tokens, each ``width`` elements in the activation
+    dtype (head_dim, plus index_head_dim where the layer also makes index keys); the tokens of
+    the still-open group (tokens % ratio) held as ``pending`` float32 elements each."""
+
+    ratio: int
+    width: int
+    pending: int
 
 
 @dataclass(frozen=True)
@@ -87,12 +113,22 @@ class ModelConfig:
     linear_state_bytes: int = 4
     lru_width: int = 0
     gated_q: bool = False  # q_proj also produces an output gate (Qwen3-Next / Qwen3.5)
-    never_quantized: bool = False  # CacheList caches: mlx-lm's --kv-bits leaves them as they are
+    never_quantized: bool = False  # no to_quantized (CacheList, LayerCache): --kv-bits no-op
     no_quantized_attention: bool = False  # the attention fails on a QuantizedKVCache
     # Whether the cache plan is known to match mlx-lm: a family row ("table"), a plan read from
     # mlx-lm's own classes ("mlx-lm <version>"), or neither: a plain transformer, unverified.
     family_known: bool = True
     plan_source: str = "table"
+
+    def __hash__(self) -> int:
+        # The generated hash walks every layer; the estimators key their caches on the config
+        # once per machine and chunk (matrix: 89 SKUs), so it is computed once and kept. Equal
+        # configs still hash alike: the value is the hash of the same fields.
+        h = self.__dict__.get("_hash")
+        if h is None:
+            h = hash(tuple(getattr(self, f) for f in self.__dataclass_fields__))
+            object.__setattr__(self, "_hash", h)
+        return h
 
     @property
     def is_moe(self) -> bool:
@@ -121,6 +157,21 @@ class ModelConfig:
         for a in self.attention_layers:
             counts[a] = counts.get(a, 0) + 1
         return tuple(counts.items())
+
+    @cached_property
+    def _groups_upto(self) -> dict[int, tuple[tuple[Attn, int], ...]]:
+        return {}
+
+    def attn_groups_upto(self, k: int) -> tuple[tuple[Attn, int], ...]:
+        """Distinct attention layouts among the first ``k`` layers, with their counts."""
+        memo = self._groups_upto
+        if k not in memo:
+            counts: dict[Attn, int] = {}
+            for ly in self.layers[:k]:
+                if ly.attn is not None:
+                    counts[ly.attn] = counts.get(ly.attn, 0) + 1
+            memo[k] = tuple(counts.items())
+        return memo[k]
 
     @cached_property
     def attn_groups_computed_in_prefill(self) -> tuple[tuple[Attn, int], ...]:

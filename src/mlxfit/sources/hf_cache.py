@@ -165,40 +165,30 @@ def expand_revision(repo_dir: Path, revision: str) -> str:
 
 
 def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
-    """A cached snapshot of repo_id, None when the repo is not in the cache at all."""
-    # The hub's folder name for a model repo; checked before importing huggingface_hub
-    # (~150 ms), so a catalog or missing model never pays for it.
-    if not (cache / cache_dirname(repo_id)).is_dir():
-        return None
-    if revision:
-        revision = expand_revision(cache / cache_dirname(repo_id), revision)
-    # huggingface_hub is heavy: imported only when the HF cache is looked up
-    from huggingface_hub import try_to_load_from_cache
-    from huggingface_hub.errors import HFValidationError
-    from huggingface_hub.file_download import repo_folder_name
-
-    try:
-        repo_dir = cache / repo_folder_name(repo_id=repo_id, repo_type="model")
-        found = try_to_load_from_cache(repo_id, "config.json", cache_dir=cache, revision=revision)
-    except HFValidationError:
-        return None  # not a repo id (e.g. "my model"): cannot be in the cache
-    except (OSError, UnicodeDecodeError) as e:  # refs/<rev> unreadable or not text
-        raise _refs_error(repo_id, cache, e) from None
+    """A cached snapshot of repo_id, None when the repo is not in the cache at all. Resolved
+    as huggingface_hub's try_to_load_from_cache does (refs/<rev> names a snapshot, else <rev>
+    is one), but the ref is read through sources.localfile (a regular file, 4 KB) and the hub
+    library is not imported (~150 ms) to read one small file."""
+    repo_dir = cache / cache_dirname(repo_id)
     if not repo_dir.is_dir():
         return None
+    if revision:
+        revision = expand_revision(repo_dir, revision)
     rev = revision or "main"
-    if not isinstance(found, str):
-        snaps = repo_dir / "snapshots"
-        refs = repo_dir / "refs"
-        try:
-            sha = _read_ref(refs / rev) if (refs / rev).is_file() else rev
-        except (OSError, UnicodeDecodeError) as e:
-            raise _refs_error(repo_id, cache, e) from None
-        if not (snaps / sha).is_dir():
-            raise SourceError(
-                f"revision {rev} of {repo_id} is not in the Hugging Face cache at {cache} "
-                f"(refs: {_listing(refs, nested=True)}; snapshots: {_listing(snaps)})"
-            )
-        read_config(snaps / sha / "config.json")  # raises: missing or a broken symlink
-    snapshot = Path(found).parent
+    refs, snaps = repo_dir / "refs", repo_dir / "snapshots"
+    # A ref name stays inside refs/ (refs/pr/1 is nested); a snapshot is one folder name.
+    in_refs = not Path(rev).is_absolute() and ".." not in Path(rev).parts
+    try:
+        sha = _read_ref(refs / rev) if in_refs and (refs / rev).is_file() else rev
+    except (OSError, UnicodeDecodeError) as e:
+        raise _refs_error(repo_id, cache, e) from None
+    plain = sha not in ("", ".", "..") and "/" not in sha and "\\" not in sha
+    if not plain or not (snaps / sha).is_dir():
+        raise SourceError(
+            f"revision {rev} of {repo_id} is not in the Hugging Face cache at {cache} "
+            f"(refs: {_listing(refs, nested=True)}; snapshots: {_listing(snaps)})"
+        )
+    snapshot = snaps / sha
+    if not (snapshot / "config.json").is_file():
+        read_config(snapshot / "config.json")  # raises: missing or a broken symlink
     return _load_folder(snapshot, repo_id, "hf-cache", snapshot.name)

@@ -18,7 +18,6 @@ from mlxfit.hardware.resolve import (
     resolve_machine,
     usable_bytes_for,
 )
-from mlxfit.hardware.skus import chip_compute_figures
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.settings import DEFAULT_MACOS, MACOS_MAJORS, user_calibration
 from mlxfit.sources.resolve import resolve_model
@@ -112,4 +111,4 @@ def compute_for(m: Machine) -> ChipCompute | None:
     for a chip the table does not know): the one source of prefill's compute for every verb."""
     if not m.is_apple_silicon or m.chip is None:
         return None
-    return chip_compute(m.gpu_cores, chip_compute_figures(m.chip), m.macos_major, m.chip)
+    return chip_compute(m.gpu_cores, dict(m.compute_figures), m.macos_major, m.chip)

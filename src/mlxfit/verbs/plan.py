@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from mlxfit.errors import ConfigError, MlxfitError, UsageError
+from mlxfit.errors import ConfigError, MlxfitError, OracleError, UsageError
 from mlxfit.estimate.memory import Run, kv_bytes_final, per_token_bytes
 from mlxfit.model.config import Layer, ModelConfig
 from mlxfit.model.families import NOT_SUPPORTED, mlx_lm_module
@@ -64,6 +64,11 @@ def _derived(cfg: ModelConfig, config: dict[str, Any]) -> ModelConfig:
                    **mixer)
 
 
+def _checked_at(cfg: ModelConfig, run: Run) -> int:
+    """The context the cross-check runs at (recurrent mixers: capped, see _cross_check)."""
+    return min(run.ctx, STATE_CHECK_TOKENS) if cfg.state_bytes else run.ctx
+
+
 def _cross_check(cfg: ModelConfig, config: dict[str, Any], run: Run) -> str | None:
     """None when the table's KV and state bytes equal mlx-lm's caches at this run, else the
     disagreement in words."""
@@ -72,7 +77,7 @@ def _cross_check(cfg: ModelConfig, config: dict[str, Any], run: Run) -> str | No
     dtype = "float32" if cfg.act_bytes == 4 else "bfloat16"
     # Recurrent mixers build a per-token graph on the CPU path: check them at a capped context
     # (their state is constant; their KV layers follow the same growth rule at any length).
-    ctx = min(run.ctx, STATE_CHECK_TOKENS) if cfg.state_bytes else run.ctx
+    ctx = _checked_at(cfg, run)
     check = replace(run, ctx=ctx, gen=min(run.gen, ctx - 1), kv_bits=None)
     got = cache_plan(config, ctx, prefill_step_size=run.prefill_step_size, gen=check.gen,
                      max_kv_size=run.max_kv_size, dtype=dtype)
@@ -99,15 +104,24 @@ def with_plan(inputs: ModelInputs, config: dict[str, Any], plan: str,
     warnings: list[str] = []
     notes: list[str] = []
     try:
-        derived = _derived(cfg, config)
+        disagreement = None
         if plan == "mlx-lm" and cfg.family_known:
             disagreement = _cross_check(cfg, config, run)
-            if disagreement:
-                warnings.append(disagreement)
-            else:
-                at = min(run.ctx, STATE_CHECK_TOKENS) if cfg.state_bytes else run.ctx
-                notes.append(f"cross-checked: the family table matches {derived.plan_source}'s "
-                             f"caches at {at:,} tokens")
+        try:
+            derived = _derived(cfg, config)
+        except OracleError as e:
+            # A cache no per-token plan describes (deepseek_v41's LayerCache): the table's plan,
+            # when it matches mlx-lm's caches at this run, is the one that sizes it.
+            if not (plan == "mlx-lm" and cfg.family_known and disagreement is None):
+                raise
+            kept = (f"cross-checked: the family table matches mlx-lm's caches at "
+                    f"{_checked_at(cfg, run):,} tokens; kept the table's plan ({e})")
+            return inputs, (), (kept,)
+        if disagreement:
+            warnings.append(disagreement)
+        elif plan == "mlx-lm" and cfg.family_known:
+            notes.append(f"cross-checked: the family table matches {derived.plan_source}'s "
+                         f"caches at {_checked_at(cfg, run):,} tokens")
     except ConfigError:
         raise  # a field mlx-lm itself requires is missing: one line, exit 2
     except MlxfitError as e:

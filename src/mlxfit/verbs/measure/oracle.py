@@ -19,8 +19,13 @@ the fit twin when a plan is derived (``--plan mlx-lm``); never on the plain inst
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +54,10 @@ FORWARD_FALLBACK: dict[str, tuple[str, Callable[[Any], tuple[int, int, int]]]] =
     "bitnet": ("its BitLinear layers need a Metal kernel (no CPU path)", _kv_widths),
     "muse_spark": ("its attention needs a Metal kernel (no CPU path)",
                    lambda a: _kv_widths(a.text)),
+    # OLMo 1: every head its own KV, head_dim d_model / n_heads (olmo.py TransformerBlock).
+    "olmo": (("its attention adds the 'causal' mask string to the scores, so every "
+              "multi-token call fails (mlx-lm 0.32.2)"),
+             lambda a: (a.n_heads, a.d_model // a.n_heads, a.d_model // a.n_heads)),
 }
 
 
@@ -145,6 +154,10 @@ def _entry(cache: Any) -> CacheEntry:
         return CacheEntry(type(cache).__name__, 0, state, tuple(a[:3] for a in found))
     if not hasattr(cache, "keys"):  # a family's own cache class: every array of its state
         _arrays(list(cache.state), "arrays", found)
+        # But 0-d arrays: deepseek_v41's LayerCache.state packs its Python int offset as a
+        # fresh mx.array(self.offset) each time it is read (for saving a prompt cache); the
+        # cache holds no such array and its own nbytes leaves it out, so neither does this.
+        found = [a for a in found if a[1]]
         return CacheEntry(type(cache).__name__, sum(a[3] for a in found), 0,
                           tuple(a[:3] for a in found))
     _arrays(getattr(cache, "keys", None), "keys", found)
@@ -154,14 +167,44 @@ def _entry(cache: Any) -> CacheEntry:
                       tuple(a[:3] for a in found), window)
 
 
+# Packages an mlx-lm module imports only to see whether they are installed, by module.
+# mlx_lm/models/olmo.py does `import hf_olmo` (ai2-olmo) and sys.exit(1)s without it, yet its
+# model code never uses it (the OLMo-1 blocks are plain MLX): an empty placeholder module
+# stands in while that module is imported, so the oracle can build OLMo-1 without ai2-olmo.
+IMPORT_PROBES: dict[str, str] = {"olmo": "hf_olmo"}
+
+
+@contextmanager
+def _probe_placeholder(module: str) -> Iterator[None]:
+    probe = IMPORT_PROBES.get(module)
+    if (probe is None or probe in sys.modules or f"mlx_lm.models.{module}" in sys.modules
+            or importlib.util.find_spec(probe) is not None):  # the real package is used
+        yield
+        return
+    sys.modules[probe] = types.ModuleType(probe)
+    try:
+        yield
+    finally:
+        sys.modules.pop(probe, None)
+
+
+def import_model_module(module: str) -> Any:
+    """mlx_lm.models.<module>, with the placeholder for an availability probe (IMPORT_PROBES)."""
+    with _probe_placeholder(module):
+        return importlib.import_module(f"mlx_lm.models.{module}")
+
+
 def _build(config: dict, dtype: str):
     # mlx / mlx-lm are optional (the measure extra): imported for the oracle only
     import mlx.core as mx
-    from mlx_lm.utils import _get_classes
+    from mlx_lm.utils import MODEL_REMAPPING, _get_classes
 
+    module = str(config.get("model_type", ""))
+    module = MODEL_REMAPPING.get(module, module)
     try:
-        model_class, args_class = _get_classes(config=config)
-    except (ValueError, ImportError, SystemExit) as e:  # olmo.py sys.exit()s on import
+        with _probe_placeholder(module):
+            model_class, args_class = _get_classes(config=config)
+    except (ValueError, ImportError, SystemExit) as e:  # a module may sys.exit() on import
         raise OracleError(f"mlx-lm {mlx_lm_version()} cannot load model_type "
                           f"{config.get('model_type')!r}: {_one_line(e)}") from None
     try:
@@ -327,6 +370,10 @@ def derive_layers(config: dict, act_bytes: int = 2,
     its bytes agree, and ``derive_mixer`` gives the recurrence's widths."""
     dtype = "float32" if act_bytes == 4 else "bfloat16"
     run = cache_plan(config, 300, prefill_step_size=2048, dtype=dtype)
+    own = sorted({e.kind for e in run.entries for role, _, _ in e.arrays if role == "arrays"})
+    if own:  # deepseek_v41's LayerCache: a window, compressed groups and pending rows
+        raise OracleError(f"mlx-lm {run.mlx_lm_version}'s {', '.join(own)} is not a KV or "
+                          "state cache a per-token plan can describe")
     layers = []
     for e in run.entries:
         attn = None

@@ -103,8 +103,6 @@ RECURRENCE_HELPERS = {"mlx_lm.models.gated_delta": "gated_delta", "mlx_lm.models
 
 def _recurrences(model: Any) -> tuple[str, ...]:
     """The shared recurrences the model's own modules import (read from their namespaces)."""
-    import sys
-
     found = set()
     for name in {type(m).__module__ for m in _submodules(model)}:
         for obj in getattr(sys.modules.get(name), "__dict__", {}).values():

@@ -43,6 +43,9 @@ class Backend:
     ssd_square: float
     ssd_token: float
     linear_fallback: float
+    wkv_fallback: float
+    gla_scan: float
+    rglru_arrays: float
     growth_copy_layers: float
     base_bytes: float
 

@@ -382,21 +382,34 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = No
     scale, rule = floor_scale(cfg, c, be, run, weights_bytes) if floor else (1.0, (0, 0))
     floor *= scale
     linear = 0.0
-    if cfg.linear_v_heads and be.act_linear:
+    if cfg.linear_scan == "gated_delta" and be.act_linear:
         # Gated-delta layers (Qwen3-Next / 3.5): float32 copies of the value state per token.
         linear = be.act_linear * c * cfg.linear_v_heads * cfg.linear_v_dim * 4
+    # RG-LRU (recurrent_gemma.py RGLRU): its gates, decay and normalized input, lru_width wide
+    # per token, on top of a plain layer's activations.
+    lru = be.rglru_arrays * c * cfg.lru_width * _act_dtype_bytes(cfg, be)
     return Term(
         "activations",
-        int(max(c * per_tok, floor) + linear),
+        int(max(c * per_tok, floor) + linear + lru),
         "max(chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
-        "+ act_moe*top_k*hidden), act_floor[drain_class] x min(1, chunk/act_floor_tokens) x floor_scale) "
-        "+ act_linear x chunk x Hv x Dv x 4",
+        "+ act_moe*top_k*hidden), act_floor[drain_class] x min(1, chunk/act_floor_tokens) "
+        "x floor_scale) + act_linear x chunk x Hv x Dv x 4 + rglru_arrays x chunk x lru_width x dtype",
         {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
          "bytes_per_chunk_token": round(per_tok), "floor": int(floor),
          "drain_class": drain, "commit_rule_ops_mb": list(rule),
          "floor_scale": round(scale, 3),
-         "gated_delta": int(linear)},
+         "gated_delta": int(linear), "rg_lru": int(lru)},
     )
+
+
+def linear_scan_bytes(cfg: ModelConfig, c: int, be: Backend) -> float:
+    """A linear-attention layer's recurrence run op by op (no kernel on this backend): the
+    state of every step stays alive until the chunk is done, so a per-token (Hv, Dv, Dk) state
+    in the recurrence's own dtype. The count per token is measured per recurrence."""
+    per_step = {"gated_delta": be.linear_fallback, "wkv7": be.wkv_fallback,
+                "gla": be.gla_scan}.get(cfg.linear_scan, 0.0)
+    return (per_step * c * cfg.linear_v_heads * cfg.linear_k_dim * cfg.linear_v_dim
+            * cfg.linear_state_bytes)
 
 
 def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
@@ -432,13 +445,12 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
             best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
                        "unfused": unfused, "mla": a.mla is not None,
                        "score_arrays": arrays if (unfused or a.mla) else 0}
-    if cfg.linear_v_heads and be.linear_fallback:
-        # Gated delta rule without a fused kernel (CPU): per-token (Hv, Dv, Dk) float32; it
-        # runs in other layers than the attention, so the larger of the two is alive.
-        lin = (be.linear_fallback * c * cfg.linear_v_heads * cfg.linear_k_dim
-               * cfg.linear_v_dim * 4)
-        if lin > best:
-            best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c}
+    # A linear-attention recurrence without a kernel runs in other layers than the
+    # attention, so the larger of the two is alive.
+    lin = linear_scan_bytes(cfg, c, be)
+    if lin > best:
+        best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c,
+                              "recurrence": cfg.linear_scan}
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
         if a.index is not None:
             # deepseek_v41's indexer: q (chunk, heads, dim) against every index key, a float32
@@ -459,8 +471,9 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
         best_in["state_space_scan"] = int(mixer)
     return Term("attention_scores", int(best + mixer),
                 "unfused layers: score_arrays x q_heads x chunk x keys x dtype + chunk x keys "
-                "(mask); MLA: pe_scores + heads x keys x (qk_nope + v_head) x dtype; "
-                "+ SSM chunked-scan intermediates", best_in)
+                "(mask); MLA: pe_scores + heads x keys x (qk_nope + v_head) x dtype; or an "
+                "op-by-op linear recurrence: per-step states x chunk x Hv x Dv x Dk x state "
+                "dtype; + SSM chunked-scan intermediates", best_in)
 
 
 def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,

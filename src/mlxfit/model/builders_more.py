@@ -162,7 +162,8 @@ def _kda_state(c: Ctx, cfg: Fields) -> int:
     heads = cfg.int("num_heads", c.heads, minimum=1)
     hd = cfg.int("head_dim", c.head_dim, minimum=1)
     kernel = cfg.int("short_conv_kernel_size", 4, minimum=1)
-    c.mixer.update(linear_v_heads=heads, linear_k_dim=hd, linear_v_dim=hd)
+    c.mixer.update(linear_scan="gated_delta", linear_v_heads=heads, linear_k_dim=hd,
+                   linear_v_dim=hd, linear_state_bytes=4)
     return (kernel - 1) * 3 * heads * hd * c.act_bytes + heads * hd * hd * 4
 
 
@@ -194,8 +195,11 @@ def bailing_hybrid(c: Ctx) -> list[Layer]:
 
 
 def bailing_moe_linear(c: Ctx) -> list[Layer]:
-    # Linear layers: ArraysCache(1), heads x head_dim x head_dim in the activation dtype.
+    # Linear layers: ArraysCache(1), heads x head_dim x head_dim in the activation dtype, the
+    # state of recurrent_gla (a per-token op loop on every backend: no kernel).
     state = c.heads * c.head_dim * c.head_dim * c.act_bytes
+    c.mixer.update(linear_scan="gla", linear_v_heads=c.heads, linear_k_dim=c.head_dim,
+                   linear_v_dim=c.head_dim, linear_state_bytes=c.act_bytes)
     return [Layer(c.attn("full")) if g else Layer(None, state_bytes=state, state_kind="linear")
             for g in _global_every(c)]
 
@@ -223,6 +227,7 @@ def recurrent_gemma(c: Ctx) -> list[Layer]:
     # temporal conv width 4: the config's lru_width and conv1d_width are not passed on.
     lru = c.hidden
     state = (3 * lru + lru) * c.act_bytes
+    c.mixer.update(lru_width=lru)
     window = f.int("attention_window_size", 2048, minimum=1)
     hd = c.hidden // c.heads
     return [Layer(c.attn("rotating", window=window, kv_heads=1, head_dim=hd))
@@ -280,6 +285,9 @@ def rwkv7(c: Ctx) -> list[Layer]:
     hd = c.f.int("head_dim", 64, minimum=1)
     heads = c.hidden // hd
     state = (2 * c.hidden + heads * hd * hd) * c.act_bytes
+    # The WKV recurrence: a Metal kernel, else (CPU) a per-token op loop on that state.
+    c.mixer.update(linear_scan="wkv7", linear_v_heads=heads, linear_k_dim=hd, linear_v_dim=hd,
+                   linear_state_bytes=c.act_bytes)
     return [Layer(None, state_bytes=state, state_kind="linear") for _ in range(c.n)]
 
 
@@ -348,6 +356,16 @@ def renamed(names: dict[str, str]):
 GPT2_NAMES = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers",
               "n_head": "num_attention_heads", "n_kv_heads": "num_key_value_heads",
               "n_inner": "intermediate_size", "n_positions": "max_position_embeddings"}
+
+
+def prepare_recurrent_gemma(d: dict[str, Any]) -> dict[str, Any]:
+    """recurrent_gemma.py MLPBlock: intermediate_size is the expanded width; its gate and up
+    projections are each half of it, the width a prefill chunk's MLP computes."""
+    out = dict(d)
+    v = out.get("intermediate_size")
+    if isinstance(v, int) and not isinstance(v, bool):
+        out["intermediate_size"] = v // 2
+    return out
 
 
 def prepare_dbrx(d: dict[str, Any]) -> dict[str, Any]:

@@ -100,13 +100,18 @@ class ModelConfig:
     scores_always: bool  # hand-written attention (Gemma 2): scores always materialized
     act_bytes: int  # activation / KV dtype width (bf16 = 2)
     warnings: tuple[str, ...] = field(default=())
-    # Non-attention mixer widths (0 when absent): Mamba2 SSD heads / head dim, gated-delta
-    # linear attention value heads and key/value head dims.
+    # Non-attention mixer widths (0 when absent): Mamba2 SSD heads / head dim, linear
+    # attention value heads and key/value head dims, and which recurrence those layers run
+    # ("gated_delta": gated_delta.py, Qwen3-Next / KDA; "wkv7": RWKV-7; "gla": Bailing's
+    # recurrent_gla) with its state's element bytes; RG-LRU width (recurrent_gemma).
     ssm_heads: int = 0
     ssm_head_dim: int = 0
     linear_v_heads: int = 0
     linear_k_dim: int = 0
     linear_v_dim: int = 0
+    linear_scan: str = ""
+    linear_state_bytes: int = 4
+    lru_width: int = 0
     gated_q: bool = False  # q_proj also produces an output gate (Qwen3-Next / Qwen3.5)
     never_quantized: bool = False  # no to_quantized (CacheList, LayerCache): --kv-bits no-op
     no_quantized_attention: bool = False  # the attention fails on a QuantizedKVCache

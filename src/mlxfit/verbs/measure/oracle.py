@@ -84,6 +84,8 @@ class OracleRun:
     seconds: float
     num_layers: int  # len(model.layers): shared-KV layers have no cache entry of their own
     own_cache: bool = False  # the model defines make_cache() (--max-kv-size is then ignored)
+    # mlx-lm's shared recurrence helpers the model's modules call (RECURRENCE_HELPERS values)
+    recurrences: tuple[str, ...] = ()
 
     @property
     def kv_bytes(self) -> int:
@@ -92,6 +94,29 @@ class OracleRun:
     @property
     def state_bytes(self) -> int:
         return sum(e.state_bytes for e in self.entries)
+
+
+# mlx-lm's shared recurrence modules, whose prefill transients mlxfit has terms for
+# (estimate/memory.py): a model whose modules import from one of them runs that recurrence.
+RECURRENCE_HELPERS = {"mlx_lm.models.gated_delta": "gated_delta", "mlx_lm.models.ssm": "ssm"}
+
+
+def _recurrences(model: Any) -> tuple[str, ...]:
+    """The shared recurrences the model's own modules import (read from their namespaces)."""
+    found = set()
+    for name in {type(m).__module__ for m in _submodules(model)}:
+        for obj in getattr(sys.modules.get(name), "__dict__", {}).values():
+            kind = RECURRENCE_HELPERS.get(getattr(obj, "__module__", None) or "")
+            if kind:
+                found.add(kind)
+    return tuple(sorted(found))
+
+
+def _submodules(model: Any) -> list:
+    try:
+        return [model, *model.modules()]
+    except Exception:  # noqa: BLE001 - a family's own module tree: the top module only
+        return [model]
 
 
 def mlx_lm_version() -> str:
@@ -291,7 +316,8 @@ def cache_plan(config: dict, ctx: int, *, prefill_step_size: int = 2048, gen: in
     how = "forward" if method == "forward" else f"cache update ({fallback[0]})"
     return OracleRun(mlx_lm_version(), str(family), ctx, prefill_step_size, kv_bits, how,
                      tuple(_entry(c) for c in cache), time.perf_counter() - t0,
-                     len(getattr(model, "layers", ()) or ()), hasattr(model, "make_cache"))
+                     len(getattr(model, "layers", ()) or ()), hasattr(model, "make_cache"),
+                     _recurrences(model))
 
 
 # --------------------------------------------------------------------------- a plan from it
@@ -312,6 +338,25 @@ def _per_token_elems(entry: CacheEntry) -> int:
     return elems
 
 
+def derive_mixer(run: OracleRun) -> dict[str, Any]:
+    """The mixer widths of a shared recurrence the model runs (``run.recurrences``), read from
+    its float32 state in mlx-lm's ArraysCache: gated_delta.py holds (B, Hv, Dv, Dk), ssm.py
+    (B, heads, head_dim, d_state). The ModelConfig fields the transient terms read, as the
+    family table's builders set them; {} when the model runs neither (a recurrence of the
+    family's own, RWKV-7's or RG-LRU's, is known only from the table)."""
+    states = [shape for e in run.entries if e.state_bytes for role, shape, dtype in e.arrays
+              if role == "state" and dtype == "float32" and len(shape) == 4]
+    if not states:
+        return {}
+    _, heads, d1, d2 = max(states, key=lambda sh: sh[1] * sh[2] * sh[3])
+    if "gated_delta" in run.recurrences:
+        return {"linear_scan": "gated_delta", "linear_v_heads": heads, "linear_v_dim": d1,
+                "linear_k_dim": d2, "linear_state_bytes": 4}
+    if "ssm" in run.recurrences:
+        return {"ssm_heads": heads, "ssm_head_dim": d1}
+    return {}
+
+
 def derive_layers(config: dict, act_bytes: int = 2,
                   like: Attn | None = None) -> tuple[list[Layer], OracleRun]:
     """A per-layer plan in mlxfit's terms from mlx-lm's own caches at a short context: each
@@ -319,7 +364,8 @@ def derive_layers(config: dict, act_bytes: int = 2,
     value widths; the window from the cache's max_size / chunk_size), each ArraysCache its
     constant state bytes; layers without an entry (shared KV) own nothing. Only the bytes are
     derived: the query heads and the width the attention kernel sees are taken from ``like``
-    (the config's own attention), so the transient terms stay the plain-transformer ones."""
+    (the config's own attention); ``mlxfit.verbs.plan`` puts the family table's layer where
+    its bytes agree, and ``derive_mixer`` gives the recurrence's widths."""
     dtype = "float32" if act_bytes == 4 else "bfloat16"
     run = cache_plan(config, 300, prefill_step_size=2048, dtype=dtype)
     own = sorted({e.kind for e in run.entries for role, _, _ in e.arrays if role == "arrays"})

@@ -117,6 +117,12 @@ def cluster(
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
     machines = resolve_hosts(specs, macos)
+    # The hosts' GPU class and tier when they agree: the commit rule and drain class of the Metal
+    # floor, as fit takes them from its machine (verbs/fit.py fit_inputs).
+    kinds = {(h.machine.gpu_class, h.machine.gpu_tier) for h in machines if h.machine}
+    if run.backend == "metal" and len(kinds) == 1 and all(h.machine for h in machines):
+        cls, tier = next(iter(kinds))
+        run = replace(run, gpu_class=run.gpu_class or cls, gpu_tier=run.gpu_tier or tier)
     notes = list(src.notes)
     by_note: dict[str, list[str]] = {}
     for h in machines:

@@ -20,6 +20,9 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import struct
+import sys
+import tempfile
 from pathlib import Path
 
 import mlxfit
@@ -28,16 +31,47 @@ from mlxfit.estimate.batched import batched_step
 from mlxfit.estimate.solve import run_at
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.model.inputs import model_inputs
+from mlxfit.model.tensors import DTYPE_BYTES
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.edges import compute_for
 
 DATA = Path(__file__).resolve().parent / "results" / "batched_published.jsonl"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from metal_descriptors import _path as descriptor_path
+from metal_descriptors import load_descriptor
+
+
+def model_ref(name: str) -> str:
+    """The catalog id, or (a model only bench/results/metal_descriptors has) a folder holding its
+    config.json and one sparse safetensors file whose header lists every tensor: mlxfit reads
+    only config and headers, so the prediction sees exactly the descriptor's tensors."""
+    if not descriptor_path(name).exists():
+        return name
+    doc = load_descriptor(name)
+    d = Path(tempfile.gettempdir()) / "mlxfit-batched-eval" / name.replace("/", "__")
+    st = d / "model.safetensors"
+    if not st.exists():
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(doc["config"]))
+        header, off = {}, 0
+        for n, dt, shape in doc["tensors"]:
+            size = DTYPE_BYTES[dt]
+            for x in shape:
+                size *= x
+            header[n] = {"dtype": dt, "shape": shape, "data_offsets": [off, off + size]}
+            off += size
+        blob = json.dumps(header).encode()
+        blob += b" " * (-len(blob) % 8)
+        with open(st, "wb") as f:
+            f.write(struct.pack("<Q", len(blob)) + blob)
+            f.truncate(8 + len(blob) + off)  # sparse: no tensor data is written or read
+    return str(d)
 
 
 def predict(row: dict, cal) -> dict:
     p, g, n = row["prompt_tokens"], row["gen_tokens"], row["batch_size"]
     machine = f"{row['chip']} {row['ram_gb']}GB"
-    model = row["eval_model"]
+    model = model_ref(row["eval_model"])
     kw = {"parallel": n, "prompt_cache": 0} if n > 1 else {}
     r = mlxfit.fit(model, p + g, gen=g, machine=machine,
                    prefill_step_size=row.get("prefill_step_size") or 2048, **kw)

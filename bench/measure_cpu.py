@@ -11,6 +11,7 @@ truth for the weights, the caches and the transients of MLX's CPU backend; see
     python bench/measure_cpu.py --only gemma3   # runs whose name contains "gemma3"
     python bench/measure_cpu.py --list          # list the runs, measure nothing
     python bench/measure_cpu.py --summary       # table of an existing results file
+    python bench/measure_cpu.py --mixers        # issue 12: RWKV-7 / RG-LRU / GLA / KDA mixers
 
 float32 matmuls go through BLAS; if Debian's OpenBLAS is installed
 (``apt-get install libopenblas0-pthread``) the script re-executes itself with it preloaded, which
@@ -31,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_OUT = HERE / "results" / "cpu_measurements.jsonl"
 LONG_OUT = HERE / "results" / "cpu_measurements_long.jsonl"
+MIXERS_OUT = HERE / "results" / "cpu_measurements_mixers.jsonl"
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
 
 # --------------------------------------------------------------------------------------------
@@ -234,6 +236,45 @@ GRANITE_HYBRID = {
     "tie_word_embeddings": True,
 }
 
+# Issue 12 item 5: the linear-recurrence mixers of the new families (mlx-lm 0.32.2), each a
+# per-token op loop on the CPU backend: RWKV-7's WKV (rwkv7.py), RG-LRU (recurrent_gemma.py),
+# Bailing's GLA (bailing_moe_linear.py recurrent_gla) and Kimi's KDA (kimi_linear.py, the
+# vectorized-gate gated delta rule of gated_delta.py).
+RWKV7 = {
+    "model_type": "rwkv7", "vocab_size": 2000, "hidden_size": 256, "intermediate_size": 512,
+    "norm_eps": 1e-5, "head_dim": 64, "num_hidden_layers": 3, "a_low_rank_dim": 32,
+    "v_low_rank_dim": 32, "gate_low_rank_dim": 32, "decay_low_rank_dim": 32,
+}
+RECURRENT_GEMMA = {
+    "model_type": "recurrent_gemma", "attention_bias": False, "conv1d_width": 4,
+    "hidden_size": 256, "intermediate_size": 768, "logits_soft_cap": 30.0,
+    "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 1,
+    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "attention_window_size": 512,
+    "vocab_size": 2000, "block_types": ["recurrent", "recurrent", "attention"],
+}
+BAILING_LINEAR = {
+    "model_type": "bailing_moe_linear", "hidden_size": 256, "intermediate_size": 512,
+    "max_position_embeddings": 8192, "moe_intermediate_size": 128, "num_experts": 4,
+    "num_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 4,
+    "num_experts_per_tok": 2, "num_hidden_layers": 4, "num_key_value_heads": 4,
+    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "vocab_size": 2000,
+    "first_k_dense_replace": 0, "layer_group_size": 2, "group_norm_size": 1,
+}
+KIMI_LINEAR = {
+    "model_type": "kimi_linear", "vocab_size": 2000, "hidden_size": 256,
+    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 4,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64, "kv_lora_rank": 64,
+    "q_lora_rank": None, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 32,
+    "mla_use_nope": False, "num_experts": 4, "num_experts_per_token": 2,
+    "num_shared_experts": 1, "moe_layer_freq": 1, "first_k_dense_replace": 0,
+    "moe_router_activation_func": "sigmoid", "moe_renormalize": True,
+    "routed_scaling_factor": 1.0, "use_grouped_topk": True, "num_expert_group": 1,
+    "topk_group": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
+    "model_max_length": 8192, "tie_word_embeddings": False,
+    "linear_attn_config": {"num_heads": 4, "head_dim": 64, "kda_layers": [1, 3],
+                           "short_conv_kernel_size": 4},
+}
+
 KV8 = {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 0}
 
 
@@ -415,6 +456,64 @@ def long_campaign() -> list[dict]:
     return runs
 
 
+def mixers_campaign() -> list[dict]:
+    """Issue 12 item 5: the prefill transient of the RWKV-7, RG-LRU, GLA and KDA mixers at
+    chunks 256-1024, two widths each and bf16 (``--mixers``; cpu_measurements_mixers.jsonl).
+    Where the last layer is a full-attention one, it is never computed in prefill: those
+    configs isolate the mixer."""
+    runs: list[dict] = []
+
+    def add(name, config, ctx, **kw):
+        tag = "_".join(f"{k}{v}" for k, v in sorted(kw.items()))
+        runs.append({"group": "mixers", "name": f"mixers/{name}/ctx{ctx}/{tag}",
+                     "config": config, "ctx": ctx, "kw": kw})
+
+    rwkv_h8 = dict(RWKV7, hidden_size=512)  # 8 heads of 64
+    rwkv_d32 = dict(RWKV7, head_dim=32)  # 8 heads of 32
+    for step in (256, 512, 1024):
+        add("rwkv7", RWKV7, 1100, prefill_step_size=step)
+    add("rwkv7_h8", rwkv_h8, 1100, prefill_step_size=1024)
+    add("rwkv7_d32", rwkv_d32, 1100, prefill_step_size=1024)
+    add("rwkv7", RWKV7, 600, prefill_step_size=512, dtype="bfloat16")
+    add("rwkv7", RWKV7, 1100, prefill_step_size=1024, dtype="bfloat16")
+    add("rwkv7_h8", rwkv_h8, 1100, prefill_step_size=1024, dtype="bfloat16")
+
+    rg_wide = dict(RECURRENT_GEMMA, hidden_size=512, num_attention_heads=8)
+    rg_lru = dict(RECURRENT_GEMMA, block_types=["recurrent", "recurrent", "recurrent",
+                                                "attention"])  # attention last: never run
+    for step in (256, 1024):
+        add("recurrent_gemma", RECURRENT_GEMMA, 1100, prefill_step_size=step)
+    add("recurrent_gemma", RECURRENT_GEMMA, 2100, prefill_step_size=1024)
+    add("recurrent_gemma_w512", rg_wide, 1100, prefill_step_size=1024)
+    for step in (256, 1024):
+        add("recurrent_gemma_lru_only", rg_lru, 1100, prefill_step_size=step)
+    add("recurrent_gemma", RECURRENT_GEMMA, 1100, prefill_step_size=1024, dtype="bfloat16")
+
+    gla = dict(BAILING_LINEAR, layer_group_size=4)  # layers 0-2 GLA, 3 global (never run)
+    gla_d128 = dict(gla, hidden_size=512)  # 4 heads of 128
+    gla_dense = dict(gla, num_experts=None)  # bf16 MoE has no CPU path
+    for step in (256, 512, 1024):
+        add("bailing_gla_only", gla, 1100, prefill_step_size=step)
+    add("bailing_gla_only_d128", gla_d128, 1100, prefill_step_size=1024)
+    for step in (256, 1024):
+        add("bailing_moe_linear", BAILING_LINEAR, 1100, prefill_step_size=step)
+    add("bailing_gla_only_dense", gla_dense, 1100, prefill_step_size=1024, dtype="bfloat16")
+    add("bailing_gla_only_d128_dense", dict(gla_d128, num_experts=None), 1100,
+        prefill_step_size=1024, dtype="bfloat16")
+
+    kda_only = dict(KIMI_LINEAR, linear_attn_config=dict(
+        KIMI_LINEAR["linear_attn_config"], kda_layers=[1, 2, 3]))  # MLA last: never run
+    kda_h8 = dict(kda_only, linear_attn_config=dict(kda_only["linear_attn_config"], num_heads=8))
+    for step in (256, 1024):
+        add("kimi_linear", KIMI_LINEAR, 1100, prefill_step_size=step)
+    for step in (256, 1024):
+        add("kimi_kda_only", kda_only, 1100, prefill_step_size=step)
+    add("kimi_kda_only_h8", kda_h8, 1100, prefill_step_size=1024)
+    add("kimi_kda_only_dense", dict(kda_only, first_k_dense_replace=4), 1100,
+        prefill_step_size=1024, dtype="bfloat16")
+    return runs
+
+
 def _maybe_reexec_with_openblas(args) -> None:
     if args.no_openblas or os.environ.get("MLXFIT_BENCH_CHILD") == "1":
         return
@@ -492,14 +591,19 @@ def main(argv=None) -> int:
     ap.add_argument("--no-openblas", action="store_true", help="do not preload OpenBLAS")
     ap.add_argument("--long", action="store_true",
                     help="the long-prompt MLA / hybrid runs of issue 18 instead of the campaign")
+    ap.add_argument("--mixers", action="store_true",
+                    help="issue 12's RWKV-7 / RG-LRU / GLA / KDA mixer runs instead")
     args = ap.parse_args(argv)
     if args.long and args.out == DEFAULT_OUT:
         args.out = LONG_OUT
+    if args.mixers and args.out == DEFAULT_OUT:
+        args.out = MIXERS_OUT
 
     if args.summary:
         summarize(args.out)
         return 0
-    runs = [r for r in (long_campaign() if args.long else campaign())
+    runs = [r for r in (long_campaign() if args.long else mixers_campaign() if args.mixers
+                        else campaign())
             if not args.only or any(s in r["name"] for s in args.only)]
     if args.list:
         for r in runs:

@@ -59,6 +59,7 @@ def _q(stem: str, base: str, bits_list, note: str = "", **kw) -> list[Spec]:
 QWEN3_4B_2507 = {"max_position_embeddings": 262144, "rope_theta": 5000000, "tie_word_embeddings": True}
 QWEN3_30B_2507 = {"max_position_embeddings": 262144, "rope_theta": 10000000}
 A_LOG = ("A_log",)
+QWEN3_1_7B = {"hidden_size": 2048, "intermediate_size": 6144}
 
 SPECS: list[Spec] = [
     # guruswami-ai/mlx-benchmarks local conversions (mlx_lm.convert --q-bits N, group 64 assumed).
@@ -99,6 +100,10 @@ SPECS: list[Spec] = [
     *[Spec(f"mlx-community/gemma-4-31b-it-{b}bit", "google__gemma-4-31B-it.json", b) for b in (4, 6)],
     Spec("mlx-community/gemma-4-26b-a4b-it-6bit", "google__gemma-4-26B-A4B.json", 6),
     Spec("mlx-community/GLM-4.7-Flash-4bit", "zai-org__GLM-4.7-Flash.json", 4),
+    # batched_published.jsonl (mudler/vllm.cpp's mlx_lm.benchmark -b N sweep on an M4 16GB).
+    Spec("mlx-community/Qwen3-1.7B-bf16", "Qwen__Qwen3-0.6B.json", None, overrides=QWEN3_1_7B,
+         note="Qwen3-1.7B: the 0.6B config with the 1.7B dimensions (2048 hidden, 6144 MLP; "
+              "28 layers, 16 / 8 heads x 128, tied embeddings: Qwen3 technical report table 1)"),
 ]
 
 
@@ -110,8 +115,10 @@ def build_spec(gc, s: Spec) -> Path:
     entry = gc.Entry(
         repo_id=s.name,
         base=str(s.base_path()),  # absolute: CONFIGS / abs == abs
-        description=(f"{s.name}: mlx_lm.convert affine {s.bits}-bit group {s.group} "
-                     f"(built by bench/metal_descriptors.py from {s.base}). {s.note}").strip(),
+        description=(f"{s.name}: "
+                     + (f"mlx_lm.convert affine {s.bits}-bit group {s.group}" if s.bits
+                        else "unquantized bfloat16")
+                     + f" (built by bench/metal_descriptors.py from {s.base}). {s.note}").strip(),
         bits=s.bits,
         group_size=s.group if s.bits else None,
         float32_in_checkpoint=s.float32,

@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
+from dataclasses import replace
 from itertools import pairwise
 from pathlib import Path
 
@@ -140,9 +141,10 @@ def test_throughput_is_monotone_and_saturates(q8b):
     per = [s.per_sequence_tps for s in steps]
     assert all(b >= a for a, b in pairwise(agg))
     assert all(b <= a for a, b in pairwise(per))
-    # The ceiling: one token's matmul FLOPs over the peak at the fitted efficiency, plus its
-    # attention (memory-bound at this context: its KV read).
-    mm, _ = compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 1)
+    # The ceiling: each further sequence costs one token's matmul FLOPs over the peak at the
+    # fitted efficiency, plus its attention (memory-bound at this context: its KV read).
+    mm, at = compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 1)
+    assert at < steps[0].kv_seconds
     ceiling = 1.0 / (mm + steps[0].kv_seconds)
     assert all(a < ceiling for a in agg)
     assert agg[-1] > 0.9 * ceiling and steps[-1].bound == "compute"
@@ -150,6 +152,47 @@ def test_throughput_is_monotone_and_saturates(q8b):
     # One sequence is fit's decode estimate.
     r = mlxfit.fit(Q8B, 4096, machine="M4 Max 128GB")
     assert steps[0].aggregate_tps == pytest.approx(r.predicted_decode_tps, rel=1e-12)
+
+
+def test_batched_step_by_hand(q8b):
+    """Qwen3-8B (dense) at 2,000 tokens, 6 sequences on an M4 Pro: the weights once, six KV
+    reads (longer than their attention FLOPs here), the fixed per-layer costs, five tokens'
+    matmul FLOPs and the batched path's per-layer cost (calibration.toml [decode]
+    batch_per_layer_s x 36 layers); one sequence pays neither."""
+    m = resolve_machine(PRO48)
+    chip = compute_for(m)
+    run = Run(ctx=2000)
+    one = batched_step(q8b.cfg, run, q8b.weights, m.bandwidth_gbs, CAL, m.name, 1, compute=chip)
+    six = batched_step(q8b.cfg, run, q8b.weights, m.bandwidth_gbs, CAL, m.name, 6, compute=chip)
+    mm, at = compute_seconds(q8b.cfg, run, q8b.weights, chip, CAL, 1)
+    kv1 = one.kv_seconds
+    assert 6 * at < 6 * kv1
+    assert six.weights_seconds == one.weights_seconds  # dense: no expert union
+    assert six.kv_seconds == pytest.approx(6 * kv1)
+    assert six.batch_seconds == pytest.approx(36 * CAL.decode.batch_per_layer_s)
+    assert one.batch_seconds == 0.0
+    want = one.step_seconds + 5 * kv1 + 5 * mm + 36 * CAL.decode.batch_per_layer_s
+    assert six.step_seconds == pytest.approx(want, rel=1e-9)
+    # The constant moves the batched step and only it.
+    cal2 = replace(CAL, decode=replace(CAL.decode, batch_per_layer_s=0.0))
+    six0 = batched_step(q8b.cfg, run, q8b.weights, m.bandwidth_gbs, cal2, m.name, 6, compute=chip)
+    one0 = batched_step(q8b.cfg, run, q8b.weights, m.bandwidth_gbs, cal2, m.name, 1, compute=chip)
+    assert six0.step_seconds == pytest.approx(six.step_seconds - six.batch_seconds)
+    assert one0.step_seconds == one.step_seconds
+
+
+def test_moe_step_reads_the_union_of_routed_experts():
+    """A MoE batch reads E x (1 - (1 - k/E)^B) distinct experts per layer: Qwen3-30B-A3B
+    (128 experts, top 8) at 4 sequences reads the expert bytes x (1 - (120/128)^4), not x 8/128."""
+    inp = model_inputs(resolve_model("mlx-community/Qwen3-30B-A3B-4bit"))
+    m = resolve_machine(PRO48)
+    run = Run(ctx=1000)
+    one = batched_step(inp.cfg, run, inp.weights, m.bandwidth_gbs, CAL, m.name, 1)
+    four = batched_step(inp.cfg, run, inp.weights, m.bandwidth_gbs, CAL, m.name, 4)
+    e = inp.weights.expert_bytes
+    assert inp.cfg.num_experts == 128 and inp.cfg.top_k == 8
+    extra = four.weights_read_bytes - one.weights_read_bytes
+    assert abs(extra - e * ((1 - (120 / 128) ** 4) - 8 / 128)) <= 1
 
 
 def test_decode_flops_by_hand(q8b):

@@ -31,7 +31,7 @@ from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.inputs import model_inputs
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.calibrate.twin import fit_decode
-from mlxfit.verbs.edges import machine_for
+from mlxfit.verbs.edges import compute_for, machine_for
 from mlxfit.verbs.measure.twin import predict
 
 ULTRA = "M3 Ultra 512GB"
@@ -136,13 +136,16 @@ def test_the_ultra_factor_and_the_fused_dims_change_the_prediction():
 
 
 def test_served_batched_estimate_takes_the_ultra_factors():
-    """fit_served's batched estimate (parallel 2) is batched_decode with the machine's name."""
+    """fit_served's batched estimate (parallel 2) is batched_decode with the machine's name
+    (and its compute: the second sequence's matmul FLOPs add to the step)."""
     cal = load_calibration()
     r = mlxfit.fit(QWEN7, CTX, machine=ULTRA, parallel=2, prompt_cache=0, calibration=cal)
     inputs = model_inputs(resolve_model(QWEN7))
-    two = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, ULTRA, 2)
+    chip = compute_for(machine_for(ULTRA))
+    two = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, ULTRA, 2,
+                            compute=chip)
     plain = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, "M3 Max",
-                              2)
+                              2, compute=chip)
     got = r.serving["batched_decode"]["aggregate_tps"]
     assert got == pytest.approx(two["aggregate_tps"], rel=1e-12)
     assert got < plain["aggregate_tps"]

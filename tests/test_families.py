@@ -25,9 +25,10 @@ CONFIGS = Path(__file__).parent / "fixtures" / "configs"
 # mixed mlx-lm's remapping with mlxfit's aliases, then FAMILIES); None: no row, sized as a
 # plain transformer. Keys: every model_type of the fixtures, every old REMAP key, every key of
 # mlx-lm 0.32.2's MODEL_REMAPPING. Issue 12 gave llava, minimax_m2, phi-msft and qwen2_5_vl
-# the rows of the modules mlx-lm loads for them, and added two aliases.
+# the rows of the modules mlx-lm loads for them (deepseek_v41_text: deepseek_v41, its row
+# added later), and added two aliases.
 BEFORE = {
-    "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3", "deepseek_v41_text": None,
+    "deepseek_v2": "deepseek_v2", "deepseek_v3": "deepseek_v3", "deepseek_v41_text": "deepseek_v41",
     "falcon_mamba": "mamba", "gemma2": "gemma2", "gemma3": "gemma3", "gemma3_text": "gemma3",
     "gemma4": "gemma4", "gemma4_text": "gemma4", "gemma4_unified": "gemma4",
     "gpt_oss": "gpt_oss", "iquestcoder": "llama", "joyai_llm_flash": "deepseek_v3",
@@ -146,3 +147,39 @@ def test_depth_from_pattern_is_a_family_fact() -> None:
     assert parse_config(cfg).num_layers == 5
     with pytest.raises(ConfigError, match="num_hidden_layers"):
         parse_config({**cfg, "model_type": "qwen3"})
+
+
+def test_required_fields_are_mlx_lms() -> None:
+    """model/mlx_lm_fields.py's copy: each module's ModelArgs fields without a default (modules
+    with their own from_dict left out), for every family row and mlxfit alias with a module."""
+    import dataclasses
+    import importlib
+
+    pytest.importorskip("mlx_lm.utils", reason="mlx-lm is not installed (pip install -e '.[measure]')")
+    from mlxfit.model.mlx_lm_fields import REQUIRED_FIELDS
+
+    modules = set(FAMILIES) | {a for a in FAMILY_ALIASES
+                               if importlib.util.find_spec(f"mlx_lm.models.{a}") is not None}
+    want = {}
+    for name in modules:
+        try:
+            args = importlib.import_module(f"mlx_lm.models.{name}").ModelArgs
+        except (ImportError, SystemExit):  # olmo.py exits without the ai2-olmo package
+            continue
+        if "from_dict" in args.__dict__:
+            continue
+        req = tuple(f.name for f in dataclasses.fields(args) if f.name != "model_type"
+                    and f.default is dataclasses.MISSING
+                    and f.default_factory is dataclasses.MISSING)
+        if req:
+            want[name] = req
+    assert REQUIRED_FIELDS == want
+
+
+def test_dbrx_context_limit_is_max_seq_len() -> None:
+    """databricks/dbrx-instruct states its context as max_seq_len (no max_position_embeddings):
+    fit's context limit comes from it instead of 'no max_position_embeddings'."""
+    path = CONFIGS / "published" / "SinclairSchneider__dbrx-instruct-quantization-fixed.json"
+    config = json.loads(path.read_text())
+    assert "max_position_embeddings" not in config
+    assert parse_config(config).max_position == config["max_seq_len"]

@@ -169,3 +169,71 @@ def test_oracle_stays_off_the_plain_import_path() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT / "src")}, check=True)
     assert out.stdout.strip() == "False"
+
+
+# --------------------------------------------------------------------------- transients by kind
+
+
+def _transients(cfg, ctx: int = 3000, step: int = 512) -> dict:
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.estimate.memory import peak_phase
+
+    cal = load_calibration()
+    return {be: {t.name: t.bytes for t in peak_phase(cfg, Run(ctx=ctx, prefill_step_size=step,
+                                                                   backend=be),
+                                                      cal.backend(be)).terms}
+            for be in ("metal", "cpu")}
+
+
+# Each kind of layer with a transient of its own: MLA + KDA, RWKV-7, RG-LRU + sliding window,
+# GLA, gated delta, Mamba2.
+PLAN_KINDS = ["kimi_linear", "rwkv7", "recurrent_gemma", "bailing_moe_linear", "qwen3_next",
+              "nemotron_h", "deepseek_v3"]
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("family", PLAN_KINDS)
+def test_mlx_lm_plan_sizes_the_same_prefill_as_the_table(tmp_path: Path, family: str) -> None:
+    """--plan mlx-lm on a known family: every transient term, on both backends, is the
+    table's (each layer keeps its kind: MLA latent, recurrence, window), not a plain
+    transformer's."""
+    config = json.loads((FAMILY_DIR / f"{family}.json").read_text())
+    inputs = model_inputs(resolve_model(str(_folder(tmp_path, config))))
+    got, warnings, _ = with_plan(inputs, config, "mlx-lm", Run(ctx=3000, prefill_step_size=512))
+    assert got.cfg.plan_source.startswith("mlx-lm ") and warnings == ()
+    assert _transients(got.cfg) == _transients(inputs.cfg)
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("family", ["qwen3_next", "nemotron_h", "olmo_hybrid", "falcon_h1"])
+def test_a_family_the_table_lacks_gets_its_recurrence_from_mlx_lm(tmp_path: Path,
+                                                                  family: str) -> None:
+    """Without a row (here: the row set aside and the mixer unknown, as a plain transformer
+    is sized), the plan read from mlx-lm finds the shared recurrence the model runs
+    (gated_delta.py, ssm.py) and its widths in the state: the table's prefill transient."""
+    from dataclasses import replace
+
+    config = json.loads((FAMILY_DIR / f"{family}.json").read_text())
+    inputs = model_inputs(resolve_model(str(_folder(tmp_path, config))))
+    plain = replace(inputs.cfg, family_known=False, plan_source="plain transformer (unverified)",
+                    linear_scan="", linear_v_heads=0, linear_k_dim=0, linear_v_dim=0,
+                    ssm_heads=0, ssm_head_dim=0)
+    assert _transients(plain) != _transients(inputs.cfg)
+    got, _, notes = with_plan(replace(inputs, cfg=plain), config, "auto",
+                              Run(ctx=3000, prefill_step_size=512))
+    assert any("read from mlx-lm" in n for n in notes)
+    assert _transients(got.cfg) == _transients(inputs.cfg)
+
+
+def test_kv_line_says_how_the_caches_grow(tmp_path: Path) -> None:
+    """deepseek_v41's caches are kept at exact size: the report does not claim 256-token steps
+    for them, and a plain KVCache model still says it has them."""
+    v41 = _folder(tmp_path / "v41",
+                  json.loads((FAMILY_DIR / "deepseek_v41_compressed.json").read_text()))
+    line = next(ln for ln in invoke("fit", str(v41), "--ctx", "2000", "--machine",
+                                    "M4 Pro 24GB").stdout.splitlines() if ln.startswith("KV"))
+    assert "exact-size" in line and "256-token steps)" in line
+    olmo3 = _folder(tmp_path / "olmo3", json.loads((FAMILY_DIR / "olmo3.json").read_text()))
+    line = next(ln for ln in invoke("fit", str(olmo3), "--ctx", "2000", "--machine",
+                                    "M4 Pro 24GB").stdout.splitlines() if ln.startswith("KV"))
+    assert line.rstrip().endswith("mlx-lm's 256-token steps")

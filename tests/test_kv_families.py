@@ -347,3 +347,70 @@ def test_jamba_mamba_state_in_the_activation_dtype():
     not float32) = 4,292,608 B per layer."""
     cfg = _family("jamba.json")
     assert cfg.state_bytes == 4 * (3 * 16384 * 2 + 16384 * 128 * 2)
+
+
+def test_deepseek_v41_window_compressed_kv_and_pending_rows():
+    """deepseek_v41_compressed.json: 8 layers, head_dim 64, window 128, index_head_dim 32;
+    ratios 0,0,4,4,1,1,128,0; kv sources 2,4,6,7; index sources 2,3,4,5. Every layer keeps
+    min(128, t) window rows x 64 x 2 B. Layer 2 (r 4, index): t//4 rows x (64 + 32) x 2 B and
+    t%4 pending rows x 2 x 64 x 4 B; layer 4 (r 1, index): t rows x 96 x 2 B; layer 6 (r 128,
+    no index): t//128 x 64 x 2 B + t%128 x 512 B. Layers 3 and 5 read others' state, layer 7
+    (r 0) compresses nothing. ctx 1001 (prefill 1000 in chunks of 512, then one token):
+    8 x 128 x 128 = 131,072; layer 2: 250 x 192 + 1 x 512 = 48,512; layer 4: 1001 x 192 =
+    192,192; layer 6: 7 x 128 + 105 x 512 = 54,656. Total 426,432 B, with no 256-token
+    steps anywhere (every array is concatenated and sliced to its exact size)."""
+    cfg = _family("deepseek_v41_compressed.json")
+    window = 8 * 128 * 64 * 2
+    assert window == 131_072
+    layer2 = 250 * (64 + 32) * 2 + 1 * 2 * 64 * 4
+    layer4 = 1001 * (64 + 32) * 2
+    layer6 = 7 * 64 * 2 + 105 * 2 * 64 * 4
+    assert (layer2, layer4, layer6) == (48_512, 192_192, 54_656)
+    assert kv_bytes_final(cfg, Run(ctx=1001, prefill_step_size=512)) == 426_432
+    # ctx 100 (inside the window): 8 x 100 x 128 window; layer 2: 25 groups, none pending;
+    # layer 4: 100 x 192; layer 6: no group closed yet, 100 pending rows x 512.
+    assert kv_bytes_final(cfg, Run(ctx=100)) == (8 * 100 * 128 + 25 * 192 + 100 * 192
+                                                 + 100 * 512)
+
+
+def test_deepseek_v41_refuses_what_mlx_lm_refuses():
+    """engram layers (mlx-lm's ModelArgs raises) and a source layer past compress_ratios
+    (its Compressor indexes the list): one ConfigError naming the field."""
+    import json
+    from pathlib import Path
+
+    from mlxfit.errors import ConfigError
+
+    d = json.loads((Path(__file__).parent / "fixtures" / "families"
+                    / "deepseek_v41_compressed.json").read_text())
+    with pytest.raises(ConfigError, match="engram_layer_ids"):
+        parse_config({**d, "engram_layer_ids": [1]})
+    with pytest.raises(ConfigError, match="compress_ratios"):
+        parse_config({**d, "compress_ratios": [0, 0, 4]})
+    with pytest.raises(ConfigError, match="kv_source_layer_ids"):
+        parse_config({**d, "kv_source_layer_ids": [8]})
+
+
+def test_olmo1_field_names():
+    """olmo.json (mlx-lm's test ModelArgs): d_model 1024, n_layers 4, n_heads 2 -> head_dim 512,
+    KV for all heads: 4 x 2 x 512 x 2 x 2 B = 16,384 B/token; ctx 300 -> 512 slots."""
+    cfg = _family("olmo.json")
+    assert (cfg.hidden, cfg.num_layers, cfg.vocab, cfg.intermediate) == (1024, 4, 10000, 1024)
+    assert kv_bytes_final(cfg, Run(ctx=300)) == 512 * 4 * 2 * 512 * 2 * 2
+
+
+def test_deepseek_v41_indexer_scores_are_the_prefill_transient():
+    """The compressed fixture's index layers 4 and 5 score every index key of layer 4 (ratio
+    1, index_n_heads 2): at ctx 4097, step 2048, chunk 2 (2048 tokens, 4096 keys by then) that
+    is index_score_arrays x 2048 x 2 x 4096 x 4 B (float32) = 67,108,864 B x the constant,
+    larger than any window layer's float32 scores (4 heads x 2048 queries x (128 window rows
+    + 16 top-k picks) x 4 B, x 3.05 sink arrays)."""
+    from mlxfit.calibration.load import load_calibration
+    from mlxfit.estimate.memory import scores_term
+
+    cfg = _family("deepseek_v41_compressed.json")
+    be = load_calibration().backend("cpu")
+    term = scores_term(cfg, Run(ctx=4097, backend="cpu"), 2, be, False)
+    assert term.inputs["index_keys"] == 4096
+    assert term.bytes == int(be.index_score_arrays * 2048 * 2 * 4096 * 4)
+    assert 2048 * 2 * 4096 * 4 > 3.05 * 4 * 2048 * (128 + 16) * 4 + 2048 * (128 + 16)

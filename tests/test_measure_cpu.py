@@ -28,16 +28,20 @@ from pathlib import Path
 
 import pytest
 from st_helpers import (
+    BAILING_LINEAR,
     DEEPSEEK_V3,
     GEMMA3,
     GPT_OSS,
     GRANITE_HYBRID,
+    KIMI_LINEAR,
     LLAMA64,
     LLAMA128,
     NEMOTRON_H,
     QWEN3,
     QWEN3_MOE,
     QWEN3_NEXT,
+    RECURRENT_GEMMA,
+    RWKV7,
     invoke,
 )
 
@@ -64,13 +68,17 @@ MODELS = {
     "llama_hd64": LLAMA64, "llama_hd128": LLAMA128, "qwen3": QWEN3, "gemma3_text": GEMMA3,
     "gpt_oss": GPT_OSS, "qwen3_moe": QWEN3_MOE, "deepseek_v3": DEEPSEEK_V3,
     "qwen3_next": QWEN3_NEXT, "nemotron_h": NEMOTRON_H, "granitemoehybrid": GRANITE_HYBRID,
+    "rwkv7": RWKV7, "recurrent_gemma": RECURRENT_GEMMA, "bailing_moe_linear": BAILING_LINEAR,
+    "kimi_linear": KIMI_LINEAR,
 }
 KV8 = {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 0}
 
 
-def _case(model: str, ctx: int, step: int, gen: int = 2, **kw) -> dict:
+def _case(model: str, ctx: int, step: int, gen: int = 2, repeats: int = REPEATS,
+          **kw) -> dict:
     tag = f"{model}/ctx{ctx}/step{step}/gen{gen}" + ("/kv8" if kw.get("kv_bits") else "")
-    return {"id": tag, "model": model, "ctx": ctx, "step": step, "gen": gen, "kw": kw}
+    return {"id": tag, "model": model, "ctx": ctx, "step": step, "gen": gen, "kw": kw,
+            "repeats": repeats}
 
 
 # Contexts cross the 256-token cache steps and the 128-token windows; steps split the prompt
@@ -110,6 +118,13 @@ CASES = [
     _case("granitemoehybrid", 300, 2048),
     _case("granitemoehybrid", 1100, 512),
     _case("granitemoehybrid", 1100, 512, **KV8),
+    # Issue 12's mixers, one run each (their op-by-op recurrences hold per-step states: the
+    # peak is the states, not the scheduler's slack; bench/results/cpu_measurements_mixers.jsonl
+    # has 29 runs of these configs)
+    _case("rwkv7", 300, 256, repeats=1),
+    _case("recurrent_gemma", 600, 512, repeats=1),
+    _case("bailing_moe_linear", 600, 512, repeats=1),
+    _case("kimi_linear", 300, 256, repeats=1),
 ]
 # Cases whose peak the current formulas miss by more than PEAK_TOLERANCE, and why (the
 # weights and caches of these cases are still asserted to the byte). Reported to the owners of
@@ -133,12 +148,25 @@ KNOWN_PEAK_MISSES: dict[str, str] = {
         "(ssd_square x heads x 256^2 x 4 + ssd_token x chunk x heads x head_dim x 4) where the "
         "measured transient leaves ~7.3 MB; its 512-token chunks are -4.5 %"),
 }
+KNOWN_PEAK_MISSES["kimi_linear/ctx300/step256/gen2"] = (
+    "KDA runs gated_delta.py's op-by-op rule, sized by the gated-delta term (linear_fallback "
+    "0.86 per-token states, fitted on Qwen3-Next): KDA keeps ~1.0-1.25 (-5.6 % here, -5 .. "
+    "-18 % over the 6 KDA runs of bench/results/cpu_measurements_mixers.jsonl); the same term "
+    "is +33 % / -18 % on the long Qwen3-Next runs, so it wants a refit for both")
 # The 512-token chunks of the same Mamba2 model have two peak modes ~5 % apart from run to run
 # (40.42 / 42.00 MB; with --kv-bits 8, 39.44 / 41.55 MB): the SSD term predicts the lower one.
 _SSD_MODES = ("Mamba2 SSD scan at 512-token chunks: two peak modes ~5 % apart from run to run; "
               "the prediction sits on the lower one (under by ~4.5-5.2 % when the upper appears)")
 KNOWN_PEAK_MISSES["nemotron_h/ctx1100/step512/gen2"] = _SSD_MODES
 KNOWN_PEAK_MISSES["nemotron_h/ctx1100/step512/gen2/kv8"] = _SSD_MODES
+# Arrays a model holds beside its parameters, which no safetensors header lists: the weights
+# are then exact up to these bytes (the bound), said with the reason.
+WEIGHTS_BEYOND_TENSORS: dict[str, tuple[int, str]] = {
+    "bailing_moe_linear": (64, ("bailing_moe_linear.py LinearAttention keeps _slope, an "
+                                "unevaluated -slopes x layer_factor (num_heads float32 and a "
+                                "float32 scalar, 20 B at 4 heads) per linear layer: not a "
+                                "parameter")),
+}
 # mlx-lm cannot quantize these caches (RotatingKVCache: NotImplementedError; MLA's latent:
 # AttributeError in its attention): mlxfit must refuse, not predict.
 REFUSED_KV8 = {"gemma3_text": "RotatingKVCache", "gpt_oss": "RotatingKVCache",
@@ -172,7 +200,7 @@ def _worker(cases_file: str, out_file: str, root: str) -> int:
                                    prefill_step_size=c["step"], calibration=cal,
                                    save=records is not None, results_file=records, **c["kw"])
 
-                runs = [one() for _ in range(REPEATS)]
+                runs = [one() for _ in range(c.get("repeats", REPEATS))]
                 m = max(runs, key=lambda x: x.term("peak").measured)
                 if abs(m.term("peak").error) > PEAK_TOLERANCE:
                     runs += [one() for _ in range(MORE_REPEATS)]
@@ -241,7 +269,7 @@ def format_table(results: list[dict]) -> str:
         peaks = r.get("peaks") or [pm]
         spread = (max(peaks) - min(peaks)) / max(peaks)
         lines.append(
-            f"| {r['id']} | {_mb(wm)} {'exact' if wm == wp else '!= ' + _mb(wp)} "
+            f"| {r['id']} | {_mb(wm)} {'exact' if wm == wp else f'{wm - wp:+,} B'} "
             f"| {_mb(km)} {'exact' if km == kp else '!= ' + _mb(kp)} "
             f"| {_mb(tm)} / {_mb(tp)} | {_mb(pm)} / {_mb(pp)} | {len(peaks)}, {100 * spread:.1f} % "
             f"| {100 * (pp - pm) / pm:+.1f} % |")
@@ -292,7 +320,9 @@ def test_prediction_matches_mlx_cpu(case, measured):
     assert r["exact"], "weights or KV bytes differ between repeats of the same run"
     t = r["terms"]
     wm, wp = t["weights"]
-    assert wp == wm, f"weights: predicted {wp} B, active memory after load {wm} B"
+    bound, why = WEIGHTS_BEYOND_TENSORS.get(case["model"], (0, ""))
+    assert 0 <= wm - wp <= bound, (f"weights: predicted {wp} B, active memory after load "
+                                   f"{wm} B" + (f" (known: {why})" if why else ""))
     km, kp = t["kv_cache"]
     assert kp == km, f"KV cache: predicted {kp} B, the caches' arrays hold {km} B"
     if "recurrent_state" in t:

@@ -17,13 +17,15 @@ from st_helpers import M4PRO, make_hf_cache, runner, write_sparse
 from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
 from mlxfit.hardware.resolve import GIB
-from mlxfit.render.pick import pick_to_json
+from mlxfit.render.pick import candidate_to_json, pick_to_json
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.sources.catalog import load_entry
 from mlxfit.sources.folder import missing_numbered_shards
 from mlxfit.sources.hf_cache import adapter_reason, drafter_reason
+from mlxfit.verbs.measure.run import mlx_missing_reason
 from mlxfit.verbs.pick import Option, choose, load_settings, pick
 
+MLX_MISSING = mlx_missing_reason()
 QWEN8 = "mlx-community/Qwen3-8B-4bit"  # 4.61 GB of weights, the built-in default
 QWEN30 = "mlx-community/Qwen3-30B-A3B-4bit"  # 17.18 GB
 QWEN4 = "mlx-community/Qwen3-4B-Instruct-2507-4bit"  # 2.26 GB
@@ -675,3 +677,45 @@ def test_unreadable_config_folder_is_one_clear_error(shared_dir, monkeypatch):
 
     msg = _as_unprivileged(run)
     assert msg.startswith("cannot read ") and "config.toml" in msg and "Permission denied" in msg
+
+
+# --------------------------------------------------------------------------- --plan
+
+
+def test_pick_plan_marks_an_unknown_family_unverified(tmp_path):
+    """--plan auto (the default) on a model_type neither the table nor mlx-lm knows: the
+    plain-transformer estimate, flagged on the candidate in the JSON (with mlx-lm installed,
+    after the oracle failed: a warning says it fell back)."""
+    cfg, _ = spec_of(QWEN4)
+    cache_model(hub(tmp_path), QWEN4, as_id="someone/odd-model",
+                config={**cfg, "model_type": "qwen3_future"})
+    (c,) = pick_to_json(pick(8192, machine=M4PRO))["candidates"]
+    assert (c["family_known"], c["plan_source"]) == (False, "plain transformer (unverified)")
+    table = pick_to_json(pick(8192, machine=M4PRO, plan="table"))["candidates"][0]
+    assert table["total_bytes"] == c["total_bytes"]
+
+
+def test_pick_plan_is_checked_first(tmp_path):
+    r = runner.invoke(app, ["pick", "--machine", M4PRO, "--plan", "guess"])
+    assert r.exit_code == 2 and "--plan must be one of" in r.stderr
+
+
+@pytest.mark.skipif(MLX_MISSING is not None, reason=f"mlx/mlx-lm not importable ({MLX_MISSING})")
+def test_pick_plan_mlx_lm_cross_checks_each_candidate(tmp_path):
+    """--plan mlx-lm: each downloaded model's table plan is checked against mlx-lm's own caches
+    (here Kimi-Linear's MLA + KDA layout): the candidate says so, its plan is mlx-lm's, and its
+    KV and state bytes are the table's (they agree)."""
+    cfg = json.loads((Path(__file__).parent / "fixtures" / "families"
+                      / "kimi_linear.json").read_text())
+    make_hf_cache(hub(tmp_path), "someone/kimi-tiny", {
+        "config.json": json.dumps(cfg).encode(),
+        "model.safetensors": {"model.embed_tokens.weight": ("BF16", [cfg["vocab_size"],
+                                                                    cfg["hidden_size"]])}},
+        commit=commit_of("someone/kimi-tiny"))
+    derived = pick(3000, machine=M4PRO, plan="mlx-lm").candidates[0]
+    tabled = pick(3000, machine=M4PRO, plan="table").candidates[0]
+    got, table = candidate_to_json(derived), candidate_to_json(tabled)
+    assert got["plan_source"].startswith("mlx-lm ") and table["plan_source"] == "table"
+    assert any(n.startswith("cross-checked: the family table matches") for n in got["notes"])
+    assert (derived.result.kv_bytes, derived.result.state_bytes) == (
+        tabled.result.kv_bytes, tabled.result.state_bytes)

@@ -27,6 +27,7 @@ class Backend:
     quantized_score_arrays: float
     mla_score_arrays: float
     mla_kv_arrays: float
+    index_score_arrays: float
     act_hidden: float
     act_ffn: float
     act_q: float
@@ -40,6 +41,9 @@ class Backend:
     ssd_square: float
     ssd_token: float
     linear_fallback: float
+    wkv_fallback: float
+    gla_scan: float
+    rglru_arrays: float
     growth_copy_layers: float
     base_bytes: float
 
@@ -53,6 +57,7 @@ class Decode:
     kv_unfused: float
     gqa_ultra: float
     ultra_eta: float
+    batch_per_layer_s: float  # BatchGenerator's decode path, sequences > 1 (estimate/batched.py)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ def pick_cmd(
     q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
     quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
     dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
+    plan: str = typer.Option("auto", "--plan", help="Cache plan of each downloaded model: auto, table or mlx-lm (as fit's)."),
 ) -> None:
     """The downloaded model to auto-load here, and why each candidate was chosen or not."""
     as_json = as_json or fmt == "json"
@@ -48,7 +49,7 @@ def pick_cmd(
                  quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,
                  only_fits=only_fits, quants=quants, q_bits=q_bits,
                  q_group_size=q_group_size, q_mode=q_mode, quant_predicate=quant_predicate,
-                 dtype=dtype)
+                 dtype=dtype, plan=plan)
     except MlxfitError as e:
         fail(e, as_json)
     if as_json:

@@ -156,17 +156,20 @@ def compute_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, chip: ChipComput
 
 @dataclass(frozen=True)
 class BatchedStep:
-    """One batched decode step of ``sequences`` sequences. The weight matmuls and the
-    attention are different kernels, run one after the other: each takes the longer of its
-    bytes over the bandwidth and its FLOPs over the compute (a roofline per kernel class)."""
+    """One batched decode step of ``sequences`` sequences: the reads of the first sequence's
+    step (fit's single-stream decode, whose calibration holds that token's FLOPs), the extra
+    experts the batch routes to, for every further sequence its matmul FLOPs, which MLX's
+    decode-size matmul kernels do not hide under the weight stream, and the attention: every
+    sequence's KV read or its FLOPs, whichever is longer (one kernel streams the keys)."""
 
     sequences: int
     step_seconds: float
-    weights_seconds: float  # the weights read once, over the calibrated bandwidth
+    weights_seconds: float  # the weights read once (the batch's union of experts)
     kv_seconds: float  # every sequence's attended KV
     matmul_seconds: float | None  # sequences x matmul FLOPs over the usable peak
     attention_seconds: float | None  # sequences x attention FLOPs
     fixed_seconds: float  # per-layer launch costs ([decode])
+    batch_seconds: float  # the batched path's per-layer cost, sequences > 1 ([decode])
     weights_read_bytes: int
     kv_read_bytes: int
 
@@ -183,10 +186,13 @@ class BatchedStep:
         return self.weights_seconds + self.kv_seconds
 
     @property
+    def compute_seconds(self) -> float:
+        return (self.matmul_seconds or 0.0) + (self.attention_seconds or 0.0)
+
+    @property
     def bound(self) -> str:
-        """"compute" once a kernel class's FLOPs take longer than its bytes."""
-        mm, at = self.matmul_seconds or 0.0, self.attention_seconds or 0.0
-        return "compute" if mm > self.weights_seconds or at > self.kv_seconds else "memory"
+        """"compute" once the batch's FLOPs take longer than its bytes."""
+        return "compute" if self.compute_seconds > self.memory_seconds else "memory"
 
     def to_dict(self) -> dict[str, Any]:
         return {"sequences": self.sequences, "step_seconds": self.step_seconds,
@@ -194,7 +200,8 @@ class BatchedStep:
                 "weights_seconds": self.weights_seconds, "kv_seconds": self.kv_seconds,
                 "matmul_seconds": self.matmul_seconds,
                 "attention_seconds": self.attention_seconds,
-                "fixed_seconds": self.fixed_seconds, "bound": self.bound,
+                "fixed_seconds": self.fixed_seconds, "batch_seconds": self.batch_seconds,
+                "bound": self.bound,
                 "weights_read_bytes": self.weights_read_bytes,
                 "kv_read_bytes": self.kv_read_bytes}
 
@@ -203,12 +210,18 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
                  cal: Calibration, machine_name: str, sequences: int, *,
                  compute: ChipCompute | None = None) -> BatchedStep:
     """One decode step of ``sequences`` sequences at the run's context:
-    max(weights read once, matmul FLOPs) + max(every sequence's attended KV, attention FLOPs)
-    + the per-layer fixed costs. Bytes at fit's decode constants (a MoE layer reads the union
-    of the experts the batch routes to, uniform routing assumed); FLOPs by
-    ``compute_seconds`` with the chip's ``compute`` (without it, bytes alone). Aggregate tok/s
-    rises with the batch and saturates where the matmuls become compute-bound. One sequence
-    is fit's decode estimate whenever it is memory-bound (``speed.predicted_decode_seconds``)."""
+    weights read once (a MoE layer reads the union of the experts the batch routes to:
+    E x (1 - (1 - k/E)^B) distinct experts, uniform routing) + the per-layer fixed costs
+    + (sequences - 1)/sequences of the batch's matmul FLOPs + max(every sequence's attended
+    KV, the batch's attention FLOPs) + the batched path's per-layer cost when sequences > 1
+    (FLOPs by ``compute_seconds`` with the chip's ``compute``; without it, bytes alone). The
+    matmul FLOPs add to the weight reads rather than overlap them: mlx_lm.benchmark -b 2..8
+    on an M4 grows by one token's KV read + matmul FLOPs per sequence
+    (bench/results/batched_published.md). The first sequence's FLOPs are left out because
+    the single-stream constants were fitted to measured decode that contains them, so one
+    sequence is fit's decode (``speed.predicted_decode_seconds``) while its attention is
+    memory-bound. Aggregate tok/s rises with the batch and saturates at
+    1 / (one token's matmul FLOPs + max(its KV read, its attention FLOPs))."""
     dec = cal.decode
     fused, ultra = decode_factors(cal, run.backend, machine_name)
     read = weights_read_term(cfg, w).bytes
@@ -222,8 +235,10 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
     comp = compute_seconds(cfg, run, w, compute, cal, sequences)
     mm, at = comp if comp is not None else (None, None)
     fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec)
-    step = max(w_s, mm or 0.0) + max(kv_s, at or 0.0) + fixed
+    batch_s = dec.batch_per_layer_s * cfg.num_layers if sequences > 1 else 0.0
+    step = (w_s + (mm or 0.0) * (sequences - 1) / sequences + max(kv_s, at or 0.0) + fixed
+            + batch_s)
     return BatchedStep(sequences=sequences, step_seconds=step, weights_seconds=w_s,
                        kv_seconds=kv_s, matmul_seconds=mm, attention_seconds=at,
-                       fixed_seconds=fixed, weights_read_bytes=read,
+                       fixed_seconds=fixed, batch_seconds=batch_s, weights_read_bytes=read,
                        kv_read_bytes=sequences * kr.bytes)

@@ -74,12 +74,15 @@ class Schedule:
     def keys_seen(self, a: Attn, n: int) -> int:
         """Keys chunk n's queries attend over (the score matrix's width): every token so far
         (this chunk included) for a full cache; a RotatingKVCache's length after the update; a
-        ChunkedKVCache's kept window plus this chunk."""
+        ChunkedKVCache's kept window plus this chunk; deepseek_v41's window (its last
+        ``window`` tokens) plus the top-k compressed rows each query picks."""
         c = self.chunk_at(n)
         if a.cache == "rotating":
             return rotating_size_prefill(self, a.window or 0, n)
         if a.cache == "chunked":
             return min(c.offset_after, (a.window or 0) + c.size)
+        if a.cache == "window":  # deepseek_v41: each query's window rows and top-k picks
+            return min(c.offset_after, a.window or 0) + a.sparse_topk
         return c.offset_after
 
     def kv_quantized_during(self, n: int, kv_bits: int | None, quantized_kv_start: int) -> bool:
@@ -258,3 +261,22 @@ def chunked_len_final(s: Schedule, chunk: int, tokens: int | None = None) -> int
     if rest > 0:
         length = chunk + STEP
     return length
+
+
+def tokens_seen_prefill(s: Schedule, n_chunks: int) -> int:
+    """Tokens every layer's cache has taken in right after the n-th prefill chunk."""
+    n_chunks = min(n_chunks, s.chunks()[2])
+    return s.offset_after(n_chunks) if n_chunks > 0 else 0
+
+
+def window_rows(tokens: int, window: int) -> int:
+    """deepseek_v41 LayerCache.update_window: concatenate, then keep the last ``window`` rows
+    (an exact-size slice, no 256-token steps): min(window, tokens) after every call."""
+    return min(window, tokens)
+
+
+def compressed_rows(tokens: int, ratio: int) -> tuple[int, int]:
+    """deepseek_v41 Compressor: (closed groups, rows of the open group) after ``tokens``. Each
+    call pools every full group of ``ratio`` rows (the open group's pending rows first); ratio
+    1 compresses each token on its own and keeps no pending rows."""
+    return divmod(tokens, ratio) if ratio > 1 else (tokens, 0)

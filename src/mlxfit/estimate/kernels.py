@@ -105,15 +105,15 @@ def kernel_note(cfg: ModelConfig, chunk: int, gpu_arch: str | None, machine: str
                 macos_major: int, decode_fused_dims: tuple[int, ...],
                 mlx_version: str = REFERENCE_MLX) -> str:
     """One line: the attention kernel each distinct attention layout takes on this Mac."""
-    parts = []
+    counts: dict[str, int] = {}  # layouts that differ only in their caches read alike
     for a, n in cfg.attn_groups:
         what = "MLA" if a.mla else f"head dim {a.head_dim}"
         path = prefill_path(a, chunk, arch_gen(gpu_arch), macos_major, mlx_version)
         if "NAX" in path and not NAX_IN_ESTIMATE:
             path += ", but the estimate keeps the score matrix (no published M5 run confirms it)"
-        parts.append(f"{n} x {what}: prefill {path}, "
-                     f"decode {decode_path(a, mlx_version, decode_fused_dims)}")
-    if not parts:
+        text = f"{what}: prefill {path}, decode {decode_path(a, mlx_version, decode_fused_dims)}"
+        counts[text] = counts.get(text, 0) + n
+    if not counts:
         return ""
     return (f"attention kernels on {machine} (MLX {mlx_version}, {chunk}-token chunks): "
-            + "; ".join(parts))
+            + "; ".join(f"{n} x {text}" for text, n in counts.items()))

@@ -119,7 +119,8 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
                              "arrays directly and fails on a quantized cache (mlx-lm 0.32)",
                              param="kv_bits")
         if cfg.never_quantized:
-            raise UsageError("kv_bits: mlx-lm never quantizes this model's CacheList "
+            what = "LayerCache" if cfg.family == "deepseek_v41" else "CacheList"
+            raise UsageError(f"kv_bits: mlx-lm never quantizes this model's {what} "
                              "caches (no to_quantized), so the flag has no effect",
                              param="kv_bits")
         if any(a.mla is not None for a, _ in attn_groups(cfg, run)):
@@ -177,6 +178,8 @@ def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
         return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
     if a.cache == "chunked":
         return cs.chunked_len_prefill(s, a.window or 0, n_chunks)
+    if a.cache == "window":
+        return cs.window_rows(cs.tokens_seen_prefill(s, n_chunks), a.window or 0)
     return cs.full_capacity_prefill(s, n_chunks)
 
 
@@ -188,6 +191,8 @@ def tokens_final(a: Attn, s: cs.Schedule) -> int:
         return cs.rotating_size_final(s, a.window or 0)
     if a.cache == "chunked":
         return cs.chunked_len_final(s, a.window or 0)
+    if a.cache == "window":
+        return cs.window_rows(s.ctx, a.window or 0)
     return cs.full_capacity_final(s)
 
 
@@ -197,9 +202,32 @@ def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: 
     return tokens * per_token_bytes(a, act_bytes)
 
 
+def compress_bytes(a: Attn, tokens: int, act_bytes: int) -> int:
+    """deepseek_v41 compressed KV once a layer has taken in ``tokens``: the closed groups
+    (head_dim + index keys, activation dtype) and the open group's float32 pending rows."""
+    if a.compress is None:
+        return 0
+    closed, pending = cs.compressed_rows(tokens, a.compress.ratio)
+    return closed * a.compress.width * act_bytes + pending * a.compress.pending * 4
+
+
+def layer_bytes_prefill(a: Attn, s: cs.Schedule, n_chunks: int, quantized: bool, run: Run,
+                        act_bytes: int) -> float:
+    """One layer's cache bytes right after the n-th prefill chunk."""
+    return (_layer_kv_bytes(a, tokens_prefill(a, s, n_chunks), quantized, run, act_bytes)
+            + compress_bytes(a, cs.tokens_seen_prefill(s, n_chunks), act_bytes))
+
+
+def layer_bytes_final(a: Attn, s: cs.Schedule, quantized: bool, run: Run,
+                      act_bytes: int) -> float:
+    """One layer's cache bytes once it holds the schedule's whole context."""
+    return (_layer_kv_bytes(a, tokens_final(a, s), quantized, run, act_bytes)
+            + compress_bytes(a, s.ctx, act_bytes))
+
+
 def kv_bytes_final(cfg: ModelConfig, run: Run) -> int:
     s = run.schedule()
-    return int(sum(n * _layer_kv_bytes(a, tokens_final(a, s), run.kv_quantized, run, cfg.act_bytes)
+    return int(sum(n * layer_bytes_final(a, s, run.kv_quantized, run, cfg.act_bytes)
                    for a, n in attn_groups(cfg, run)))
 
 
@@ -343,20 +371,33 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = No
     scale, rule = floor_scale(cfg, c, be, run, weights_bytes) if floor else (1.0, (0, 0))
     floor *= scale
     linear = 0.0
-    if cfg.linear_v_heads and be.act_linear:
+    if cfg.linear_scan == "gated_delta" and be.act_linear:
         # Gated-delta layers (Qwen3-Next / 3.5): float32 copies of the value state per token.
         linear = be.act_linear * c * cfg.linear_v_heads * cfg.linear_v_dim * 4
+    # RG-LRU (recurrent_gemma.py RGLRU): its gates, decay and normalized input, lru_width wide
+    # per token, on top of a plain layer's activations.
+    lru = be.rglru_arrays * c * cfg.lru_width * _act_dtype_bytes(cfg, be)
     return Term(
         "activations",
-        int(max(c * per_tok, floor) + linear),
+        int(max(c * per_tok, floor) + linear + lru),
         "max(chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
         "+ act_moe*top_k*hidden), act_floor x min(1, chunk/act_floor_tokens) x floor_scale) "
-        "+ act_linear x chunk x Hv x Dv x 4",
+        "+ act_linear x chunk x Hv x Dv x 4 + rglru_arrays x chunk x lru_width x dtype",
         {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
          "bytes_per_chunk_token": round(per_tok), "floor": int(floor),
          "commit_rule_ops_mb": list(rule), "floor_scale": round(scale, 3),
-         "gated_delta": int(linear)},
+         "gated_delta": int(linear), "rg_lru": int(lru)},
     )
+
+
+def linear_scan_bytes(cfg: ModelConfig, c: int, be: Backend) -> float:
+    """A linear-attention layer's recurrence run op by op (no kernel on this backend): the
+    state of every step stays alive until the chunk is done, so a per-token (Hv, Dv, Dk) state
+    in the recurrence's own dtype. The count per token is measured per recurrence."""
+    per_step = {"gated_delta": be.linear_fallback, "wkv7": be.wkv_fallback,
+                "gla": be.gla_scan}.get(cfg.linear_scan, 0.0)
+    return (per_step * c * cfg.linear_v_heads * cfg.linear_k_dim * cfg.linear_v_dim
+            * cfg.linear_state_bytes)
 
 
 def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
@@ -385,19 +426,28 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
             v += arrays * m.heads * c * k * b + c * k
             v += be.mla_kv_arrays * m.heads * k * (m.qk_nope + m.v_head) * b
         elif unfused:
-            v += arrays * a.q_heads * c * k * b + c * k
+            # deepseek_v41's _sparse_attention casts queries and keys to float32 first.
+            v += arrays * a.q_heads * c * k * (4 if a.cache == "window" else b) + c * k
         if v > best:
             best = v
             best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
                        "unfused": unfused, "mla": a.mla is not None,
                        "score_arrays": arrays if (unfused or a.mla) else 0}
-    if cfg.linear_v_heads and be.linear_fallback:
-        # Gated delta rule without a fused kernel (CPU): per-token (Hv, Dv, Dk) float32; it
-        # runs in other layers than the attention, so the larger of the two is alive.
-        lin = (be.linear_fallback * c * cfg.linear_v_heads * cfg.linear_k_dim
-               * cfg.linear_v_dim * 4)
-        if lin > best:
-            best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c}
+    # A linear-attention recurrence without a kernel runs in other layers than the
+    # attention, so the larger of the two is alive.
+    lin = linear_scan_bytes(cfg, c, be)
+    if lin > best:
+        best, best_in = lin, {"linear_attention_scan": int(lin), "chunk": c,
+                              "recurrence": cfg.linear_scan}
+    for a, _ in attn_groups(cfg, run, prefill_compute=True):
+        if a.index is not None:
+            # deepseek_v41's indexer: q (chunk, heads, dim) against every index key, a float32
+            # (chunk, heads, keys) score matrix before it is summed over the heads.
+            keys = cs.compressed_rows(s.offset_after(n_chunk), a.index.source_ratio)[0]
+            idx = be.index_score_arrays * c * a.index.heads * keys * 4
+            if idx > best:
+                best, best_in = idx, {"sparse_index_scores": int(idx), "index_keys": keys,
+                                      "chunk": c}
     mixer = 0.0
     if cfg.ssm_heads:
         # Mamba2 SSD (mlx_lm/models/ssm.py ssm_attn): float32 (heads, s, s) decay/attention
@@ -409,8 +459,9 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
         best_in["state_space_scan"] = int(mixer)
     return Term("attention_scores", int(best + mixer),
                 "unfused layers: score_arrays x q_heads x chunk x keys x dtype + chunk x keys "
-                "(mask); MLA: pe_scores + heads x keys x (qk_nope + v_head) x dtype; "
-                "+ SSM chunked-scan intermediates", best_in)
+                "(mask); MLA: pe_scores + heads x keys x (qk_nope + v_head) x dtype; or an "
+                "op-by-op linear recurrence: per-step states x chunk x Hv x Dv x Dk x state "
+                "dtype; + SSM chunked-scan intermediates", best_in)
 
 
 def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
@@ -432,8 +483,8 @@ def growth_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     s = run.schedule()
     best = 0.0
     for a, _ in attn_groups(cfg, run):
-        old = tokens_prefill(a, s, n_chunk - 1) if n_chunk > 1 else 0
-        best = max(best, _layer_kv_bytes(a, old, quantized, run, cfg.act_bytes))
+        old = layer_bytes_prefill(a, s, n_chunk - 1, quantized, run, cfg.act_bytes)
+        best = max(best, old if n_chunk > 1 else 0)
     return Term("kv_growth_copy", int(be.growth_copy_layers * best),
                 "growth_copy_layers x one layer's cache before this chunk (concatenate copy)",
                 {"growth_copy_layers": be.growth_copy_layers})
@@ -450,7 +501,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
     quant_now = s.kv_quantized_during(n_chunk, run.kv_bits, start)
     converting = s.kv_converted_after(n_chunk, run.kv_bits, start)
     groups = attn_groups(cfg, run)
-    kv = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), quant_now, run, cfg.act_bytes)
+    kv = sum(n * layer_bytes_prefill(a, s, n_chunk, quant_now, run, cfg.act_bytes)
              for a, n in groups)
     terms = [
         activations_term(cfg, c, be, run, weights_bytes),
@@ -459,7 +510,7 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
         growth_copy_term(cfg, run, n_chunk, be, quant_now),
     ]
     if converting:
-        q = sum(n * _layer_kv_bytes(a, tokens_prefill(a, s, n_chunk), True, run, cfg.act_bytes)
+        q = sum(n * layer_bytes_prefill(a, s, n_chunk, True, run, cfg.act_bytes)
                 for a, n in groups)
         terms.append(Term("kv_quantize_copy", int(q),
                           "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
@@ -477,10 +528,12 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     copy = 0.0
     for a, _ in attn_groups(cfg, run):
         # The step that last grew (or trimmed) the cache held the old buffer beside the new.
-        before = tokens_final(a, cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size))
+        earlier = cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size)
         if a.cache == "rotating":
-            before = tokens_prefill(a, s, s.chunks()[2])
-        copy = max(copy, _layer_kv_bytes(a, before, quant, run, cfg.act_bytes))
+            before = layer_bytes_prefill(a, s, s.chunks()[2], quant, run, cfg.act_bytes)
+        else:
+            before = layer_bytes_final(a, earlier, quant, run, cfg.act_bytes)
+        copy = max(copy, before)
     logits = cfg.vocab * 4 * 2  # float32 logits and log-probs of one position
     terms = (
         Term("kv_growth_copy", int(be.growth_copy_layers * copy),

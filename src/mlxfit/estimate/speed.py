@@ -11,7 +11,7 @@ calibration and the Ultra factor from the machine name, so no caller assembles t
 from __future__ import annotations
 
 from mlxfit.calibration.constants import Calibration, Decode
-from mlxfit.estimate.memory import Run, Term, _layer_kv_bytes, attn_groups
+from mlxfit.estimate.memory import Run, Term, _layer_kv_bytes, attn_groups, compress_bytes
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsRead
 
@@ -48,7 +48,10 @@ def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
         if a.cache == "shared":
             continue
         n = run.ctx if a.cache == "full" else min(run.ctx, a.window or run.ctx)
-        b = count * _layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
+        # deepseek_v41: the indexer scores every index key and the attention gathers its
+        # top-k compressed rows; the whole compressed cache is counted as read.
+        b = count * (_layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
+                     + compress_bytes(a, run.ctx, cfg.act_bytes))
         if cal is not None:  # without constants: the bytes alone (serving, cluster stages)
             if cfg.scores_always or (a.mla is None and a.head_dim not in fused_decode):
                 b *= cal.kv_unfused

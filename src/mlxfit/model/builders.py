@@ -26,7 +26,7 @@ class Ctx:
     act_bytes: int
     warnings: list[str]
     # Widths of non-attention mixers, for the prefill transient: filled by the builders.
-    mixer: dict[str, int] = field(default_factory=dict)
+    mixer: dict[str, Any] = field(default_factory=dict)
 
     def attn(self, cache: str = "full", **kw: Any) -> Attn:
         kv = kw.pop("kv_heads", self.kv_heads)
@@ -195,7 +195,8 @@ def linear_state_bytes(c: Ctx) -> int:
     kernel = f.int("linear_conv_kernel_dim", 4, minimum=1)
     conv = (kernel - 1) * (2 * kh * kd + vh * vd) * c.act_bytes
     recurrent = vh * vd * kd * 4  # gated_delta.py: float32 state (B, Hv, Dv, Dk)
-    c.mixer.update(linear_v_heads=vh, linear_k_dim=kd, linear_v_dim=vd)
+    c.mixer.update(linear_scan="gated_delta", linear_v_heads=vh, linear_k_dim=kd,
+                   linear_v_dim=vd, linear_state_bytes=4)
     return conv + recurrent
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.builders import Ctx, linear_state_bytes, mla
-from mlxfit.model.config import Attn, Fields, Layer
+from mlxfit.model.config import Attn, Compress, Fields, Layer, SparseIndex
 
 
 def _sub(c: Ctx, key: str, required: bool = True) -> Fields:
@@ -162,7 +162,8 @@ def _kda_state(c: Ctx, cfg: Fields) -> int:
     heads = cfg.int("num_heads", c.heads, minimum=1)
     hd = cfg.int("head_dim", c.head_dim, minimum=1)
     kernel = cfg.int("short_conv_kernel_size", 4, minimum=1)
-    c.mixer.update(linear_v_heads=heads, linear_k_dim=hd, linear_v_dim=hd)
+    c.mixer.update(linear_scan="gated_delta", linear_v_heads=heads, linear_k_dim=hd,
+                   linear_v_dim=hd, linear_state_bytes=4)
     return (kernel - 1) * 3 * heads * hd * c.act_bytes + heads * hd * hd * 4
 
 
@@ -194,8 +195,11 @@ def bailing_hybrid(c: Ctx) -> list[Layer]:
 
 
 def bailing_moe_linear(c: Ctx) -> list[Layer]:
-    # Linear layers: ArraysCache(1), heads x head_dim x head_dim in the activation dtype.
+    # Linear layers: ArraysCache(1), heads x head_dim x head_dim in the activation dtype, the
+    # state of recurrent_gla (a per-token op loop on every backend: no kernel).
     state = c.heads * c.head_dim * c.head_dim * c.act_bytes
+    c.mixer.update(linear_scan="gla", linear_v_heads=c.heads, linear_k_dim=c.head_dim,
+                   linear_v_dim=c.head_dim, linear_state_bytes=c.act_bytes)
     return [Layer(c.attn("full")) if g else Layer(None, state_bytes=state, state_kind="linear")
             for g in _global_every(c)]
 
@@ -223,6 +227,7 @@ def recurrent_gemma(c: Ctx) -> list[Layer]:
     # temporal conv width 4: the config's lru_width and conv1d_width are not passed on.
     lru = c.hidden
     state = (3 * lru + lru) * c.act_bytes
+    c.mixer.update(lru_width=lru)
     window = f.int("attention_window_size", 2048, minimum=1)
     hd = c.hidden // c.heads
     return [Layer(c.attn("rotating", window=window, kv_heads=1, head_dim=hd))
@@ -280,6 +285,9 @@ def rwkv7(c: Ctx) -> list[Layer]:
     hd = c.f.int("head_dim", 64, minimum=1)
     heads = c.hidden // hd
     state = (2 * c.hidden + heads * hd * hd) * c.act_bytes
+    # The WKV recurrence: a Metal kernel, else (CPU) a per-token op loop on that state.
+    c.mixer.update(linear_scan="wkv7", linear_v_heads=heads, linear_k_dim=hd, linear_v_dim=hd,
+                   linear_state_bytes=c.act_bytes)
     return [Layer(None, state_bytes=state, state_kind="linear") for _ in range(c.n)]
 
 
@@ -350,9 +358,20 @@ GPT2_NAMES = {"n_embd": "hidden_size", "n_layer": "num_hidden_layers",
               "n_inner": "intermediate_size", "n_positions": "max_position_embeddings"}
 
 
+def prepare_recurrent_gemma(d: dict[str, Any]) -> dict[str, Any]:
+    """recurrent_gemma.py MLPBlock: intermediate_size is the expanded width; its gate and up
+    projections are each half of it, the width a prefill chunk's MLP computes."""
+    out = dict(d)
+    v = out.get("intermediate_size")
+    if isinstance(v, int) and not isinstance(v, bool):
+        out["intermediate_size"] = v // 2
+    return out
+
+
 def prepare_dbrx(d: dict[str, Any]) -> dict[str, Any]:
+    # max_seq_len is DBRX's context limit (databricks/dbrx-instruct: 32768)
     out = renamed({"d_model": "hidden_size", "n_layers": "num_hidden_layers",
-                   "n_heads": "num_attention_heads"})(d)
+                   "n_heads": "num_attention_heads", "max_seq_len": "max_position_embeddings"})(d)
     attn = d.get("attn_config")
     if isinstance(attn, dict) and out.get("num_key_value_heads") is None:
         out["num_key_value_heads"] = attn.get("kv_n_heads")
@@ -425,3 +444,88 @@ def plamo3(c: Ctx) -> list[Layer]:
     window = c.f.int("window_size", 2048, minimum=1)
     return [Layer(c.attn("full")) if (i + 1) % p == 0
             else Layer(c.attn("rotating", window=window)) for i in range(c.n)]
+
+
+def _layer_ids(c: Ctx, key: str) -> set[int]:
+    ids = c.f.int_list(key) or []
+    if any(not 0 <= i < c.n for i in ids):
+        raise ConfigError(f"{c.f.where}: '{key}' names a layer outside 0..{c.n - 1}",
+                          file=c.f.where, field=key)
+    return set(ids)
+
+
+def deepseek_v41(c: Ctx) -> list[Layer]:
+    # deepseek_v41.py make_cache: a LayerCache(sliding_window) per layer. Every layer keeps the
+    # last sliding_window rows of its head_dim-wide KV (one latent, no heads). A layer with a
+    # compress ratio r > 0 that is in kv_source_layer_ids also keeps its compressed KV (one
+    # head_dim row per r tokens; r == 1: every token) and, when in index_source_layer_ids too,
+    # index keys (index_head_dim) per compressed row; with r > 1, the open group's rows stay
+    # as two float32 head_dim arrays (pending_kv, pending_gate). Other layers read the
+    # compressed state of earlier ones and hold none of it.
+    f = c.f
+    if f.int_list("engram_layer_ids"):  # ModelArgs.__post_init__ raises ValueError for these
+        raise ConfigError(f"{f.where}: 'engram_layer_ids' is set: mlx-lm 0.32's deepseek_v41 "
+                          "has no engram memory and refuses the config", file=f.where,
+                          field="engram_layer_ids")
+    ratios = f.int_list("compress_ratios") or []
+    if any(r < 0 for r in ratios):
+        raise ConfigError(f"{f.where}: 'compress_ratios' must be >= 0", file=f.where,
+                          field="compress_ratios")
+    kv_src = _layer_ids(c, "kv_source_layer_ids")
+    index_src = _layer_ids(c, "index_source_layer_ids")
+    for key, ids in (("kv_source_layer_ids", kv_src), ("index_source_layer_ids", index_src)):
+        if ids and max(ids) >= len(ratios):  # mlx-lm's Compressor / Indexer read ratios[i]
+            raise ConfigError(f"{f.where}: '{key}' names layer {max(ids)} but "
+                              f"'compress_ratios' has {len(ratios)} entries", file=f.where,
+                              field="compress_ratios")
+    window = f.int("sliding_window", 128, minimum=1)
+    hd = c.head_dim
+    index = f.int("index_head_dim", 128)
+    index_heads = f.int("index_n_heads", 32)
+    layers = []
+    index_ratio = 0  # ratio of the latest layer that made index keys (forward order)
+    picked = False  # an index layer has chosen top-k compressed rows (shared topk_idx)
+    for i in range(c.n):
+        r = ratios[i] if i < len(ratios) else 0
+        comp = idx = None
+        if r and i in kv_src:
+            comp = Compress(r, hd + (index if i in index_src else 0), 2 * hd if r > 1 else 0)
+            if i in index_src:
+                index_ratio = r
+        if r and i in index_src and index_ratio:  # Indexer scores the shared index keys
+            idx = SparseIndex(index_heads, index_ratio)
+            picked = True
+        # A compressing layer past an index layer attends its window plus the top-k picks.
+        topk = f.int("index_topk", 512) if r and picked else 0
+        layers.append(Layer(Attn("window", c.heads, 1, hd, 0, hd, window=window, sinks=True,
+                                 compress=comp, index=idx, sparse_topk=topk)))
+    return layers
+
+
+def prepare_olmo(d: dict[str, Any]) -> dict[str, Any]:
+    # olmo.py (OLMo 1) ModelArgs: d_model / n_layers / n_heads; wte and the output head have
+    # embedding_size rows (padded past vocab_size); ff_proj is mlp_hidden_size wide (default
+    # mlp_ratio x d_model) and SwiGLU halves it, so the MLP's intermediate is half of it.
+    out = renamed({"d_model": "hidden_size", "n_layers": "num_hidden_layers",
+                   "n_heads": "num_attention_heads", "weight_tying": "tie_word_embeddings",
+                   "max_sequence_length": "max_position_embeddings"})(d)
+    if isinstance(d.get("embedding_size"), int):
+        out["vocab_size"] = d["embedding_size"]
+    mlp = d.get("mlp_hidden_size")
+    if mlp is None and isinstance(d.get("d_model"), int):
+        ratio = d.get("mlp_ratio", 4)
+        mlp = ratio * d["d_model"] if isinstance(ratio, int) else None
+    if isinstance(mlp, int) and not isinstance(mlp, bool) and out.get("intermediate_size") is None:
+        out["intermediate_size"] = mlp // 2
+    return out
+
+
+def olmo(c: Ctx) -> list[Layer]:
+    # olmo.py: one KVCache per block, every head its own KV (no GQA), head_dim d_model/n_heads.
+    c.warnings.append("mlx-lm 0.32's olmo.py fails on any model call of more than one token "
+                      "(it adds the 'causal' mask string to the attention scores), so "
+                      "mlx_lm.generate cannot prefill a prompt; sized as its caches would be")
+    if c.f.bool("tie_word_embeddings", False):
+        c.warnings.append("olmo with weight_tying: mlx-lm 0.32's olmo.py then returns "
+                          "(logits, cache), which mlx_lm.generate cannot use")
+    return [Layer(c.attn("full")) for _ in range(c.n)]

@@ -22,7 +22,8 @@ class Attn:
 
     cache: "full" (KVCache), "rotating" (RotatingKVCache, window tokens), "chunked"
     (ChunkedKVCache, window = attention_chunk_size), "shared" (reads another layer's cache,
-    owns none).
+    owns none), "window" (deepseek_v41's LayerCache: exactly the last ``window`` tokens, kept by
+    concatenate-and-slice, no 256-token steps; ``compress`` adds its compressed groups).
     """
 
     cache: str
@@ -34,6 +35,31 @@ class Attn:
     window: int | None = None
     sinks: bool = False
     mla: Mla | None = None
+    compress: Compress | None = None
+    index: SparseIndex | None = None
+    sparse_topk: int = 0  # deepseek_v41: compressed rows each query also attends (index_topk)
+
+
+@dataclass(frozen=True)
+class SparseIndex:
+    """deepseek_v41's indexer on a layer that runs it: ``heads`` query heads score every index
+    key of the latest earlier (or this) layer that makes them, one key per ``source_ratio``
+    tokens: a float32 (chunk, heads, keys) score matrix in prefill."""
+
+    heads: int
+    source_ratio: int
+
+
+@dataclass(frozen=True)
+class Compress:
+    """deepseek_v41's compressed KV on a layer that makes it (LayerCache.compress_kv / index_k
+    / pending_*): one entry per ``ratio`` tokens, each ``width`` elements in the activation
+    dtype (head_dim, plus index_head_dim where the layer also makes index keys); the tokens of
+    the still-open group (tokens % ratio) held as ``pending`` float32 elements each."""
+
+    ratio: int
+    width: int
+    pending: int
 
 
 @dataclass(frozen=True)
@@ -74,15 +100,20 @@ class ModelConfig:
     scores_always: bool  # hand-written attention (Gemma 2): scores always materialized
     act_bytes: int  # activation / KV dtype width (bf16 = 2)
     warnings: tuple[str, ...] = field(default=())
-    # Non-attention mixer widths (0 when absent): Mamba2 SSD heads / head dim, gated-delta
-    # linear attention value heads and key/value head dims.
+    # Non-attention mixer widths (0 when absent): Mamba2 SSD heads / head dim, linear
+    # attention value heads and key/value head dims, and which recurrence those layers run
+    # ("gated_delta": gated_delta.py, Qwen3-Next / KDA; "wkv7": RWKV-7; "gla": Bailing's
+    # recurrent_gla) with its state's element bytes; RG-LRU width (recurrent_gemma).
     ssm_heads: int = 0
     ssm_head_dim: int = 0
     linear_v_heads: int = 0
     linear_k_dim: int = 0
     linear_v_dim: int = 0
+    linear_scan: str = ""
+    linear_state_bytes: int = 4
+    lru_width: int = 0
     gated_q: bool = False  # q_proj also produces an output gate (Qwen3-Next / Qwen3.5)
-    never_quantized: bool = False  # CacheList caches: mlx-lm's --kv-bits leaves them as they are
+    never_quantized: bool = False  # no to_quantized (CacheList, LayerCache): --kv-bits no-op
     no_quantized_attention: bool = False  # the attention fails on a QuantizedKVCache
     # Whether the cache plan is known to match mlx-lm: a family row ("table"), a plan read from
     # mlx-lm's own classes ("mlx-lm <version>"), or neither: a plain transformer, unverified.

@@ -7,6 +7,7 @@ Pure: every builder takes the config's fields (``Ctx``) and returns the per-laye
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -78,7 +79,8 @@ class Family:
     depth_from_pattern: bool = False
     # The family's own field names mapped to the standard ones before parse_config reads them.
     prepare: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-    # Caches mlx-lm never quantizes (CacheList has no to_quantized): --kv-bits has no effect.
+    # Caches mlx-lm never quantizes (CacheList, deepseek_v41's LayerCache: no to_quantized):
+    # --kv-bits has no effect.
     never_quantized: bool = False
     # Hand-written attention that reads the cache's arrays directly: mlx-lm fails on a
     # QuantizedKVCache (checked by the oracle), so --kv-bits is refused.
@@ -88,6 +90,21 @@ class Family:
     # falcon_h1: 64). Gemma 3 12B's config has no head_dim, and 3840 // 16 = 240 sized its KV
     # cache 6% small: found by the tensor cross-check (model.crosscheck).
     head_dim_default: int | None = None
+    # False: mlx-lm's attention is hidden_size // heads whatever head_dim the config states (its
+    # ModelArgs has no head_dim field, so from_dict drops it). microsoft/Phi-tiny-MoE's config
+    # says head_dim 128 with 4096 / 16 heads: mlx-lm's phimoe caches 256-wide keys, 2x the KV.
+    config_head_dim: bool = True
+
+
+# mlx-lm modules whose attention takes hidden_size // num_attention_heads and ignores a config's
+# head_dim (tests/test_oracle_families.py checks each against mlx-lm with a mismatched head_dim).
+IGNORES_HEAD_DIM = frozenset({
+    "qwen2", "qwen2_moe", "mixtral", "phi3", "phimoe", "granite", "granitemoe", "starcoder2",
+    "cohere", "internlm3", "gpt2", "lille-130m", "gptj", "dbrx", "Klear", "apertus",
+    "bailing_moe", "deepseek", "gpt_neox", "hunyuan", "internlm2", "mimo", "minicpm", "nanochat",
+    "phi", "phi3small", "stablelm", "granitemoehybrid", "jamba", "lfm2", "baichuan_m1",
+    "nemotron-nas", "afm7", "gpt_bigcode", "plamo",
+})
 
 
 # One row per mlx-lm module. own_cache is True exactly where mlx_lm/models/<module>.py defines
@@ -125,6 +142,10 @@ FAMILIES: dict[str, Family] = {
     "mamba": Family(b.mamba, own_cache=True, attention_free=True),
     "mamba2": Family(b.mamba, own_cache=True, attention_free=True),
     "olmo2": Family(b.standard, own_cache=False),
+    # OLMo 1: hand-written attention (scores materialized; keys.transpose fails on a
+    # QuantizedKVCache's tuples), OLMo-1 field names.
+    "olmo": Family(m.olmo, own_cache=False, scores_always=True, no_quantized_attention=True,
+                   prepare=m.prepare_olmo),
     "granite": Family(b.standard, own_cache=False),
     "granitemoe": Family(b.standard, own_cache=False),
     "starcoder2": Family(b.standard, own_cache=False),
@@ -163,7 +184,8 @@ FAMILIES: dict[str, Family] = {
     "bailing_hybrid": Family(m.bailing_hybrid, own_cache=True),
     "bailing_moe_linear": Family(m.bailing_moe_linear, own_cache=True),
     "olmo_hybrid": Family(m.olmo_hybrid, own_cache=True),
-    "recurrent_gemma": Family(m.recurrent_gemma, own_cache=True),
+    "recurrent_gemma": Family(m.recurrent_gemma, own_cache=True,
+                              prepare=m.prepare_recurrent_gemma),
     "plamo2": Family(m.plamo2, own_cache=True, no_quantized_attention=True),
     "baichuan_m1": Family(m.baichuan_m1, own_cache=True, never_quantized=True),
     "rwkv7": Family(m.rwkv7, own_cache=True, attention_free=True),
@@ -184,6 +206,10 @@ FAMILIES: dict[str, Family] = {
     "gear": Family(m.gear, own_cache=True),
     "muse_spark": Family(m.by_layer_types, own_cache=True),
     "minimax_m3_vl": Family(m.minimax_m3, own_cache=True, never_quantized=True),
+    # LayerCache: a sliding window plus compressed KV and index keys; no to_quantized, and
+    # make_cache() ignores --max-kv-size.
+    "deepseek_v41": Family(m.deepseek_v41, own_cache=True, never_quantized=True,
+                           head_dim_default=512),
     # Standard GQA attention, a KVCache per layer (verified like the others).
     "Klear": Family(b.standard, own_cache=False),
     "apertus": Family(b.standard, own_cache=False),
@@ -225,6 +251,9 @@ FAMILIES: dict[str, Family] = {
                                           "num_vocab": "vocab_size"})),
 }
 
+FAMILIES = {name: (dataclasses.replace(row, config_head_dim=False)
+                   if name in IGNORES_HEAD_DIM else row) for name, row in FAMILIES.items()}
+
 # Modules under mlx_lm/models/ that are not a text-generation family, and why.
 NOT_TEXT_LM: dict[str, str] = {
     "__init__": "package marker",
@@ -240,14 +269,9 @@ NOT_TEXT_LM: dict[str, str] = {
     "switch_layers": "the MoE expert layers (SwitchGLU)",
 }
 
-# Text families mlx-lm ships that mlxfit does not size exactly, and why. They are sized as a
-# plain transformer and the result says so ("family_known": false).
-NOT_SUPPORTED: dict[str, str] = {
-    "olmo": "mlx-lm's olmo.py needs the ai2-olmo package (it exits without it), so it cannot "
-            "be checked; OLMo 2/3 checkpoints use olmo2/olmo3",
-    "deepseek_v41": "its LayerCache keeps a sliding window plus compressed KV groups and index "
-                    "keys, a layout neither the table nor a derived per-token plan describes",
-}
+# Text families mlx-lm ships that mlxfit does not size exactly, and why (none for mlx-lm
+# 0.32.2). They are sized as a plain transformer and the result says so ("family_known": false).
+NOT_SUPPORTED: dict[str, str] = {}
 
 # An unknown model_type with the standard fields: a plain transformer, full KV on every layer.
 GENERIC = Family(b.standard, own_cache=False)

@@ -11,6 +11,7 @@ from typing import Any
 from mlxfit.errors import ConfigError
 from mlxfit.model.config import Fields, Layer, ModelConfig
 from mlxfit.model.families import GENERIC, NOT_SUPPORTED, Ctx, mlx_lm_module, resolve_family
+from mlxfit.model.mlx_lm_fields import absent_fields
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -93,6 +94,15 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
                "with mlx-lm installed (mlxfit[measure]) the plan is read from mlx-lm itself")
         )
         family = GENERIC
+    else:
+        module = mlx_lm_module(raw_type, archs)
+        absent = absent_fields(module, config)
+        if absent:
+            warnings.append(
+                f"{where} has no {', '.join(repr(k) for k in absent)}, which mlx-lm's {module} "
+                "model requires: mlx-lm cannot load this config as published (a TypeError); "
+                "the sizes assume the field is added"
+            )
 
     n_layers = f.int("num_hidden_layers", 0 if family.depth_from_pattern else None,
                      minimum=0 if family.depth_from_pattern else 1)
@@ -108,7 +118,8 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         if heads <= 0:
             raise ConfigError(f"{where}: missing 'num_attention_heads'")
         kv_heads = f.int("num_key_value_heads", heads, minimum=1)
-        head_dim = f.int("head_dim", 0) or family.head_dim_default or hidden // heads
+        stated = f.int("head_dim", 0) if family.config_head_dim else 0
+        head_dim = stated or family.head_dim_default or hidden // heads
         if head_dim < 1:  # else every cache would silently size to 0 bytes
             raise ConfigError(f"{where}: hidden_size {hidden} < num_attention_heads {heads} "
                               "and no head_dim: cannot size the attention")
@@ -154,6 +165,9 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         linear_v_heads=c.mixer.get("linear_v_heads", 0),
         linear_k_dim=c.mixer.get("linear_k_dim", 0),
         linear_v_dim=c.mixer.get("linear_v_dim", 0),
+        linear_scan=c.mixer.get("linear_scan", ""),
+        linear_state_bytes=c.mixer.get("linear_state_bytes", 4),
+        lru_width=c.mixer.get("lru_width", 0),
         gated_q=family.gated_q or f.bool("attn_output_gate", False),
         never_quantized=family.never_quantized,
         no_quantized_attention=family.no_quantized_attention,

@@ -101,6 +101,19 @@ def _chart_json(c: Any) -> dict[str, Any] | None:
     return chart_to_json(c)
 
 
+def _kv_growth(r: FitResult) -> str:
+    """How the run's caches grow, from the KV term's layer kinds: KVCache-like caches in
+    256-token steps, deepseek_v41's LayerCache at exact size."""
+    kinds = next((t.inputs.get("layers_by_cache", {}) for t in r.terms if t.name == "kv_cache"),
+                 {})
+    stepped = any(k != "window" for k in kinds)
+    if kinds and not stepped:
+        return "exact-size window caches (no 256-token steps)"
+    if "window" in kinds:
+        return "mlx-lm's 256-token steps; window caches at exact size"
+    return "mlx-lm's 256-token steps"
+
+
 def _weights_note(d: dict[str, Any]) -> str:
     parts = ["exact from headers"]
     q = d.get("quantization")
@@ -137,7 +150,7 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     t.add_column("GB (10^9 B)", justify="right")
     t.add_column("what it is")
     t.add_row("weights", gb(r.weights_bytes), esc(_weights_note(r.weights_detail)))
-    t.add_row("KV cache", gb(r.kv_bytes), f"at {r.context_tokens:,} tokens, mlx-lm's 256-token steps")
+    t.add_row("KV cache", gb(r.kv_bytes), f"at {r.context_tokens:,} tokens, {_kv_growth(r)}")
     if r.state_bytes:
         t.add_row("recurrent state", gb(r.state_bytes), "linear-attention / SSM / conv layers")
     t.add_row("transient", gb(r.transient_bytes), f"peak: {esc(r.peak_phase)}")

@@ -45,6 +45,9 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "reason": c.reason,
         "warnings": list(c.warnings),
         "notes": list(c.notes),
+        # The cache plan's origin, as fit's: "table", "mlx-lm <version>" or unverified.
+        "family_known": c.result.family_known if c.result is not None else True,
+        "plan_source": c.result.plan_source if c.result is not None else "table",
     }
 
 

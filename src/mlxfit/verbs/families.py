@@ -47,12 +47,15 @@ class FamiliesResult:
 def cache_kinds(cfg: ModelConfig) -> tuple[str, ...]:
     """The cache kinds of a parsed config's layers, in mlx-lm's class names."""
     names = {"full": "KVCache", "rotating": "RotatingKVCache", "chunked": "ChunkedKVCache",
-             "shared": "shared (no cache of its own)"}
+             "shared": "shared (no cache of its own)", "window": "LayerCache (sliding window)"}
     kinds = set()
     for ly in cfg.layers:
         if ly.attn is not None:
             kind = names[ly.attn.cache]
             kinds.add(f"{kind} (MLA latent)" if ly.attn.mla else kind)
+            if ly.attn.compress is not None:
+                kinds.add("LayerCache (compressed KV"
+                          + (" + index keys)" if ly.attn.compress.width > ly.attn.k_dim else ")"))
         if ly.state_bytes:
             kinds.add(f"ArraysCache ({ly.state_kind})")
     return tuple(sorted(kinds))

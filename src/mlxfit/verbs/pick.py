@@ -47,8 +47,10 @@ from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
 from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
 from mlxfit.verbs.fit import fit_served
+from mlxfit.verbs.measure.run import require_mlx
 from mlxfit.verbs.pick_rule import Option, choose
 from mlxfit.verbs.pick_rule import gb as _gb
+from mlxfit.verbs.plan import check_plan, with_plan
 
 # ---------------------------------------------------------------------------------------------
 # Settings: ~/.config/mlxfit/config.toml, [pick] table
@@ -115,6 +117,7 @@ class _Loaded:
     revision: str
     location: str
     notes: tuple[str, ...] = ()
+    config: dict = field(default_factory=dict, repr=False)  # config.json, for --plan mlx-lm
 
 
 def _os_reason(e: OSError) -> str:
@@ -163,7 +166,8 @@ def _load_snapshot(repo_id: str, snap: Path) -> _Loaded | Skipped:
                                   f"{' ...' if len(missing) > 3 else ''} missing")
         src = resolve_model(str(snap))  # the folder path: config, index check, headers
         src = replace(src, name=repo_id, kind="hf-cache", revision=rev)
-        return _Loaded(model_inputs(src), model_arrays(src), rev, loc, tuple(src.notes))
+        return _Loaded(model_inputs(src), model_arrays(src), rev, loc, tuple(src.notes),
+                       src.config)
     except MlxfitError as e:
         return skip("broken", str(e).splitlines()[0] if str(e) else type(e).__name__)
     except OSError as e:
@@ -318,6 +322,7 @@ def pick(
     quants: str | None = None,
     q_bits: int | None = None, q_group_size: int | None = None, q_mode: str | None = None,
     quant_predicate: str | None = None, dtype: str | None = None,
+    plan: str = "auto",
 ) -> PickResult:
     """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
 
@@ -327,8 +332,13 @@ def pick(
     run here (the downloaded candidates are all kept: the rule's reasons name them);
     ``quants`` ("4,mixed_3_6,mxfp4") and the convert flags ``q_bits``...``dtype`` add, with
     ``catalog``, each unquantized entry as mlx_lm.convert would write it in those
-    quantizations."""
+    quantizations; ``plan``: where each downloaded model's cache plan comes from, as
+    ``fit``'s (mlxfit.verbs.plan: auto reads mlx-lm's own classes for a family the table
+    lacks)."""
     # Every parameter is checked before the settings file is read or the machine probed.
+    check_plan(plan)
+    if plan == "mlx-lm":
+        require_mlx()  # one line up front, not every candidate skipped for it
     run = run_from(ctx=ctx, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size)
@@ -362,9 +372,12 @@ def pick(
     evaluated: list[tuple[_Loaded, FitResult]] = []
     for ld in loaded:
         try:
+            inputs, plan_warnings, plan_notes = with_plan(ld.inputs, ld.config, plan, run)
             # The function `fit` ends in: the same terms and the same buffer check.
-            evaluated.append((ld, fit_served(ld.inputs, run, m, cal, None, ld.arrays,
-                                             model_ref=ld.inputs.name)))
+            r = fit_served(inputs, run, m, cal, None, ld.arrays, model_ref=ld.inputs.name)
+            # Where the cache plan came from is the candidate's own note (as its source's).
+            evaluated.append((replace(ld, notes=ld.notes + plan_notes),
+                              replace(r, warnings=plan_warnings + r.warnings)))
         except MlxfitError as e:  # e.g. a config the run cannot apply to: skip, never abort
             s = Skipped(ld.inputs.name, ld.revision, ld.location, "broken", str(e))
             skipped.append(s)

@@ -34,6 +34,10 @@ def cache_nbytes(cache) -> int:
         return _state_nbytes(cache.cache) + _state_nbytes(
             [getattr(cache, "left_padding", None), getattr(cache, "lengths", None)]
         )
+    if not hasattr(cache, "keys") and hasattr(cache, "nbytes"):
+        # A family's own cache class (deepseek_v41's LayerCache: window, compressed groups,
+        # pending rows): the bytes it says it holds (its state's 0-d offset is not held).
+        return int(cache.nbytes)
     return _state_nbytes([getattr(cache, "keys", None), getattr(cache, "values", None)])
 
 

@@ -19,8 +19,13 @@ the fit twin when a plan is derived (``--plan mlx-lm``); never on the plain inst
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
+import sys
 import time
-from collections.abc import Callable
+import types
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +54,10 @@ FORWARD_FALLBACK: dict[str, tuple[str, Callable[[Any], tuple[int, int, int]]]] =
     "bitnet": ("its BitLinear layers need a Metal kernel (no CPU path)", _kv_widths),
     "muse_spark": ("its attention needs a Metal kernel (no CPU path)",
                    lambda a: _kv_widths(a.text)),
+    # OLMo 1: every head its own KV, head_dim d_model / n_heads (olmo.py TransformerBlock).
+    "olmo": (("its attention adds the 'causal' mask string to the scores, so every "
+              "multi-token call fails (mlx-lm 0.32.2)"),
+             lambda a: (a.n_heads, a.d_model // a.n_heads, a.d_model // a.n_heads)),
 }
 
 
@@ -75,6 +84,8 @@ class OracleRun:
     seconds: float
     num_layers: int  # len(model.layers): shared-KV layers have no cache entry of their own
     own_cache: bool = False  # the model defines make_cache() (--max-kv-size is then ignored)
+    # mlx-lm's shared recurrence helpers the model's modules call (RECURRENCE_HELPERS values)
+    recurrences: tuple[str, ...] = ()
 
     @property
     def kv_bytes(self) -> int:
@@ -83,6 +94,29 @@ class OracleRun:
     @property
     def state_bytes(self) -> int:
         return sum(e.state_bytes for e in self.entries)
+
+
+# mlx-lm's shared recurrence modules, whose prefill transients mlxfit has terms for
+# (estimate/memory.py): a model whose modules import from one of them runs that recurrence.
+RECURRENCE_HELPERS = {"mlx_lm.models.gated_delta": "gated_delta", "mlx_lm.models.ssm": "ssm"}
+
+
+def _recurrences(model: Any) -> tuple[str, ...]:
+    """The shared recurrences the model's own modules import (read from their namespaces)."""
+    found = set()
+    for name in {type(m).__module__ for m in _submodules(model)}:
+        for obj in getattr(sys.modules.get(name), "__dict__", {}).values():
+            kind = RECURRENCE_HELPERS.get(getattr(obj, "__module__", None) or "")
+            if kind:
+                found.add(kind)
+    return tuple(sorted(found))
+
+
+def _submodules(model: Any) -> list:
+    try:
+        return [model, *model.modules()]
+    except Exception:  # noqa: BLE001 - a family's own module tree: the top module only
+        return [model]
 
 
 def mlx_lm_version() -> str:
@@ -118,6 +152,10 @@ def _entry(cache: Any) -> CacheEntry:
         return CacheEntry(type(cache).__name__, 0, state, tuple(a[:3] for a in found))
     if not hasattr(cache, "keys"):  # a family's own cache class: every array of its state
         _arrays(list(cache.state), "arrays", found)
+        # But 0-d arrays: deepseek_v41's LayerCache.state packs its Python int offset as a
+        # fresh mx.array(self.offset) each time it is read (for saving a prompt cache); the
+        # cache holds no such array and its own nbytes leaves it out, so neither does this.
+        found = [a for a in found if a[1]]
         return CacheEntry(type(cache).__name__, sum(a[3] for a in found), 0,
                           tuple(a[:3] for a in found))
     _arrays(getattr(cache, "keys", None), "keys", found)
@@ -127,14 +165,44 @@ def _entry(cache: Any) -> CacheEntry:
                       tuple(a[:3] for a in found), window)
 
 
+# Packages an mlx-lm module imports only to see whether they are installed, by module.
+# mlx_lm/models/olmo.py does `import hf_olmo` (ai2-olmo) and sys.exit(1)s without it, yet its
+# model code never uses it (the OLMo-1 blocks are plain MLX): an empty placeholder module
+# stands in while that module is imported, so the oracle can build OLMo-1 without ai2-olmo.
+IMPORT_PROBES: dict[str, str] = {"olmo": "hf_olmo"}
+
+
+@contextmanager
+def _probe_placeholder(module: str) -> Iterator[None]:
+    probe = IMPORT_PROBES.get(module)
+    if (probe is None or probe in sys.modules or f"mlx_lm.models.{module}" in sys.modules
+            or importlib.util.find_spec(probe) is not None):  # the real package is used
+        yield
+        return
+    sys.modules[probe] = types.ModuleType(probe)
+    try:
+        yield
+    finally:
+        sys.modules.pop(probe, None)
+
+
+def import_model_module(module: str) -> Any:
+    """mlx_lm.models.<module>, with the placeholder for an availability probe (IMPORT_PROBES)."""
+    with _probe_placeholder(module):
+        return importlib.import_module(f"mlx_lm.models.{module}")
+
+
 def _build(config: dict, dtype: str):
     # mlx / mlx-lm are optional (the measure extra): imported for the oracle only
     import mlx.core as mx
-    from mlx_lm.utils import _get_classes
+    from mlx_lm.utils import MODEL_REMAPPING, _get_classes
 
+    module = str(config.get("model_type", ""))
+    module = MODEL_REMAPPING.get(module, module)
     try:
-        model_class, args_class = _get_classes(config=config)
-    except (ValueError, ImportError, SystemExit) as e:  # olmo.py sys.exit()s on import
+        with _probe_placeholder(module):
+            model_class, args_class = _get_classes(config=config)
+    except (ValueError, ImportError, SystemExit) as e:  # a module may sys.exit() on import
         raise OracleError(f"mlx-lm {mlx_lm_version()} cannot load model_type "
                           f"{config.get('model_type')!r}: {_one_line(e)}") from None
     try:
@@ -248,7 +316,8 @@ def cache_plan(config: dict, ctx: int, *, prefill_step_size: int = 2048, gen: in
     how = "forward" if method == "forward" else f"cache update ({fallback[0]})"
     return OracleRun(mlx_lm_version(), str(family), ctx, prefill_step_size, kv_bits, how,
                      tuple(_entry(c) for c in cache), time.perf_counter() - t0,
-                     len(getattr(model, "layers", ()) or ()), hasattr(model, "make_cache"))
+                     len(getattr(model, "layers", ()) or ()), hasattr(model, "make_cache"),
+                     _recurrences(model))
 
 
 # --------------------------------------------------------------------------- a plan from it
@@ -269,6 +338,25 @@ def _per_token_elems(entry: CacheEntry) -> int:
     return elems
 
 
+def derive_mixer(run: OracleRun) -> dict[str, Any]:
+    """The mixer widths of a shared recurrence the model runs (``run.recurrences``), read from
+    its float32 state in mlx-lm's ArraysCache: gated_delta.py holds (B, Hv, Dv, Dk), ssm.py
+    (B, heads, head_dim, d_state). The ModelConfig fields the transient terms read, as the
+    family table's builders set them; {} when the model runs neither (a recurrence of the
+    family's own, RWKV-7's or RG-LRU's, is known only from the table)."""
+    states = [shape for e in run.entries if e.state_bytes for role, shape, dtype in e.arrays
+              if role == "state" and dtype == "float32" and len(shape) == 4]
+    if not states:
+        return {}
+    _, heads, d1, d2 = max(states, key=lambda sh: sh[1] * sh[2] * sh[3])
+    if "gated_delta" in run.recurrences:
+        return {"linear_scan": "gated_delta", "linear_v_heads": heads, "linear_v_dim": d1,
+                "linear_k_dim": d2, "linear_state_bytes": 4}
+    if "ssm" in run.recurrences:
+        return {"ssm_heads": heads, "ssm_head_dim": d1}
+    return {}
+
+
 def derive_layers(config: dict, act_bytes: int = 2,
                   like: Attn | None = None) -> tuple[list[Layer], OracleRun]:
     """A per-layer plan in mlxfit's terms from mlx-lm's own caches at a short context: each
@@ -276,9 +364,14 @@ def derive_layers(config: dict, act_bytes: int = 2,
     value widths; the window from the cache's max_size / chunk_size), each ArraysCache its
     constant state bytes; layers without an entry (shared KV) own nothing. Only the bytes are
     derived: the query heads and the width the attention kernel sees are taken from ``like``
-    (the config's own attention), so the transient terms stay the plain-transformer ones."""
+    (the config's own attention); ``mlxfit.verbs.plan`` puts the family table's layer where
+    its bytes agree, and ``derive_mixer`` gives the recurrence's widths."""
     dtype = "float32" if act_bytes == 4 else "bfloat16"
     run = cache_plan(config, 300, prefill_step_size=2048, dtype=dtype)
+    own = sorted({e.kind for e in run.entries for role, _, _ in e.arrays if role == "arrays"})
+    if own:  # deepseek_v41's LayerCache: a window, compressed groups and pending rows
+        raise OracleError(f"mlx-lm {run.mlx_lm_version}'s {', '.join(own)} is not a KV or "
+                          "state cache a per-token plan can describe")
     layers = []
     for e in run.entries:
         attn = None

@@ -6,6 +6,11 @@ mlx-lm's generate_step runs the first P-1 prompt tokens in chunks of ``prefill_s
 layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last
 prompt token goes through the first decode step, and stream_generate's prompt time ends when
 that step's token exists, so prompt tok/s = P / (the chunks + the first decode step) = P / TTFT.
+Each chunk ends in a blocking mx.eval (the next chunk's graph is built in Python while the GPU
+idles); before waiting on the first token generate_step also builds and submits the second
+decode step, which overlaps the first step's GPU time. mlx_lm.benchmark times after a warmup
+run of the same shapes; mlx_lm.generate does not, so its short prompts also pay first-use
+kernel setup, which this model does not include.
 
 Per chunk of L tokens (constants: calibration.toml [prefill]):
   matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)

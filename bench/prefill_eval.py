@@ -31,11 +31,11 @@ FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4": (0
        "eff_affine5": (0.05, 1.5), "eff_affine6": (0.05, 1.5), "eff_affine8": (0.05, 1.5),
        "expert_eff": (0.02, 2.0), "neural_accel_eff": (0.05, 2.0), "attn_eff": (0.05, 2.0),
        "attn_unfused_eff": (0.01, 2.0), "score_passes": (0.0, 12.0), "scan_eff": (0.001, 2.0),
-       "per_layer_chunk_s": (0.0, 0.05), "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5)}
+       "chunk_read_passes": (0.5, 40.0), "per_layer_chunk_s": (0.0, 0.05), "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5)}
 # A constant the fit can learn only from one source (the M3 Ultra is guruswami's alone): held at
 # its full-data value when that source is left out, like decode's ultra_eta.
 HELD = ("ultra_compute",)
-FIXED = ("per_layer_chunk_s", "per_moe_layer_chunk_s")
+FIXED = ("chunk_read_passes", "per_layer_chunk_s", "per_moe_layer_chunk_s")
 
 
 @cache
@@ -103,7 +103,7 @@ def seconds(f: dict, x: dict) -> float:
             + f["attn_unfused"] / (x["attn_unfused_eff"] * tensor)
             + f["score_bytes"] * x["score_passes"] / f["stream"]
             + f["scan"] / (x["scan_eff"] * alu)
-            + f["chunks"] * (f["read_s"] + x["per_layer_chunk_s"] * f["layers"]
+            + f["chunks"] * (x["chunk_read_passes"] * f["read_s"] + x["per_layer_chunk_s"] * f["layers"]
                              + x["per_moe_layer_chunk_s"] * f["moe_layers"]) + f["step"])
 
 

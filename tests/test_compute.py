@@ -135,3 +135,24 @@ def test_neural_accelerators_only_from_macos_26():
     new, old = chip_compute(40, figs, 26, "M5 Max"), chip_compute(40, figs, 15, "M5 Max")
     assert new.neural_accel and not old.neural_accel
     assert new.matmul_flops == 4 * old.matmul_flops
+
+
+def test_chunk_read_passes_charges_the_weights_per_chunk():
+    """Each chunk streams the weights chunk_read_passes times: raising it by one adds one
+    weights read at eta x bandwidth per chunk to the fixed part, nothing else."""
+    from dataclasses import replace
+
+    from mlxfit.estimate.compute import chunk_parts
+
+    cfg = load_config("meta-llama__Meta-Llama-3.1-8B")
+    p = MatmulParams(total=8_030_261_248, embedding=525_336_576, lm_head=525_336_576,
+                     fmt="affine4")
+    cal = load_calibration()
+    chip = compute_for(resolve_machine("M4 Max 64GB"))
+    f = chunk_flops(cfg, p, _run(4097), 1)
+    read_s = 4.5e9 / (cal.decode.eta * 546e9)
+    base = replace(cal.prefill, chunk_read_passes=1.0)
+    one = chunk_parts(f, chip, base, "affine4", read_s, 31)
+    two = chunk_parts(f, chip, replace(base, chunk_read_passes=2.0), "affine4", read_s, 31)
+    assert two.fixed - one.fixed == pytest.approx(read_s)
+    assert (two.matmul, two.attention, two.scan) == (one.matmul, one.attention, one.scan)

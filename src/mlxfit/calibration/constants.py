@@ -83,6 +83,9 @@ class Prefill:
     attn_unfused_eff: float  # scores materialized (head dims without a fused kernel, masks)
     score_passes: float  # times a materialized score array crosses memory (write, softmax, read)
     scan_eff: float  # gated-delta / SSM scans
+    # times a chunk streams the weights from memory: a matmul of a few hundred rows re-reads
+    # its weight tiles per row block, so small chunks cost more than one read
+    chunk_read_passes: float
     per_layer_chunk_s: float  # fixed cost per computed layer per chunk
     per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
     ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute

@@ -6,6 +6,11 @@ mlx-lm's generate_step runs the first P-1 prompt tokens in chunks of ``prefill_s
 layer's attention or MLP there (nor KV-shared layers after it), nor the logits. The last
 prompt token goes through the first decode step, and stream_generate's prompt time ends when
 that step's token exists, so prompt tok/s = P / (the chunks + the first decode step) = P / TTFT.
+Each chunk ends in a blocking mx.eval (the next chunk's graph is built in Python while the GPU
+idles); before waiting on the first token generate_step also builds and submits the second
+decode step, which overlaps the first step's GPU time. mlx_lm.benchmark times after a warmup
+run of the same shapes; mlx_lm.generate does not, so its short prompts also pay first-use
+kernel setup, which this model does not include.
 
 Per chunk of L tokens (constants: calibration.toml [prefill]):
   matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)
@@ -17,8 +22,9 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
              unfused scores are also memory traffic: score_passes x q_heads x pairs x dtype
              bytes over the bandwidth
   scans      SCAN_FLOPS x recurrent-state elements x L per gated-delta / SSM layer
-  + the weights read once per chunk over the bandwidth, + per_layer_chunk_s per layer and
-  per_moe_layer_chunk_s per MoE layer
+  + chunk_read_passes x the weights per chunk over the bandwidth (row blocks of a few-hundred-
+  token chunk each stream the weight tiles: the term that dominates short prompts), +
+  per_layer_chunk_s per layer and per_moe_layer_chunk_s per MoE layer
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
 """
@@ -224,8 +230,8 @@ def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
                 read_s: float, layers: int, moe_layers: int = 0, stream_bps: float = 0.0
                 ) -> ChunkTime:
     """One chunk's seconds: its FLOPs over each kernel's share of the peak, the score arrays
-    moved ``score_passes`` times at ``stream_bps`` (bytes/s), the weights read once and the
-    per-layer fixed costs."""
+    moved ``score_passes`` times at ``stream_bps`` (bytes/s), the weights streamed
+    ``chunk_read_passes`` times and the per-layer fixed costs."""
     eff = format_efficiency(cal, fmt)
     tensor = chip.tensor_peak(cal)
     attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
@@ -235,7 +241,7 @@ def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
         matmul=(f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor,
         attention=attn,
         scan=f.scan / (cal.scan_eff * chip.alu_peak(cal)),
-        fixed=read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
+        fixed=cal.chunk_read_passes * read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
 
 
 @dataclass(frozen=True)
@@ -336,7 +342,7 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                  "the GPU's ALU peak", {"flops": total.scan,
                                         "peak_alu_tflops": chip.alu_peak(pc) / 1e12}),
         TimeTerm("prefill_fixed_seconds", parts.fixed,
-                 "per chunk: the weights read once / (eta x bandwidth) + per_layer_chunk_s x "
+                 "per chunk: chunk_read_passes x the weights / (eta x bandwidth) + per_layer_chunk_s x "
                  "layers + per_moe_layer_chunk_s x MoE layers",
                  {"weights_read_bytes": chunk_read, "layers_computed": prefill_layers(cfg)}),
         TimeTerm("prefill_seconds", secs, "the four parts above, summed over the chunks",

@@ -268,3 +268,58 @@ def test_cli_refuses_to_fit_more_constants_than_the_records_determine(tmp_path, 
     d = json.loads(invoke("calibrate", "--from", str(one), "--param", "act_hidden",
                           "--json").stdout)
     assert d["backends"][0]["fitted"] == ["act_hidden"] and d["backends"][0]["refused"] is None
+
+
+def _metal_record_on(config, ctx, step, machine_name, cal):
+    """A Metal record as `mlxfit measure --machine <name>` saves it: the run on that Mac's GPU
+    (verbs.edges.run_on), its fields kept in machine_info."""
+    from mlxfit.estimate.memory import run_machine_fields
+    from mlxfit.hardware.resolve import resolve_machine
+    from mlxfit.verbs.edges import run_on
+
+    m = resolve_machine(machine_name)
+    run = run_on(Run(ctx=ctx, gen=1, prefill_step_size=step, backend="metal"), m)
+    cfg = parse_config(config, act_bytes=2)
+    t = totals_at(cfg, WEIGHTS, run, cal)
+    rec = _record(config, ctx, step, act_bytes=2, backend="metal", cal=cal)
+    rec.update(peak_bytes=t.total + 16, cache_bytes_end=t.kv + t.state,
+               machine_info={"name": m.name, "bandwidth_gbs": m.bandwidth_gbs,
+                             "ram_bytes": m.ram_bytes, **run_machine_fields(run)})
+    return rec, cfg, run
+
+
+def test_a_record_is_predicted_on_the_gpu_it_ran_on():
+    """calibrate predicts a base/Pro Mac's record with that GPU's floor, as fit does there:
+    the record's run equals fit's run on the machine, and so does the peak."""
+    from mlxfit.estimate.memory import run_from_record
+
+    rec, cfg, run = _metal_record_on(LLAMA64, 2100, 2048, "M4 Pro 24GB", SHIPPED)
+    again = run_from_record(rec, "metal")
+    assert again == run and again.gpu_tier == "small"
+    from mlxfit.estimate.memory import run_machine_fields
+
+    fitted = mlxfit.fit("mlx-community/Qwen3-0.6B-4bit", 2100, machine="M4 Pro 24GB")
+    assert run_machine_fields(fitted.run) == run_machine_fields(run)
+    assert totals_at(cfg, WEIGHTS, again, SHIPPED).total == rec["peak_bytes"] - 16
+    # A base/Pro floor differs from the Max/Ultra one, so the class really changes the peak.
+    plain = totals_at(cfg, WEIGHTS, Run(ctx=2100, gen=1, prefill_step_size=2048,
+                                        backend="metal"), SHIPPED).total
+    assert plain != rec["peak_bytes"] - 16
+
+
+def test_calibrate_moves_the_floor_of_the_class_the_records_ran_on(tmp_path):
+    """Records from a Pro Mac made with a moved base/Pro floor: calibrate recovers that floor
+    and leaves the Max/Ultra and M5 floors as they are (no record informs them)."""
+    metal = SHIPPED.backend("metal")
+    true = replace(SHIPPED, backends={**SHIPPED.backends, "metal": replace(
+        metal, act_floor_small=metal.act_floor_small * 1.3)})
+    recs = [_metal_record_on(cfg, ctx, step, "M4 Pro 24GB", true)[0]
+            for cfg in (LLAMA64, LLAMA128) for ctx, step in ((2100, 2048), (4096, 2048))]
+    r = calibrate(_write(tmp_path / "m.jsonl", recs), user_file=tmp_path / "u.toml",
+                  backends=("metal",), params=("act_floor", "act_floor_small", "act_floor_m5"),
+                  calibration=SHIPPED)
+    b = r.backend("metal")
+    assert b.new["act_floor_small"] == pytest.approx(true.backend("metal").act_floor_small,
+                                                     rel=1e-3)
+    assert b.new["act_floor"] == metal.act_floor
+    assert b.new["act_floor_m5"] == metal.act_floor_m5

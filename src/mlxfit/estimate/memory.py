@@ -6,7 +6,7 @@ Pure functions of (ModelConfig, Run, calibration). Each term is one named functi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Any
 
@@ -75,13 +75,30 @@ def run_from(*, ctx: int, gen: int = 0, prefill_step_size: int = 2048,
     return run
 
 
+# The fields of a Run that come from the Mac it ran on (verbs.edges.run_on), as a measurement
+# record keeps them in its machine_info.
+_MACHINE_FIELDS = {"gpu_class": str, "gpu_tier": str, "gpu_gen": int, "macos_major": int}
+
+
+def run_machine_fields(run: Run) -> dict[str, Any]:
+    return {k: getattr(run, k) for k in _MACHINE_FIELDS}
+
+
 def run_from_record(rec: dict[str, Any], backend: str) -> Run:
-    """The Run a ``mlxfit measure`` record measured (its keys are measure's parameters)."""
-    return run_from(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
-                    prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
-                    kv_group_size=int(rec.get("kv_group_size") or 64),
-                    quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
-                    max_kv_size=rec.get("max_kv_size"), backend=backend)
+    """The Run a ``mlxfit measure`` record measured (its keys are measure's parameters), on the
+    GPU its machine_info names (records from before mlxfit kept it: the default class)."""
+    run = run_from(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
+                   prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
+                   kv_group_size=int(rec.get("kv_group_size") or 64),
+                   quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
+                   max_kv_size=rec.get("max_kv_size"), backend=backend)
+    info = rec.get("machine_info") if backend == "metal" else None
+    if not isinstance(info, dict):
+        return run
+    # A hand-edited record's odd value is left out rather than trusted.
+    kept = {k: info[k] for k, t in _MACHINE_FIELDS.items()
+            if isinstance(info.get(k), t) and not isinstance(info.get(k), bool)}
+    return replace(run, **kept) if kept else run
 
 
 def check_run(run: Run) -> None:

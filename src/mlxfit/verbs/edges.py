@@ -10,6 +10,8 @@ from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.compute import ChipCompute, chip_compute
+from mlxfit.estimate.kernels import arch_gen
+from mlxfit.estimate.memory import Run
 from mlxfit.estimate.serving import DraftModel
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import (
@@ -104,6 +106,23 @@ def machine_with_wired_limit(m: Machine, wired_limit_mb: int) -> Machine:
                          param="wired_limit_mb")
     usable, source = usable_bytes_for(m.ram_bytes, m.macos_major, wired_limit_mb)
     return replace(m, usable_bytes=usable, usable_source=source)
+
+
+def run_on(run: Run, m: Machine | None) -> Run:
+    """The run as it executes on this Mac's GPU: the commit rule of its class, its drain class
+    and the attention kernels its architecture and macOS take. Fields the run already has are
+    kept; off Metal, or without a machine, the run is unchanged. fit and measure both go
+    through here, and a measurement record keeps the fields so calibrate predicts the same."""
+    if m is None or run.backend != "metal":
+        return run
+    changes: dict = {}
+    if not run.gpu_class and m.gpu_class:
+        changes["gpu_class"] = m.gpu_class
+    if not run.gpu_tier and m.gpu_tier:
+        changes["gpu_tier"] = m.gpu_tier
+    if not run.gpu_gen and m.gpu_arch:
+        changes.update(gpu_gen=arch_gen(m.gpu_arch), macos_major=m.macos_major or 0)
+    return replace(run, **changes) if changes else run
 
 
 def compute_for(m: Machine) -> ChipCompute | None:

@@ -10,7 +10,7 @@ from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.command_buffers import parse_mlx_env
 from mlxfit.estimate.compute import predicted_ttft
-from mlxfit.estimate.kernels import arch_gen, kernel_note
+from mlxfit.estimate.kernels import kernel_note
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
     Serving,
@@ -48,6 +48,7 @@ from mlxfit.verbs.edges import (
     load_draft,
     machine_for,
     machine_with_wired_limit,
+    run_on,
     vision_note,
 )
 from mlxfit.verbs.plan import check_plan, with_plan
@@ -173,13 +174,7 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                extra_terms=None, extra_warnings: tuple[str, ...] = ()) -> FitResult:
     """One model on one machine: the notes and warnings of ``fit``, then the pure core.
     ``extra_terms`` (solve.ExtraTerms): serving terms added to the total (mlxfit.estimate.serving)."""
-    if run.backend == "metal" and not run.gpu_class and m.gpu_class:
-        run = replace(run, gpu_class=m.gpu_class)  # the commit rule of this Mac's GPU
-    if run.backend == "metal" and not run.gpu_tier and m.gpu_tier:
-        run = replace(run, gpu_tier=m.gpu_tier)  # its drain class (Max/Ultra or base/Pro)
-    if run.backend == "metal" and not run.gpu_gen and m.gpu_arch:
-        # the attention kernels this Mac's GPU and macOS take (estimate/kernels.py)
-        run = replace(run, gpu_gen=arch_gen(m.gpu_arch), macos_major=m.macos_major or 0)
+    run = run_on(run, m)
     warnings: list[str] = list(extra_warnings)
     notes = [*inputs.source_notes, *m.notes, *vision_note(inputs), *calibration_note(cal)]
     if run.backend == "metal" and m.gpu_arch:

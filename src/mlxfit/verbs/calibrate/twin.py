@@ -54,6 +54,7 @@ from mlxfit.verbs.calibrate.fitting import (
 # Those a calibration file lacks (an older mlxfit) are skipped.
 FIT_PARAMS: tuple[str, ...] = (
     "act_hidden", "act_ffn", "act_q", "act_moe", "act_kv", "act_linear", "act_floor",
+    "act_floor_small", "act_floor_m5",
     "score_arrays", "sink_score_arrays", "softcap_score_arrays", "quantized_score_arrays",
     "mla_score_arrays", "mla_kv_arrays", "bf16_act_bytes", "ssd_square", "ssd_token",
     "linear_fallback",

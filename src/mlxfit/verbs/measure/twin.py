@@ -39,7 +39,7 @@ from typing import Any
 from mlxfit._version import __version__
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.compute import predicted_ttft
-from mlxfit.estimate.memory import Run, run_from
+from mlxfit.estimate.memory import Run, run_from, run_machine_fields
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.inputs import model_inputs
@@ -55,7 +55,13 @@ from mlxfit.records import (
 from mlxfit.sources.folder import read_config
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import ModelSource
-from mlxfit.verbs.edges import calibration_for_user, calibration_note, compute_for, machine_for
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    calibration_note,
+    compute_for,
+    machine_for,
+    run_on,
+)
 from mlxfit.verbs.measure.inputs import (
     _backend_in_use,
     _config_only,
@@ -248,6 +254,7 @@ def measure(
         m = machine_for(machine)
     except MlxfitError as e:
         notes.append(f"machine unknown ({e}): no decode speed predicted, its memory not checked")
+    run = run_on(run, m)  # the Metal transient and kernels of this Mac's GPU, as fit has them
     warnings: list[str] = []
     params = None
     if src is not None:
@@ -312,7 +319,7 @@ def measure(
                          "tied_embeddings": inputs.weights.tied_embeddings,
                          "lookup_bytes": inputs.weights.lookup_bytes},
         "machine_info": None if m is None else {"name": m.name, "bandwidth_gbs": bw,
-                                           "ram_bytes": m.ram_bytes},
+                                           "ram_bytes": m.ram_bytes, **run_machine_fields(run)},
         "predicted": {"backend": backend, "calibration": cal.source,
                       "weights_bytes": inputs.weights.total_bytes, "kv_bytes": tot.kv,
                       "state_bytes": tot.state, "transient_bytes": tot.transient,

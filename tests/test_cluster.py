@@ -113,6 +113,9 @@ def qwen3_moe_folder(root: Path, moe_intermediate: int = 8) -> Path:
     (NEXT80, "M3 Ultra 96GB", 100_000),
     (GPTOSS, "M4 Pro 24GB", 65536),
     ("mlx-community/Qwen3-8B-4bit", "M4 Pro 24GB", 40960),
+    # head dim 256 on an M5: the kernel paths come from the host's GPU, as in fit
+    ("mlx-community/gemma-3-12b-it-4bit", "M5 Max 128GB", 32768),
+    ("mlx-community/Qwen3-0.6B-4bit", "M4 24GB", 4096),  # a base GPU: its commit rule and floor
 ])
 def test_single_host_gives_the_numbers_of_fit(model, machine, ctx):
     r = cluster(model, [machine], ctx)

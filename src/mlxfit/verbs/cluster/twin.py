@@ -53,7 +53,12 @@ from mlxfit.verbs.cluster.plan import (
 )
 from mlxfit.verbs.cluster.results import ClusterResult
 from mlxfit.verbs.convert_plan import converted_source, plan_to_json, quant_recipe
-from mlxfit.verbs.edges import calibration_for_user, calibration_note, check_machine_params
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    calibration_note,
+    check_machine_params,
+    run_on,
+)
 
 # --------------------------------------------------------------------------- the twin
 
@@ -117,10 +122,14 @@ def cluster(
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
     cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
     machines = resolve_hosts(specs, macos)
-    # The hosts' GPU class and tier when they agree: the commit rule and drain class of the Metal
-    # floor, as fit takes them from its machine (verbs/fit.py fit_inputs).
+    # The run on the hosts' GPUs (verbs.edges.run_on, as fit takes it from its machine) when
+    # every host gives the same; else their GPU class and tier where those agree (the commit
+    # rule and drain class of the Metal floor), the kernel paths left at the default.
+    on_hosts = {run_on(run, h.machine) for h in machines}
     kinds = {(h.machine.gpu_class, h.machine.gpu_tier) for h in machines if h.machine}
-    if run.backend == "metal" and len(kinds) == 1 and all(h.machine for h in machines):
+    if len(on_hosts) == 1 and all(h.machine for h in machines):
+        run = on_hosts.pop()
+    elif run.backend == "metal" and len(kinds) == 1 and all(h.machine for h in machines):
         cls, tier = next(iter(kinds))
         run = replace(run, gpu_class=run.gpu_class or cls, gpu_tier=run.gpu_tier or tier)
     notes = list(src.notes)

@@ -240,40 +240,9 @@ GRANITE_HYBRID = {
 # per-token op loop on the CPU backend: RWKV-7's WKV (rwkv7.py), RG-LRU (recurrent_gemma.py),
 # Bailing's GLA (bailing_moe_linear.py recurrent_gla) and Kimi's KDA (kimi_linear.py, the
 # vectorized-gate gated delta rule of gated_delta.py).
-RWKV7 = {
-    "model_type": "rwkv7", "vocab_size": 2000, "hidden_size": 256, "intermediate_size": 512,
-    "norm_eps": 1e-5, "head_dim": 64, "num_hidden_layers": 3, "a_low_rank_dim": 32,
-    "v_low_rank_dim": 32, "gate_low_rank_dim": 32, "decay_low_rank_dim": 32,
-}
-RECURRENT_GEMMA = {
-    "model_type": "recurrent_gemma", "attention_bias": False, "conv1d_width": 4,
-    "hidden_size": 256, "intermediate_size": 768, "logits_soft_cap": 30.0,
-    "num_attention_heads": 4, "num_hidden_layers": 4, "num_key_value_heads": 1,
-    "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "attention_window_size": 512,
-    "vocab_size": 2000, "block_types": ["recurrent", "recurrent", "attention"],
-}
-BAILING_LINEAR = {
-    "model_type": "bailing_moe_linear", "hidden_size": 256, "intermediate_size": 512,
-    "max_position_embeddings": 8192, "moe_intermediate_size": 128, "num_experts": 4,
-    "num_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 4,
-    "num_experts_per_tok": 2, "num_hidden_layers": 4, "num_key_value_heads": 4,
-    "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "vocab_size": 2000,
-    "first_k_dense_replace": 0, "layer_group_size": 2, "group_norm_size": 1,
-}
-KIMI_LINEAR = {
-    "model_type": "kimi_linear", "vocab_size": 2000, "hidden_size": 256,
-    "intermediate_size": 512, "moe_intermediate_size": 128, "num_hidden_layers": 4,
-    "num_attention_heads": 4, "num_key_value_heads": 4, "head_dim": 64, "kv_lora_rank": 64,
-    "q_lora_rank": None, "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 32,
-    "mla_use_nope": False, "num_experts": 4, "num_experts_per_token": 2,
-    "num_shared_experts": 1, "moe_layer_freq": 1, "first_k_dense_replace": 0,
-    "moe_router_activation_func": "sigmoid", "moe_renormalize": True,
-    "routed_scaling_factor": 1.0, "use_grouped_topk": True, "num_expert_group": 1,
-    "topk_group": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "rope_scaling": None,
-    "model_max_length": 8192, "tie_word_embeddings": False,
-    "linear_attn_config": {"num_heads": 4, "head_dim": 64, "kda_layers": [1, 3],
-                           "short_conv_kernel_size": 4},
-}
+# The same configs tests/test_measure_cpu.py measures (tests/st_helpers.py: one copy).
+sys.path[:0] = [str(REPO / "src"), str(REPO / "tests")]
+from st_helpers import BAILING_LINEAR, KIMI_LINEAR, RECURRENT_GEMMA, RWKV7
 
 KV8 = {"kv_bits": 8, "kv_group_size": 64, "quantized_kv_start": 0}
 

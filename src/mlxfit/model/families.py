@@ -7,7 +7,6 @@ Pure: every builder takes the config's fields (``Ctx``) and returns the per-laye
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -90,14 +89,13 @@ class Family:
     # falcon_h1: 64). Gemma 3 12B's config has no head_dim, and 3840 // 16 = 240 sized its KV
     # cache 6% small: found by the tensor cross-check (model.crosscheck).
     head_dim_default: int | None = None
-    # False: mlx-lm's attention is hidden_size // heads whatever head_dim the config states (its
-    # ModelArgs has no head_dim field, so from_dict drops it). microsoft/Phi-tiny-MoE's config
-    # says head_dim 128 with 4096 / 16 heads: mlx-lm's phimoe caches 256-wide keys, 2x the KV.
-    config_head_dim: bool = True
 
 
 # mlx-lm modules whose attention takes hidden_size // num_attention_heads and ignores a config's
-# head_dim (tests/test_oracle_families.py checks each against mlx-lm with a mismatched head_dim).
+# head_dim (their ModelArgs has no head_dim field, so from_dict drops it; tests/
+# test_oracle_families.py checks each against mlx-lm with a mismatched head_dim).
+# microsoft/Phi-tiny-MoE's config says head_dim 128 with 4096 / 16 heads: mlx-lm's phimoe
+# caches 256-wide keys, 2x the KV.
 IGNORES_HEAD_DIM = frozenset({
     "qwen2", "qwen2_moe", "mixtral", "phi3", "phimoe", "granite", "granitemoe", "starcoder2",
     "cohere", "internlm3", "gpt2", "lille-130m", "gptj", "dbrx", "Klear", "apertus",
@@ -250,9 +248,6 @@ FAMILIES: dict[str, Family] = {
                                           "num_attention_heads", "num_layers": "num_hidden_layers",
                                           "num_vocab": "vocab_size"})),
 }
-
-FAMILIES = {name: (dataclasses.replace(row, config_head_dim=False)
-                   if name in IGNORES_HEAD_DIM else row) for name, row in FAMILIES.items()}
 
 # Modules under mlx_lm/models/ that are not a text-generation family, and why.
 NOT_TEXT_LM: dict[str, str] = {

@@ -10,7 +10,14 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.config import Fields, Layer, ModelConfig
-from mlxfit.model.families import GENERIC, NOT_SUPPORTED, Ctx, mlx_lm_module, resolve_family
+from mlxfit.model.families import (
+    GENERIC,
+    IGNORES_HEAD_DIM,
+    NOT_SUPPORTED,
+    Ctx,
+    mlx_lm_module,
+    resolve_family,
+)
 from mlxfit.model.mlx_lm_fields import absent_fields
 
 
@@ -118,7 +125,7 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         if heads <= 0:
             raise ConfigError(f"{where}: missing 'num_attention_heads'")
         kv_heads = f.int("num_key_value_heads", heads, minimum=1)
-        stated = f.int("head_dim", 0) if family.config_head_dim else 0
+        stated = 0 if known and family_name in IGNORES_HEAD_DIM else f.int("head_dim", 0)
         head_dim = stated or family.head_dim_default or hidden // heads
         if head_dim < 1:  # else every cache would silently size to 0 bytes
             raise ConfigError(f"{where}: hidden_size {hidden} < num_attention_heads {heads} "

@@ -85,6 +85,13 @@ class Schedule:
             return min(c.offset_after, a.window or 0) + a.sparse_topk
         return c.offset_after
 
+    def index_keys(self, a: Attn, n: int) -> int:
+        """Index keys chunk n's queries score (deepseek_v41's indexer): the closed groups of
+        the index source's compression once the chunk is in; 0 for a layer without one."""
+        if a.index is None:
+            return 0
+        return compressed_rows(self.offset_after(n), a.index.source_ratio)[0]
+
     def kv_quantized_during(self, n: int, kv_bits: int | None, quantized_kv_start: int) -> bool:
         """Whether chunk n runs on a QuantizedKVCache. generate_step calls
         maybe_quantize_kv_cache after each model call, converting once offset >=

@@ -472,7 +472,7 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
         if a.index is not None:
             # deepseek_v41's indexer: q (chunk, heads, dim) against every index key, a float32
             # (chunk, heads, keys) score matrix before it is summed over the heads.
-            keys = cs.compressed_rows(s.offset_after(n_chunk), a.index.source_ratio)[0]
+            keys = s.index_keys(a, n_chunk)
             idx = be.index_score_arrays * c * a.index.heads * keys * 4
             if idx > best:
                 best, best_in = idx, {"sparse_index_scores": int(idx), "index_keys": keys,

@@ -33,7 +33,6 @@ from typing import Any
 from mlxfit.calibration.constants import Backend, Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.batched import batched_peak_phase, batched_step, seq_cache_bytes
-from mlxfit.estimate.cache_sim import compressed_rows
 from mlxfit.estimate.compute import ChipCompute
 from mlxfit.estimate.memory import (
     Phase,
@@ -295,7 +294,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
             k = s.keys_seen(a, n)
             cands = []
             if a.index is not None:  # deepseek_v41's indexer: one float32 score matrix
-                keys = compressed_rows(s.offset_after(n), a.index.source_ratio)[0]
+                keys = s.index_keys(a, n)
                 cands.append((b * a.index.heads * c * keys * 4,
                               (f"indexer scores: {b} x {a.index.heads} heads x {c} queries x "
                                f"{keys} index keys x 4 B (float32)")))

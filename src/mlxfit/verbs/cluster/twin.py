@@ -125,13 +125,14 @@ def cluster(
     # The run on the hosts' GPUs (verbs.edges.run_on, as fit takes it from its machine) when
     # every host gives the same; else their GPU class and tier where those agree (the commit
     # rule and drain class of the Metal floor), the kernel paths left at the default.
-    on_hosts = {run_on(run, h.machine) for h in machines}
-    kinds = {(h.machine.gpu_class, h.machine.gpu_tier) for h in machines if h.machine}
-    if len(on_hosts) == 1 and all(h.machine for h in machines):
-        run = on_hosts.pop()
-    elif run.backend == "metal" and len(kinds) == 1 and all(h.machine for h in machines):
-        cls, tier = next(iter(kinds))
-        run = replace(run, gpu_class=run.gpu_class or cls, gpu_tier=run.gpu_tier or tier)
+    if all(h.machine for h in machines):
+        on_hosts = {run_on(run, h.machine) for h in machines}
+        kinds = {(r.gpu_class, r.gpu_tier) for r in on_hosts}
+        if len(on_hosts) == 1:
+            run = on_hosts.pop()
+        elif len(kinds) == 1:
+            cls, tier = kinds.pop()
+            run = replace(run, gpu_class=cls, gpu_tier=tier)
     notes = list(src.notes)
     by_note: dict[str, list[str]] = {}
     for h in machines:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -87,6 +88,12 @@ def record(path: str) -> None:
     print(f"{len(results)} runs -> {path}")
 
 
+def _masked(r: dict) -> tuple:
+    """The run without the recording's own temporary folder names (each recording makes new ones)."""
+    tmp = re.compile(r"/tmp/mlxfit-snap-(hf-)?[a-z0-9_]+")
+    return r["rc"], tmp.sub("<tmp>", r["stdout"]), tmp.sub("<tmp>", r["stderr"])
+
+
 def diff(new_path: str, old_path: str) -> int:
     def load(p):
         with open(p) as f:
@@ -98,7 +105,7 @@ def diff(new_path: str, old_path: str) -> int:
         if n is None:
             print(f"missing in new: {key}")
             differ += 1
-        elif (o["rc"], o["stdout"], o["stderr"]) == (n["rc"], n["stdout"], n["stderr"]):
+        elif _masked(o) == _masked(n):
             same += 1
         else:
             differ += 1

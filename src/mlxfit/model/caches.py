@@ -184,7 +184,7 @@ class Shared(CacheKind):
     reads_window: int | None = None
 
     name: ClassVar[str] = "shared"
-    mlx_lm_class: ClassVar[str] = "shared (no cache of its own)"
+    mlx_lm_class: ClassVar[str] = "none (an earlier layer's cache)"
     label: ClassVar[str] = "shared (no cache of its own)"
     owns_memory: ClassVar[bool] = False
     attends_all_earlier: ClassVar[bool] = True

@@ -792,7 +792,7 @@ def family_kind(c: Case) -> str:
         return "MLA"
     if cfg.linear_v_heads or cfg.ssm_heads:
         return "hybrid"
-    if any(a.cache == "rotating" for a in cfg.attention_layers):
+    if any(a.cache.name == "rotating" for a in cfg.attention_layers):
         return "sliding"
     return "MoE" if cfg.is_moe else "dense"
 

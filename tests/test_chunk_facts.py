@@ -48,6 +48,7 @@ from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.cache_sim import Schedule
 from mlxfit.estimate.memory import Run, prefill_phase
 from mlxfit.estimate.serving import Serving, run_buffers
+from mlxfit.model.caches import Chunked, Full, Rotating
 from mlxfit.model.config import Attn
 from mlxfit.model.inputs import model_inputs
 from mlxfit.sources.resolve import resolve_model
@@ -65,9 +66,9 @@ def test_schedule_chunk_facts_worked_by_hand():
     c = s.chunk_at(2)
     assert (c.n, c.size, c.offset_before, c.offset_after) == (2, 2048, 2048, 4096)
 
-    full = Attn("full", 32, 8, 128, 128, 128)
-    chunked = Attn("chunked", 32, 8, 128, 128, 128, window=1024)
-    rotating = Attn("rotating", 32, 8, 128, 128, 128, window=1024)
+    full = Attn(Full(), 32, 8, 128, 128, 128)
+    chunked = Attn(Chunked(1024), 32, 8, 128, 128, 128)
+    rotating = Attn(Rotating(1024), 32, 8, 128, 128, 128)
     assert [s.keys_seen(full, n) for n in (1, 2, 3)] == [2048, 4096, 4097]
     assert [s.keys_seen(chunked, n) for n in (1, 2, 3)] == [2048, 3072, 1025]
     assert [s.keys_seen(rotating, n) for n in (1, 2, 3)] == [2048, 3071, 1024]

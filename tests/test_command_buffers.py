@@ -16,6 +16,7 @@ from mlxfit.estimate import command_buffers as cb
 from mlxfit.estimate import kernels
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.hardware.skus import load_sku_table
+from mlxfit.model.caches import Full, Rotating
 from mlxfit.model.config import Attn
 from mlxfit.settings import mlx_scheduler_env
 
@@ -174,7 +175,7 @@ def test_cli_mlx_env_flag():
 
 
 def _attn(hd: int, q: int = 16, kv: int = 8) -> Attn:
-    return Attn("full", q, kv, hd, hd, hd)
+    return Attn(Full(), q, kv, hd, hd, hd)
 
 
 def test_prefill_paths_by_version_and_chip():
@@ -188,7 +189,7 @@ def test_prefill_paths_by_version_and_chip():
     assert kernels.prefill_path(_attn(256), 2048, m5, 15, "0.32.4") == "unfused"  # no NAX
     assert kernels.prefill_path(_attn(256), 2048, m5, 26, "0.32.1") == "unfused"
     assert kernels.prefill_path(_attn(192), 2048, m5, 26, "0.32.4") == "unfused"
-    sliding = Attn("rotating", 16, 8, 256, 256, 256, window=1024)
+    sliding = Attn(Rotating(1024), 16, 8, 256, 256, 256)
     assert kernels.prefill_path(sliding, 1024, m5, 26).startswith("fused")  # mask="causal"
     assert kernels.prefill_path(sliding, 2048, m5, 26) == "unfused"  # array mask past the window
 

@@ -83,7 +83,7 @@ def test_gemma3_27b_pattern_and_window():
     assert kv("google__medgemma-27b-it.json", 65536) == 10 * 65536 * per + 52 * 1024 * per
     assert kv("google__medgemma-27b-it.json", 700) == 10 * 768 * per + 52 * 955 * per
     cfg = load("google__medgemma-27b-it.json")
-    full = [i for i, ly in enumerate(cfg.layers) if ly.attn.cache == "full"]
+    full = [i for i, ly in enumerate(cfg.layers) if ly.attn.cache.name == "full"]
     assert full == list(range(5, 62, 6))
 
 
@@ -315,7 +315,7 @@ def test_llama4_chunked_cache_trims_to_the_chunk_then_steps():
     per = 8 * 128 * 4
     assert kv(("meta-llama__Llama-4-Scout-17B-16E-Instruct.json"), 33000) == (
         36 * (8192 + 256) * per + 12 * 33024 * per)
-    assert sum(1 for a in cfg.attention_layers if a.cache == "chunked") == 36
+    assert sum(1 for a in cfg.attention_layers if a.cache.name == "chunked") == 36
 
 
 def test_llama4_text_alone_has_no_chunked_layers():

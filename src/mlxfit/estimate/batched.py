@@ -130,7 +130,7 @@ def decode_flops(cfg: ModelConfig, run: Run, w: WeightsRead) -> tuple[float, flo
     dense, routed = matmul_params_per_token(cfg, w.params, prefill=False)
     attn = 0.0
     for a, n in attn_groups(cfg, run):
-        keys = min(run.ctx, a.window) if a.window and a.cache != "full" else run.ctx
+        keys = a.cache.decode_keys(run.ctx)
         if a.mla is not None:
             attn += n * 2.0 * a.mla.heads * keys * (a.mla.qk_nope + a.mla.qk_rope + a.mla.v_head)
         else:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxfit.calibration.constants import Calibration, Prefill
-from mlxfit.estimate.memory import Run, _as_run_sees, attn_unfused
+from mlxfit.estimate.memory import Run, as_run_sees, attn_unfused
 from mlxfit.estimate.speed import is_ultra, predicted_decode_seconds
 from mlxfit.model.config import Attn, ModelConfig
 from mlxfit.model.inputs import MatmulParams, WeightsRead
@@ -117,7 +117,7 @@ def prefill_layers(cfg: ModelConfig) -> int:
     caches and own none) - are never computed."""
     for i in range(len(cfg.layers) - 1, -1, -1):
         ly = cfg.layers[i]
-        if ly.state_bytes or (ly.attn is not None and ly.attn.cache != "shared"):
+        if ly.state_bytes or (ly.attn is not None and ly.attn.cache.owns_memory):
             return i
     return 0
 
@@ -147,7 +147,7 @@ def prefill_attn_groups(cfg: ModelConfig, run: Run, computed: int | None = None
     first ``computed``), with their counts, as the run sees them (--max-kv-size)."""
     counts: dict[Attn, int] = {}
     for a, n in cfg.attn_groups_upto(prefill_layers(cfg) if computed is None else computed):
-        seen = _as_run_sees(a, cfg, run)
+        seen = as_run_sees(a, cfg, run)
         counts[seen] = counts.get(seen, 0) + n
     return list(counts.items())
 
@@ -179,12 +179,9 @@ def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
     out = ChunkFlops(dense=2.0 * dense * c.size, experts=2.0 * routed * c.size)
     quant = s.kv_quantized_during(n, run.kv_bits, run.quantized_kv_start)
     for a, count in prefill_attn_groups(cfg, run, k):
-        if a.cache == "shared":
-            keys = c.offset_after  # reads another layer's cache: every token so far
-        else:
-            keys = s.keys_seen(a, n)
+        keys = s.keys_seen(a, n)
         fused = not attn_unfused(a, run, cfg, quant, c.size)
-        causal = fused and a.cache in ("full", "shared") and a.mla is None
+        causal = fused and a.cache.attends_all_earlier and a.mla is None
         out = out + _attn_flops(a, count, c.size, c.offset_before, keys, fused=fused,
                                 causal=causal, act_bytes=cfg.act_bytes)
     state = sum(ly.state_bytes for ly in cfg.layers[:k] if ly.state_kind in ("linear", "mamba"))

@@ -57,20 +57,12 @@ def nax_available(gpu_gen: int, macos_major: int, mlx_version: str = REFERENCE_M
             and _version_key(mlx_version) >= 32002)
 
 
-def _causal(a: Attn, queries: int) -> bool:
-    # mlx-lm passes mask="causal" unless the chunk is longer than a sliding window
-    # (models/base.py create_attention_mask builds an array mask then).
-    if a.cache in ("full", "shared"):
-        return True
-    return a.window is not None and queries <= a.window
-
-
 def prefill_path(a: Attn, queries: int, gpu_gen: int, macos_major: int,
                  mlx_version: str = REFERENCE_MLX) -> str:
     """The Metal SDPA path of a prefill chunk of ``queries`` tokens of this layer, in words."""
     if a.mla is not None:
         return "unfused (MLA: pe_scores materialized)"
-    if (a.head_dim == 256 and queries >= NAX_MIN_QUERIES and _causal(a, queries)
+    if (a.head_dim == 256 and queries >= NAX_MIN_QUERIES and a.cache.causal_mask(queries)
             and nax_available(gpu_gen, macos_major, mlx_version)):
         return "fused (NAX head-dim-256 kernel)"
     return "fused" if a.head_dim in prefill_fused_dims(mlx_version) else "unfused"

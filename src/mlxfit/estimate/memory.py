@@ -15,6 +15,8 @@ from mlxfit.errors import UsageError
 from mlxfit.estimate import cache_sim as cs
 from mlxfit.estimate import command_buffers as cbuf
 from mlxfit.estimate import kernels
+from mlxfit.model import cache_growth as growth
+from mlxfit.model.caches import Full
 from mlxfit.model.config import Attn, ModelConfig
 
 
@@ -150,20 +152,25 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
                                  param="kv_bits")
             raise UsageError("kv_bits: mlx-lm's MLA attention cannot use a quantized cache "
                              "(it fails with AttributeError in mlx-lm 0.32)", param="kv_bits")
-        if any(a.cache == "rotating" for a, _ in attn_groups(cfg, run)):
-            raise UsageError(
-                "kv_bits: this model's sliding-window layers use RotatingKVCache, which "
-                "mlx-lm cannot quantize (to_quantized raises NotImplementedError)",
-                param="kv_bits",
-            )
+        refusal = kv_bits_refusal(cfg, run)
+        if refusal:
+            raise UsageError(f"kv_bits: {refusal}", param="kv_bits")
 
 
-def _as_run_sees(a: Attn, cfg: ModelConfig, run: Run) -> Attn:
-    # --max-kv-size turns full caches into RotatingKVCache only for models without their own
-    # make_cache() (mlx_lm.models.cache.make_prompt_cache).
-    if run.max_kv_size and not cfg.own_cache and a.cache == "full":
-        return Attn("rotating", a.q_heads, a.kv_heads, a.k_dim, a.v_dim, a.head_dim,
-                    window=run.max_kv_size, sinks=a.sinks, mla=a.mla)
+def kv_bits_refusal(cfg: ModelConfig, run: Run) -> str | None:
+    """Why a cache of this run cannot be quantized (its kind's ``to_quantized`` raises), or
+    None."""
+    return next((a.cache.kv_bits_refusal for a, _ in attn_groups(cfg, run)
+                 if a.cache.kv_bits_refusal), None)
+
+
+def as_run_sees(a: Attn, cfg: ModelConfig, run: Run) -> Attn:
+    """The layer as this run builds its cache: --max-kv-size acts only on models without their
+    own make_cache() (mlx_lm.models.cache.make_prompt_cache), as the kind decides."""
+    if run.max_kv_size and not cfg.own_cache:
+        kind = a.cache.under_max_kv_size(run.max_kv_size)
+        if kind != a.cache:
+            return replace(a, cache=kind)
     return a
 
 
@@ -172,7 +179,7 @@ def attn_groups(cfg: ModelConfig, run: Run, *, prefill_compute: bool = False
     """Distinct attention layouts for this run with their layer counts (with prefill_compute,
     only the layers whose attention a prefill chunk actually computes)."""
     groups = cfg.attn_groups_computed_in_prefill if prefill_compute else cfg.attn_groups
-    return [(_as_run_sees(a, cfg, run), n) for a, n in groups]
+    return [(as_run_sees(a, cfg, run), n) for a, n in groups]
 
 
 def per_token_bytes(a: Attn, act_bytes: int) -> int:
@@ -187,37 +194,13 @@ def quantized_per_token_bytes(a: Attn, bits: int, group: int, act_bytes: int) ->
     return elems * bits / 8 + elems / group * 2 * act_bytes
 
 
-# --------------------------------------------------------------------------- cache tokens
+# --------------------------------------------------------------------------- cache bytes
 
 
-def tokens_prefill(a: Attn, s: cs.Schedule, n_chunks: int) -> int:
-    """Tokens a layer's cache has allocated right after the n-th prefill chunk."""
-    if a.cache == "shared":
-        return 0
-    if a.cache == "rotating":
-        return cs.rotating_size_prefill(s, a.window or 0, n_chunks)
-    if a.cache == "chunked":
-        return cs.chunked_len_prefill(s, a.window or 0, n_chunks)
-    if a.cache == "window":
-        return cs.window_rows(cs.tokens_seen_prefill(s, n_chunks), a.window or 0)
-    return cs.full_capacity_prefill(s, n_chunks)
-
-
-def tokens_final(a: Attn, s: cs.Schedule) -> int:
-    """Tokens a layer's cache has allocated when it holds the whole context."""
-    if a.cache == "shared":
-        return 0
-    if a.cache == "rotating":
-        return cs.rotating_size_final(s, a.window or 0)
-    if a.cache == "chunked":
-        return cs.chunked_len_final(s, a.window or 0)
-    if a.cache == "window":
-        return cs.window_rows(s.ctx, a.window or 0)
-    return cs.full_capacity_final(s)
-
-
-def _layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: int) -> float:
-    if quantized and a.cache == "full":
+def layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: int) -> float:
+    """One layer's KV bytes for ``tokens`` cached tokens; ``quantized``: the run's caches are
+    converted (a QuantizedKVCache where the layer's kind converts)."""
+    if a.cache.holds_quantized(quantized):
         return tokens * quantized_per_token_bytes(a, run.kv_bits or 8, run.kv_group, act_bytes)
     return tokens * per_token_bytes(a, act_bytes)
 
@@ -227,21 +210,21 @@ def compress_bytes(a: Attn, tokens: int, act_bytes: int) -> int:
     (head_dim + index keys, activation dtype) and the open group's float32 pending rows."""
     if a.compress is None:
         return 0
-    closed, pending = cs.compressed_rows(tokens, a.compress.ratio)
+    closed, pending = growth.compressed_rows(tokens, a.compress.ratio)
     return closed * a.compress.width * act_bytes + pending * a.compress.pending * 4
 
 
 def layer_bytes_prefill(a: Attn, s: cs.Schedule, n_chunks: int, quantized: bool, run: Run,
                         act_bytes: int) -> float:
     """One layer's cache bytes right after the n-th prefill chunk."""
-    return (_layer_kv_bytes(a, tokens_prefill(a, s, n_chunks), quantized, run, act_bytes)
-            + compress_bytes(a, cs.tokens_seen_prefill(s, n_chunks), act_bytes))
+    return (layer_kv_bytes(a, a.cache.tokens_prefill(s, n_chunks), quantized, run, act_bytes)
+            + compress_bytes(a, growth.tokens_seen_prefill(s, n_chunks), act_bytes))
 
 
 def layer_bytes_final(a: Attn, s: cs.Schedule, quantized: bool, run: Run,
                       act_bytes: int) -> float:
     """One layer's cache bytes once it holds the schedule's whole context."""
-    return (_layer_kv_bytes(a, tokens_final(a, s), quantized, run, act_bytes)
+    return (layer_kv_bytes(a, a.cache.tokens_final(s), quantized, run, act_bytes)
             + compress_bytes(a, s.ctx, act_bytes))
 
 
@@ -257,7 +240,7 @@ def kv_term(cfg: ModelConfig, run: Run) -> Term:
     groups = attn_groups(cfg, run)
     kinds: dict[str, int] = {}
     for a, n in groups:
-        kinds[a.cache] = kinds.get(a.cache, 0) + n
+        kinds[a.cache.name] = kinds.get(a.cache.name, 0) + n
     quant = run.kv_quantized
     return Term(
         "kv_cache",
@@ -266,7 +249,7 @@ def kv_term(cfg: ModelConfig, run: Run) -> Term:
         + (" (quantized: bits/8 + 2*dtype/group per element)" if quant else ""),
         {
             "layers_by_cache": kinds,
-            "full_cache_tokens": cs.full_capacity_final(s),
+            "full_cache_tokens": Full().tokens_final(s),
             "bytes_per_token_all_layers": sum(n * per_token_bytes(a, cfg.act_bytes)
                                               for a, n in groups),
             "kv_bits": run.kv_bits if quant else None,
@@ -441,7 +424,7 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
         k = s.keys_seen(a, n_chunk)
         v = 0.0
-        q_attn = quantized and a.cache == "full"
+        q_attn = a.cache.holds_quantized(quantized)
         unfused = attn_unfused(a, run, cfg, q_attn, c)
         if q_attn:
             arrays = be.quantized_score_arrays  # mlx-lm's hand-written quantized SDPA
@@ -456,7 +439,7 @@ def scores_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
             v += be.mla_kv_arrays * m.heads * k * (m.qk_nope + m.v_head) * b
         elif unfused:
             # deepseek_v41's _sparse_attention casts queries and keys to float32 first.
-            v += arrays * a.q_heads * c * k * (4 if a.cache == "window" else b) + c * k
+            v += arrays * a.q_heads * c * k * (4 if a.cache.float32_scores else b) + c * k
         if v > best:
             best = v
             best_in = {"q_heads": a.q_heads, "head_dim": a.head_dim, "keys": k, "chunk": c,
@@ -500,8 +483,8 @@ def keys_copy_term(cfg: ModelConfig, run: Run, n_chunk: int, be: Backend,
     s = run.schedule()
     best = 0.0
     for a, _ in attn_groups(cfg, run, prefill_compute=True):
-        best = max(best, _layer_kv_bytes(a, s.keys_seen(a, n_chunk), quantized, run,
-                                         cfg.act_bytes))
+        best = max(best, layer_kv_bytes(a, s.keys_seen(a, n_chunk), quantized, run,
+                                        cfg.act_bytes))
     return Term("kv_keys_copy", int(be.act_kv * best),
                 "act_kv x keys x one layer's KV bytes per token", {"act_kv": be.act_kv})
 
@@ -558,7 +541,7 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     for a, _ in attn_groups(cfg, run):
         # The step that last grew (or trimmed) the cache held the old buffer beside the new.
         earlier = cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size)
-        if a.cache == "rotating":
+        if a.cache.resized_last_after_prefill:
             before = layer_bytes_prefill(a, s, s.chunks()[2], quant, run, cfg.act_bytes)
         else:
             before = layer_bytes_final(a, earlier, quant, run, cfg.act_bytes)

@@ -41,7 +41,6 @@ from mlxfit.estimate.memory import (
     attn_groups,
     attn_unfused,
     peak_phase,
-    tokens_final,
 )
 from mlxfit.estimate.solve import ExtraTerms, largest_true, run_at
 from mlxfit.model.config import ModelConfig
@@ -116,8 +115,9 @@ def batch_blockers(cfg: ModelConfig, run: Run, serving: Serving) -> list[str]:
         why.append("a draft model is loaded")
     if run.kv_bits is not None:
         why.append("kv_bits is set")
-    if any(a.cache == "chunked" for a, _ in attn_groups(cfg, run)):
-        why.append("the model's ChunkedKVCache has no merge()")
+    unmergeable = {a.cache.mlx_lm_class for a, _ in attn_groups(cfg, run)
+                   if not a.cache.mergeable}
+    why += [f"the model's {name} has no merge()" for name in sorted(unmergeable)]
     return why
 
 
@@ -169,7 +169,7 @@ def validate_serving(cfg: ModelConfig, run: Run, serving: Serving) -> tuple[Run,
             warnings.append("--max-kv-size is dropped by mlx-lm with --draft-model "
                             "(stream_generate pops it): sized with full caches")
             run = replace(run, max_kv_size=None)
-        if any(a.cache == "rotating" for a, _ in attn_groups(cfg, run)):
+        if any(a.cache.untrimmable_past_window for a, _ in attn_groups(cfg, run)):
             warnings.append("--draft-model with sliding-window layers: once the context passes "
                             "the window their RotatingKVCache is no longer trimmable and "
                             "mlx-lm's rewind of rejected draft tokens silently does nothing")
@@ -289,7 +289,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
         # The same rule as memory.prefill_phase: the first chunk never runs quantized.
         quant = s.kv_quantized_during(n, run.kv_bits, run.quantized_kv_start)
         for a, _ in attn_groups(cfg, run):
-            if a.cache == "shared":
+            if not a.cache.owns_memory:
                 continue
             k = s.keys_seen(a, n)
             cands = []
@@ -298,7 +298,7 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
                 cands.append((b * a.index.heads * c * keys * 4,
                               (f"indexer scores: {b} x {a.index.heads} heads x {c} queries x "
                                f"{keys} index keys x 4 B (float32)")))
-            if attn_unfused(a, run, cfg, quant and a.cache == "full", c):
+            if attn_unfused(a, run, cfg, a.cache.holds_quantized(quant), c):
                 cands.append((b * a.q_heads * c * k * act,
                               (f"attention scores: {b} x {a.q_heads} heads x {c} queries x "
                               f"{k} keys x {act} B (unfused, head_dim {a.head_dim})")))
@@ -317,11 +317,11 @@ def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> li
     kv_best: Buffer | None = None
     quant_final = run.kv_quantized
     for a, _ in attn_groups(cfg, run):
-        if a.cache == "shared":
+        if not a.cache.owns_memory:
             continue
-        tok = tokens_final(a, s)
+        tok = a.cache.tokens_final(s)
         width = max(a.k_dim, a.v_dim)
-        per = (run.kv_bits or 8) / 8 if (quant_final and a.cache == "full") else act
+        per = (run.kv_bits or 8) / 8 if a.cache.holds_quantized(quant_final) else act
         nbytes = int(n_seq * a.kv_heads * tok * width * per)
         if kv_best is None or nbytes > kv_best.bytes:
             kv_best = Buffer("kv cache (one layer's keys)", nbytes,

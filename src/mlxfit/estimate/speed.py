@@ -11,7 +11,7 @@ calibration and the Ultra factor from the machine name, so no caller assembles t
 from __future__ import annotations
 
 from mlxfit.calibration.constants import Calibration, Decode
-from mlxfit.estimate.memory import Run, Term, _layer_kv_bytes, attn_groups, compress_bytes
+from mlxfit.estimate.memory import Run, Term, attn_groups, compress_bytes, layer_kv_bytes
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsRead
 
@@ -45,12 +45,12 @@ def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
     quant = run.kv_quantized
     total = 0.0
     for a, count in attn_groups(cfg, run):
-        if a.cache == "shared":
+        if not a.cache.owns_memory:
             continue
-        n = run.ctx if a.cache == "full" else min(run.ctx, a.window or run.ctx)
+        n = a.cache.decode_keys(run.ctx)
         # deepseek_v41: the indexer scores every index key and the attention gathers its
         # top-k compressed rows; the whole compressed cache is counted as read.
-        b = count * (_layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
+        b = count * (layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
                      + compress_bytes(a, run.ctx, cfg.act_bytes))
         if cal is not None:  # without constants: the bytes alone (serving, cluster stages)
             if cfg.scores_always or (a.mla is None and a.head_dim not in fused_decode):

@@ -14,30 +14,28 @@ from functools import cached_property
 from typing import Any
 
 from mlxfit.errors import ConfigError
+from mlxfit.model.caches import CacheKind
 
 
 @dataclass(frozen=True)
 class Attn:
     """One layer's attention and the cache mlx-lm gives it.
 
-    cache: "full" (KVCache), "rotating" (RotatingKVCache, window tokens), "chunked"
-    (ChunkedKVCache, window = attention_chunk_size), "shared" (reads another layer's cache,
-    owns none), "window" (deepseek_v41's LayerCache: exactly the last ``window`` tokens, kept by
-    concatenate-and-slice, no 256-token steps; ``compress`` adds its compressed groups).
+    cache: the mlx-lm cache kind (``mlxfit.model.caches``: Full, Rotating, Chunked, Shared,
+    Window), which owns every rule of how many tokens it holds and how the flags act on it;
+    ``compress`` adds deepseek_v41's compressed groups to a Window layer.
     """
 
-    cache: str
+    cache: CacheKind
     q_heads: int
     kv_heads: int
     k_dim: int  # per-head key width stored in the cache
     v_dim: int  # per-head value width stored in the cache
     head_dim: int  # the width the attention kernel sees (decides Metal's fused path)
-    window: int | None = None
     sinks: bool = False
     mla: Mla | None = None
     compress: Compress | None = None
     index: SparseIndex | None = None
-    sparse_topk: int = 0  # deepseek_v41: compressed rows each query also attends (index_topk)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.resolve import Machine
+from mlxfit.model.caches import grows_in_steps
 from mlxfit.render import (
     SCHEMA_VERSION,
     bare_machine,
@@ -106,10 +107,10 @@ def _kv_growth(r: FitResult) -> str:
     256-token steps, deepseek_v41's LayerCache at exact size."""
     kinds = next((t.inputs.get("layers_by_cache", {}) for t in r.terms if t.name == "kv_cache"),
                  {})
-    stepped = any(k != "window" for k in kinds)
+    stepped = any(grows_in_steps(k) for k in kinds)
     if kinds and not stepped:
         return "exact-size window caches (no 256-token steps)"
-    if "window" in kinds:
+    if not all(grows_in_steps(k) for k in kinds):
         return "mlx-lm's 256-token steps; window caches at exact size"
     return "mlx-lm's 256-token steps"
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from mlxfit.errors import MlxfitError
-from mlxfit.estimate.memory import Run, attn_groups
+from mlxfit.estimate.memory import Run, kv_bits_refusal
 from mlxfit.estimate.serving import SERVER_PROMPT_CONCURRENCY, Serving, command_line
 from mlxfit.estimate.solve import FitResult
 from mlxfit.model.config import ModelConfig
@@ -280,10 +280,9 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
                           lambda s, c: s.largest(0, k - 1, lambda v: pc(c, v))))
 
     kv_levels: list[Step] = []
-    if any(a.cache == "rotating" for a, _ in attn_groups(cfg, run)):
-        s.refused["kv_bits"] = ("--kv-bits: this model's sliding-window layers use "
-                                "RotatingKVCache, which mlx-lm cannot quantize "
-                                "(to_quantized raises NotImplementedError)")
+    refusal = kv_bits_refusal(cfg, run)
+    if refusal:
+        s.refused["kv_bits"] = f"--kv-bits: {refusal}"
     elif serving.sequences > 1:
         s.refused["kv_bits"] = ("--kv-bits: mlx_lm.server then serves one request at a time "
                                 f"(no batching), not the --parallel {serving.sequences} asked for")

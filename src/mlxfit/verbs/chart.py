@@ -90,11 +90,11 @@ def kinks_for(cfg: ModelConfig, run: Run) -> list[Kink]:
     quantization starts."""
     out: dict[int, str] = {}
     for a, n in attn_groups(cfg, run):
-        if a.cache in ("rotating", "chunked") and a.window:
-            what = ("the --max-kv-size window is full" if run.max_kv_size
-                    and a.window == run.max_kv_size else "the sliding window is full"
-                    if a.cache == "rotating" else "the attention chunk is full")
-            out.setdefault(a.window, f"{what}: {n} layers stop growing")
+        window, what = a.cache.window, a.cache.fill_note
+        if what and window:
+            if run.max_kv_size and window == run.max_kv_size:
+                what = "the --max-kv-size window is full"
+            out.setdefault(window, f"{what}: {n} layers stop growing")
     # The prompt is ctx - gen tokens, its first prompt - 1 are prefilled in chunks.
     out.setdefault(run.prefill_step_size + 1 + run.gen,
                    f"prefill step {run.prefill_step_size}: longer prompts are chunked")

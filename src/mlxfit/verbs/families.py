@@ -46,12 +46,10 @@ class FamiliesResult:
 
 def cache_kinds(cfg: ModelConfig) -> tuple[str, ...]:
     """The cache kinds of a parsed config's layers, in mlx-lm's class names."""
-    names = {"full": "KVCache", "rotating": "RotatingKVCache", "chunked": "ChunkedKVCache",
-             "shared": "shared (no cache of its own)", "window": "LayerCache (sliding window)"}
     kinds = set()
     for ly in cfg.layers:
         if ly.attn is not None:
-            kind = names[ly.attn.cache]
+            kind = ly.attn.cache.label
             kinds.add(f"{kind} (MLA latent)" if ly.attn.mla else kind)
             if ly.attn.compress is not None:
                 kinds.add("LayerCache (compressed KV"

@@ -36,8 +36,8 @@ def _same_cache(derived: Layer, table: Layer, act_bytes: int) -> bool:
         return False
     a, b = derived.attn, table.attn
     if a is None or b is None:
-        return a is None and (b is None or b.cache == "shared")
-    return ((a.cache, a.window) == (b.cache, b.window)
+        return a is None and (b is None or not b.cache.owns_memory)
+    return (a.cache == b.cache
             and per_token_bytes(a, act_bytes) == per_token_bytes(b, act_bytes))
 
 

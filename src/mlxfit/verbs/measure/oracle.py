@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfit.errors import ConfigError, OracleError
+from mlxfit.model.caches import from_mlx_lm
 from mlxfit.model.config import Attn, Layer
 
 
@@ -377,12 +378,9 @@ def derive_layers(config: dict, act_bytes: int = 2,
         attn = None
         elems = _per_token_elems(e)
         if e.kv_bytes and elems:
-            kind = ("rotating" if "Rotating" in e.kind else "chunked" if "Chunked" in e.kind
-                    else "full")
-            attn = Attn(kind, q_heads=like.q_heads if like else 1, kv_heads=1,
-                        k_dim=elems - elems // 2, v_dim=elems // 2,
-                        head_dim=like.head_dim if like else elems // 2,
-                        window=e.window if kind != "full" else None)
+            attn = Attn(from_mlx_lm(e.kind, e.window), q_heads=like.q_heads if like else 1,
+                        kv_heads=1, k_dim=elems - elems // 2, v_dim=elems // 2,
+                        head_dim=like.head_dim if like else elems // 2)
         layers.append(Layer(attn, state_bytes=e.state_bytes,
                             state_kind="mlx-lm" if e.state_bytes else None))
     layers += [Layer(None) for _ in range(max(0, run.num_layers - len(layers)))]

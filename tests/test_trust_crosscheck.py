@@ -121,3 +121,32 @@ def test_the_cli_says_it_in_one_line(tmp_path: Path) -> None:
     (folder / "config.json").write_text(json.dumps(cfg))
     r = invoke("fit", str(folder), "--machine", M4PRO)
     assert r.exit_code == 2 and "hidden_size disagrees" in r.output, r.output
+
+
+VERBS_WITH_A_MODEL = (
+    ("fit", "--machine", M4PRO),
+    ("matrix",),
+    ("serve-plan", "--machine", M4PRO),
+    ("cluster", "--host", "M4 Max 64GB", "--host", M4PRO),
+)
+
+
+@pytest.mark.parametrize("verb", VERBS_WITH_A_MODEL, ids=lambda v: v[0])
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_every_verb_refuses_a_config_its_weights_contradict(tmp_path: Path, verb, as_json) -> None:
+    """The architecture review's probe: a config claiming 4 KV heads over 2-head k_proj
+    weights was refused by fit, matrix and serve-plan and planned by cluster (exit 0), which
+    loaded the model by a path of its own. Every verb now sizes through the same function."""
+    cfg, t = qwen()
+    cfg["num_key_value_heads"] = 4  # head_dim 128: the weights below hold 256 / 128 = 2 heads
+    t = {k: (d, [256, s[1]]) if k.endswith(("k_proj.weight", "v_proj.weight")) else (d, s)
+         for k, (d, s) in t.items()}
+    folder = make_folder(tmp_path / "m", cfg, {"model.safetensors": t})
+    args = (verb[0], str(folder), *verb[1:], *(("--json",) if as_json else ()))
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    if as_json:
+        assert "num_key_value_heads disagrees" in json.loads(r.stdout)["error"]["message"]
+    else:
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and "num_key_value_heads disagrees" in lines[0], r.output

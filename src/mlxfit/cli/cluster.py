@@ -52,6 +52,8 @@ def cluster_cmd(
     q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
     quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
     dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
+    plan: str = typer.Option("auto", "--plan", help="Cache plan: auto, table or mlx-lm (as fit's)."),
+    with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
 ) -> None:
     """Split a model across several Macs (MLX distributed): per-host memory, context, speed."""
     try:
@@ -61,7 +63,8 @@ def cluster_cmd(
                     prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                     kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                     backend=backend, q_bits=q_bits, q_group_size=q_group_size, q_mode=q_mode,
-                    quant_predicate=quant_predicate, dtype=dtype)
+                    quant_predicate=quant_predicate, dtype=dtype, plan=plan,
+                    with_vision=with_vision)
         if write and not r.fits and not force:
             why = r.why if r.plan is None or not r.plan.supported else \
                 f"the {r.plan.strategy} plan does not fit at {r.context_tokens:,} tokens"

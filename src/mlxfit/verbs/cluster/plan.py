@@ -453,7 +453,7 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
                  tensors: Sequence[TensorInfo], hosts: Sequence[HostMachine], run: Run,
                  cal: Calibration, link: Link, strategy: str = "auto",
                  with_vision: bool = False, notes: Sequence[str] = (),
-                 model_path: str = "", single_safetensors: bool = False,
+                 warnings: Sequence[str] = (), model_path: str = "", single_safetensors: bool = False,
                  params: MatmulParams | None = None) -> ClusterResult:
     """The pure planner: every figure of the report from its inputs."""
     if strategy not in STRATEGIES:
@@ -467,7 +467,7 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
     m = _Model(cfg, split_weights(tensors, cfg.num_layers, with_vision), tuple(tensors), module,
                with_vision, params)
     limit, limit_warnings = context_limit(cfg, run)
-    warn = list(cfg.warnings) + limit_warnings
+    warn = [*cfg.warnings, *warnings, *limit_warnings]
     n = len(hosts)
     plans: list[Plan] = []
     if n == 1:

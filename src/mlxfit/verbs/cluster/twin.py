@@ -35,9 +35,6 @@ from typing import Any
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.memory import run_from
-from mlxfit.model.inputs import MatmulParams, activation_bytes
-from mlxfit.model.parse import parse_config
-from mlxfit.model.weights import summarize_weights
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import INDEX_NAME
 from mlxfit.verbs.cluster.hosts import (
@@ -52,13 +49,15 @@ from mlxfit.verbs.cluster.plan import (
     plan_cluster,
 )
 from mlxfit.verbs.cluster.results import ClusterResult
-from mlxfit.verbs.convert_plan import converted_source, plan_to_json, quant_recipe
+from mlxfit.verbs.convert_plan import quant_recipe
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
     check_machine_params,
     run_on,
 )
+from mlxfit.verbs.fit import sized_source
+from mlxfit.verbs.plan import check_plan, with_plan
 
 # --------------------------------------------------------------------------- the twin
 
@@ -87,6 +86,8 @@ def cluster(
     q_mode: str | None = None,
     quant_predicate: str | None = None,
     dtype: str | None = None,
+    plan: str = "auto",
+    with_vision: bool = False,
 ) -> ClusterResult:
     """Will ``model`` run a ``ctx``-token generation with mlx-lm across these Macs, split how,
     how fast? ``hosts`` are SKU strings ("M3 Ultra 512GB", "2x M4 Max 128GB") in rank order;
@@ -97,6 +98,7 @@ def cluster(
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    backend=backend)
     check_machine_params(macos=macos)
+    check_plan(plan)
     recipe = quant_recipe(q_bits, q_group_size, q_mode, quant_predicate, dtype)
     cal = calibration_for_user(calibration)
     cal.backend(backend)  # a backend the calibration has
@@ -113,14 +115,14 @@ def cluster(
     lk = link if isinstance(link, Link) else resolve_link(str(link), link_latency_us, link_gbs)
     if isinstance(extra.get("backend"), str):
         lk = replace(lk, backend=extra["backend"])
-    src = resolve_model(model, revision=revision)
+    # The one model path of fit, matrix and serve-plan: the config checked against its own
+    # weights, sized as mlx_lm.convert would write it when asked, with the chosen cache plan.
+    given = resolve_model(model, revision=revision)
+    src, inputs = sized_source(given, recipe, model, with_vision)
+    inputs, plan_warnings, plan_notes = with_plan(inputs, src.config, plan, run)
     converted = recipe is not None
-    conversion = None
-    if converted:
-        src, qplan = converted_source(src, recipe, model)
-        conversion = plan_to_json(qplan, model)
-    where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
-    cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
+    conversion = inputs.weights_detail.get("conversion")
+    cfg = inputs.cfg
     machines = resolve_hosts(specs, macos)
     # The run on the hosts' GPUs (verbs.edges.run_on, as fit takes it from its machine) when
     # every host gives the same; else their GPU class and tier where those agree (the commit
@@ -139,7 +141,7 @@ def cluster(
         for x in h.notes:
             by_note.setdefault(x, []).append(h.label)
     notes += [f"{', '.join(labels)}: {x}" for x, labels in by_note.items()]
-    notes += calibration_note(cal)
+    notes += [*plan_notes, *calibration_note(cal)]
     single = False
     model_path = src.name
     if src.kind in ("folder", "hf-cache") and not converted:  # does it carry the index?
@@ -147,9 +149,9 @@ def cluster(
         single = not (loc / INDEX_NAME).exists()
         if src.kind == "folder":
             model_path = str(loc)
-    params = MatmulParams.of(summarize_weights(src.tensors, src.config))
     result = plan_cluster(model=src.name, source_kind=src.kind, cfg=cfg, tensors=src.tensors,
                           hosts=machines, run=run, cal=cal, link=lk, strategy=strategy,
-                          notes=notes, model_path=model_path, single_safetensors=single,
-                          params=params)
+                          with_vision=with_vision, notes=notes, warnings=plan_warnings,
+                          model_path=model_path, single_safetensors=single,
+                          params=inputs.weights.params)
     return replace(result, quantization_plan=conversion)

@@ -94,7 +94,7 @@ def seed_headers() -> list[bytes]:
 
 def seed_cache_entry(repo_id: str, commit: str, endpoint: str) -> bytes:
     """A real Hub metadata cache entry (what a fetch writes) of a two-shard model."""
-    from mlxfit.sources.hub.cache import _Snapshot
+    from mlxfit.sources.hub.cache import Snapshot
 
     def shard(names: list[str]) -> tuple[bytes, int]:
         header = {n: {"dtype": "BF16", "shape": [4, 8], "data_offsets": [i * 64, i * 64 + 64]}
@@ -110,7 +110,7 @@ def seed_cache_entry(repo_id: str, commit: str, endpoint: str) -> bytes:
     names = ["model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors"]
     index = {"weight_map": {"model.embed_tokens.weight": names[0],
                             "model.layers.0.mlp.down_proj.weight": names[1]}}
-    snap = _Snapshot(repo_id=repo_id, commit=commit, endpoint=endpoint, fetched_at="now",
+    snap = Snapshot(repo_id=repo_id, commit=commit, endpoint=endpoint, fetched_at="now",
                      siblings=[(names[0], sa), (names[1], sb), ("config.json", 100),
                                ("model.safetensors.index.json", 100)],
                      files={"config.json": json.dumps(config).encode(),

@@ -2,8 +2,8 @@
 
     python fuzz/fuzz_cache.py [libFuzzer flags] CORPUS_DIR      (see fuzz/README.md)
 
-Per input: an entry file is written, read with ``cache._read_entry`` (a 4 MB inflate cap) and,
-when accepted, staged and validated by ``snapshot._to_source`` exactly as a cached model is.
+Per input: an entry file is written, read with ``cache.read_entry`` (a 4 MB inflate cap) and,
+when accepted, staged and validated by ``snapshot.to_source`` exactly as a cached model is.
 Contract: a ModelSource, ``None``, a ValueError (the caller's "corrupt entry") or an
 MlxfitError, each of one line; and nothing is left in or written to the private temporary
 directory the staging folders are made in (a name that escaped the staging folder would land
@@ -31,8 +31,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 with atheris.instrument_imports(include=["mlxfit"]):
     from mlxfit.errors import MlxfitError
-    from mlxfit.sources.hub.cache import _read_entry
-    from mlxfit.sources.hub.snapshot import _to_source
+    from mlxfit.sources.hub.cache import read_entry
+    from mlxfit.sources.hub.snapshot import to_source
     from mlxfit.sources.source import HubTransfer
 
 from _common import check_one_line, scratch_dir, seed_cache_entry
@@ -94,9 +94,9 @@ def TestOneInput(data: bytes) -> None:
         return
     _ENTRY.write_bytes(data[1:] if data[0] % 2 == 0 else _mutated(data[1:]))
     try:
-        snap = _read_entry(_ENTRY, REPO, COMMIT, ENDPOINT, limit=4_000_000)
+        snap = read_entry(_ENTRY, REPO, COMMIT, ENDPOINT, limit=4_000_000)
         if snap is not None:
-            _to_source(snap, HubTransfer(0, 0, True, COMMIT, "now"))
+            to_source(snap, HubTransfer(0, 0, True, COMMIT, "now"))
     except ValueError as e:
         check_one_line(str(e))
     except MlxfitError as e:

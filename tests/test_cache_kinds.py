@@ -27,7 +27,7 @@ from mlxfit.model.caches import (
     from_mlx_lm,
 )
 from mlxfit.model.config import Attn
-from mlxfit.verbs.measure.run import mlx_missing_reason
+from mlxfit.model.mlx_extra import mlx_missing_reason
 
 MLX_MISSING = mlx_missing_reason()
 pytestmark = [

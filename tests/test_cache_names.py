@@ -19,7 +19,7 @@ from mlxfit.model.tensors import (
 )
 from mlxfit.sources.folder import missing_numbered_shards
 from mlxfit.sources.hf_cache import cache_dirname, repo_id_of
-from mlxfit.sources.hub.cache import _repo_dir
+from mlxfit.sources.hub.cache import repo_cache_dir
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.safetensors_header import read_header
 from mlxfit.verbs.pick import scan_cache
@@ -54,7 +54,7 @@ def test_cache_dirname_is_huggingface_hubs() -> None:
 
 
 def test_hub_metadata_cache_uses_the_same_folder_name() -> None:
-    d = _repo_dir(Path("/r"), "https://huggingface.co", "mlx-community/Qwen3-8B-4bit")
+    d = repo_cache_dir(Path("/r"), "https://huggingface.co", "mlx-community/Qwen3-8B-4bit")
     assert d.name == "models--mlx-community--Qwen3-8B-4bit"
 
 

@@ -157,7 +157,7 @@ def test_required_fields_are_mlx_lms() -> None:
 
     pytest.importorskip("mlx_lm.utils", reason="mlx-lm is not installed (pip install -e '.[measure]')")
     from mlxfit.model.mlx_lm_fields import REQUIRED_FIELDS
-    from mlxfit.verbs.measure.oracle import IMPORT_PROBES
+    from mlxfit.model.oracle import IMPORT_PROBES
 
     modules = set(FAMILIES) | {a for a in FAMILY_ALIASES
                                if importlib.util.find_spec(f"mlx_lm.models.{a}") is not None}

@@ -13,11 +13,11 @@ from st_helpers import invoke, make_folder
 from mlxfit.estimate.memory import Run, kv_bytes_final
 from mlxfit.model.families import FAMILIES, NOT_SUPPORTED, NOT_TEXT_LM
 from mlxfit.model.inputs import model_inputs
+from mlxfit.model.mlx_extra import mlx_missing_reason
 from mlxfit.render import SCHEMA_VERSION
 from mlxfit.render.families import families_to_json
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.families import build_table, families
-from mlxfit.verbs.measure.run import mlx_missing_reason
 from mlxfit.verbs.plan import with_plan
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -126,7 +126,7 @@ def test_auto_plan_reads_mlx_lm_when_the_table_has_no_row(tmp_path: Path) -> Non
     derives the plan from mlx-lm's classes and its bytes equal mlx-lm's caches."""
     from dataclasses import replace
 
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.model.oracle import cache_plan
 
     config = json.loads((FAMILY_DIR / "kimi_linear.json").read_text())
     inputs = model_inputs(resolve_model(str(_folder(tmp_path, config))))
@@ -165,7 +165,7 @@ def test_oracle_stays_off_the_plain_import_path() -> None:
 
     code = ("import sys, mlxfit.verbs.fit, mlxfit.verbs.families; "
             "print(any(m.startswith(('mlx.', 'mlx_lm')) or m in ('mlx', 'mlx_lm') "
-            "or m == 'mlxfit.verbs.measure.oracle' for m in sys.modules))")
+            "or m == 'mlxfit.model.oracle' for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          env={"PYTHONPATH": str(ROOT / "src")}, check=True)
     assert out.stdout.strip() == "False"

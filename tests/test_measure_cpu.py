@@ -45,7 +45,7 @@ from st_helpers import (
     invoke,
 )
 
-from mlxfit.verbs.measure.run import mlx_missing_reason
+from mlxfit.model.mlx_extra import mlx_missing_reason
 
 MLX_MISSING = mlx_missing_reason()
 MLX = pytest.mark.mlx

@@ -9,7 +9,7 @@ import json
 import pytest
 from st_helpers import LLAMA64, invoke
 
-from mlxfit.verbs.measure.run import mlx_missing_reason
+from mlxfit.model.mlx_extra import mlx_missing_reason
 
 MISSING = mlx_missing_reason()
 pytestmark = [pytest.mark.mlx, pytest.mark.skipif(MISSING is not None,

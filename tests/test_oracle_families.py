@@ -1,4 +1,4 @@
-"""Every mlx-lm family against mlx-lm's own caches (the oracle, mlxfit.verbs.measure.oracle).
+"""Every mlx-lm family against mlx-lm's own caches (the oracle, mlxfit.model.oracle).
 
 For each family fixture (tests/fixtures/families/, MANIFEST.json says where each came from) and
 each real config (tests/fixtures/configs/), mlx-lm's own model classes are built at the
@@ -32,8 +32,8 @@ from mlxfit.model.families import (
     mlx_lm_module,
     resolve_family,
 )
+from mlxfit.model.mlx_extra import mlx_missing_reason
 from mlxfit.model.parse import parse_config
-from mlxfit.verbs.measure.run import mlx_missing_reason
 
 FIXTURES = Path(__file__).parent / "fixtures"
 FAMILY_DIR = FIXTURES / "families"
@@ -64,7 +64,7 @@ def _kv_group(config: dict) -> int | None:
     """A group size mlx-lm can quantize this model's caches with (every cached width must
     divide), from the oracle's own shapes; None when none can."""
     # mlx / mlx-lm are optional (the measure extra): imported for the oracle only
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.model.oracle import cache_plan
 
     widths = {shape[-1] for e in cache_plan(config, 4).entries for role, shape, _ in e.arrays
               if role in ("keys", "values", "arrays")}
@@ -76,7 +76,7 @@ def _kv_group(config: dict) -> int | None:
 
 def _check(config: dict, name: str, contexts: list[tuple[int, int, int]],
            state_contexts: list[tuple[int, int, int]] = STATE_CONTEXTS) -> None:
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.model.oracle import cache_plan
 
     cfg = parse_config(config, act_bytes=2, where=name)
     for ctx, step, gen in (state_contexts if cfg.state_bytes else contexts):
@@ -100,7 +100,7 @@ def test_family_matches_mlx_lm(name: str) -> None:
 def test_family_max_kv_size_matches_mlx_lm(name: str) -> None:
     """--max-kv-size 300: make_prompt_cache gives RotatingKVCache(300) to every layer of a model
     without its own make_cache(), and nothing changes for one with it."""
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.model.oracle import cache_plan
 
     config = _fixture(name)
     cfg = parse_config(config, act_bytes=2, where=name)
@@ -115,7 +115,7 @@ def test_family_max_kv_size_matches_mlx_lm(name: str) -> None:
 def test_family_quantized_cache_matches_mlx_lm(name: str) -> None:
     """--kv-bits 8 from the start: QuantizedKVCache bytes where mlxfit accepts the flag; where
     it refuses, mlx-lm fails too or leaves the caches as they were."""
-    from mlxfit.verbs.measure.oracle import FORWARD_FALLBACK, cache_plan
+    from mlxfit.model.oracle import FORWARD_FALLBACK, cache_plan
 
     config = _fixture(name)
     group = _kv_group(config)
@@ -195,7 +195,7 @@ UNLOADABLE = FIXTURES / "configs" / "unloadable"
 def test_unloadable_config_warns_like_mlx_lm_fails(path: Path) -> None:
     """A published config mlx-lm cannot load (a required ModelArgs field absent): mlxfit's
     warning names the field mlx-lm's TypeError names."""
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.model.oracle import cache_plan
 
     config = json.loads(path.read_text())
     with pytest.raises(MlxfitError) as e:
@@ -230,7 +230,7 @@ def test_every_mlx_lm_module_is_covered() -> None:
 
 @NEEDS_MLX
 def test_own_cache_is_whether_mlx_lm_defines_make_cache() -> None:
-    from mlxfit.verbs.measure.oracle import import_model_module
+    from mlxfit.model.oracle import import_model_module
 
     for name, family in FAMILIES.items():
         model = import_model_module(name).Model
@@ -288,7 +288,7 @@ def test_deepseek_v41_compressed_layout_matches_mlx_lm() -> None:
                          ids=["engram", "short-ratios"])
 def test_deepseek_v41_configs_mlxfit_refuses_mlx_lm_refuses(change: dict) -> None:
     from mlxfit.errors import ConfigError
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.model.oracle import cache_plan
 
     d = {**_fixture("deepseek_v41_compressed"), **change}
     with pytest.raises(ConfigError):
@@ -304,7 +304,7 @@ def test_olmo_builds_without_ai2_olmo() -> None:
     import importlib.util
     import sys
 
-    from mlxfit.verbs.measure.oracle import cache_plan
+    from mlxfit.model.oracle import cache_plan
 
     installed = importlib.util.find_spec("hf_olmo") is not None
     run = cache_plan(_fixture("olmo"), 300)

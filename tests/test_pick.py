@@ -17,12 +17,12 @@ from st_helpers import M4PRO, make_hf_cache, runner, write_sparse
 from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
 from mlxfit.hardware.resolve import GIB
+from mlxfit.model.mlx_extra import mlx_missing_reason
 from mlxfit.render.pick import candidate_to_json, pick_to_json
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.sources.catalog import load_entry
 from mlxfit.sources.folder import missing_numbered_shards
 from mlxfit.sources.hf_cache import adapter_reason, drafter_reason
-from mlxfit.verbs.measure.run import mlx_missing_reason
 from mlxfit.verbs.pick import Option, choose, load_settings, pick
 
 MLX_MISSING = mlx_missing_reason()

@@ -41,7 +41,7 @@ from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.quantize import QuantRecipe, check_recipe, plan_conversion, recipe_from_label
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.sources.catalog import load_entry
-from mlxfit.sources.folder import _load_folder
+from mlxfit.sources.folder import load_folder
 from mlxfit.sources.safetensors_header import read_headers
 
 BF16 = {"torch_dtype": "bfloat16"}
@@ -129,7 +129,7 @@ def checkpoints(tmp_path_factory):
 def test_prediction_is_what_convert_writes(family, checkpoints, tmp_path):
     """Every recipe on one family: 0 tensors differ, 0 bytes differ; the file size within the
     stated uncertainty of the header's offset digits."""
-    src = _load_folder(checkpoints[family], family, "folder", None)
+    src = load_folder(checkpoints[family], family, "folder", None)
     for label, kw in RECIPES.items():
         if family not in ALL_RECIPES and label not in SOME:
             continue
@@ -155,8 +155,8 @@ def test_families_exercise_what_they_claim(checkpoints):
     """The checkpoints hold what the comparison is about: FP8 with scales, per-expert tensors,
     rotary buffers, MTP layers, a vision tower; and each converts to something else."""
     def names(f):
-        return [t.name for t in _load_folder(checkpoints[f], f, "folder", None).tensors]
-    ds = _load_folder(checkpoints["deepseek_v3"], "d", "folder", None)
+        return [t.name for t in load_folder(checkpoints[f], f, "folder", None).tensors]
+    ds = load_folder(checkpoints["deepseek_v3"], "d", "folder", None)
     assert any(t.dtype == "F8_E4M3" for t in ds.tensors)
     assert any(n.endswith("weight_scale_inv") for n in names("deepseek_v3"))
     assert any(".experts.3." in n for n in names("qwen3_moe"))
@@ -298,7 +298,7 @@ def test_quantized_source_and_recipe_without_down_proj_refused():
 def test_fp8_sources(checkpoints):
     """DeepSeek-V3's 128x128 FP8 is dequantized on convert; ue8m0 32x32 blocks load as mxfp8
     (quantized already); FP8 in a family whose sanitize keeps it is refused, not mis-sized."""
-    ds = _load_folder(checkpoints["deepseek_v3"], "d", "folder", None)
+    ds = load_folder(checkpoints["deepseek_v3"], "d", "folder", None)
     fp8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
     plan = plan_conversion(ds.tensors, dict(ds.config, quantization_config=fp8), "deepseek_v3",
                            QuantRecipe())

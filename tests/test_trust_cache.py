@@ -22,7 +22,7 @@ from test_hub import env, qwen_tiny, server  # noqa: F401 (fixtures)
 
 from mlxfit.errors import SourceError
 from mlxfit.sources.hub import fetch as mhub
-from mlxfit.sources.hub.cache import _Snapshot
+from mlxfit.sources.hub.cache import Snapshot
 from mlxfit.sources.resolve import resolve_model
 
 
@@ -175,14 +175,14 @@ def test_from_json_refuses_wrong_types_without_a_traceback() -> None:
     good = {"schema": 1, "repo_id": "a/b", "commit": "0" * 40, "endpoint": "e",
             "fetched_at": "t", "siblings": [], "files": {}, "shards": [],
             "transfer": {"requests": 0, "bytes": 0}}
-    _Snapshot.from_json(gzip.compress(json.dumps(good).encode()))
+    Snapshot.from_json(gzip.compress(json.dumps(good).encode()))
     for key in good:
         for bad in (None, [], {}, "x", 2**70, True, -1):
             doc = dict(good, **{key: bad})
             if doc == good:
                 continue
             try:
-                _Snapshot.from_json(gzip.compress(json.dumps(doc).encode()))
+                Snapshot.from_json(gzip.compress(json.dumps(doc).encode()))
             except ValueError:
                 continue
             assert key in ("endpoint", "fetched_at", "repo_id", "commit") and bad == "x" or (

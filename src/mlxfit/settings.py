@@ -36,7 +36,7 @@ from typing import Any
 
 from mlxfit import resources
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.sources.localfile import read_regular, why
+from mlxfit.localfile import read_regular, why
 
 try:
     import pwd

@@ -9,19 +9,19 @@ from typing import Any
 
 from mlxfit.errors import MachineError
 from mlxfit.hardware.resolve import (
-    _MACHINE_HINT,
     GIB,
+    MACHINE_HINT,
     Machine,
     Runner,
-    _apple_machine,
-    _bin_name,
-    _find_chip,
-    _fmt_gib,
-    _non_apple,
-    _pick_by_ram,
-    _ram_unverified,
+    apple_machine,
+    bin_name,
+    find_chip,
+    fmt_gib,
+    non_apple_machine,
+    pick_by_ram,
+    ram_unverified,
 )
-from mlxfit.hardware.skus import USER_TABLE, SkuTable, _table
+from mlxfit.hardware.skus import USER_TABLE, SkuTable, sku_table_or_default
 
 
 def default_runner(cmd: list[str]) -> str:
@@ -122,7 +122,7 @@ def probe_machine(
     """The machine this runs on. On macOS: sysctl, ioreg and sw_vers through `runner` (tests feed
     recorded outputs). Elsewhere: total RAM from psutil (`total_ram` replaces it in tests).
     `macos_major`, when given, wins over sw_vers."""
-    t = _table(table)
+    t = sku_table_or_default(table)
     notes: list[str] = []
     ram_probe = total_ram if total_ram is not None else _psutil_total
 
@@ -131,11 +131,11 @@ def probe_machine(
             n = int(ram_probe())
         except Exception as e:  # noqa: BLE001 - psutil missing or failing: one clear error below
             raise MachineError(
-                f"cannot read this machine's RAM ({type(e).__name__}); {_MACHINE_HINT} or --memory-budget"
+                f"cannot read this machine's RAM ({type(e).__name__}); {MACHINE_HINT} or --memory-budget"
             ) from None
         if n <= 0:
             raise MachineError(
-                f"cannot read this machine's RAM; {_MACHINE_HINT} or --memory-budget"
+                f"cannot read this machine's RAM; {MACHINE_HINT} or --memory-budget"
             )
         return n
 
@@ -144,7 +144,7 @@ def probe_machine(
     if platform != "darwin":
         ram = fallback_ram()
         src.update(chip="none: not macOS", ram_bytes=f"psutil.virtual_memory().total = {ram}")
-        return _non_apple(
+        return non_apple_machine(
             platform.capitalize() if platform else "unknown OS", ram, None, notes, t, src
         )
 
@@ -170,7 +170,7 @@ def probe_machine(
         src["macos_major"] = f"--macos {macos_major}"
 
     if brand is not None and not brand.lower().startswith("apple"):
-        return _non_apple(f"Mac ({brand})", ram_bytes, macos_major, notes, t, src)
+        return non_apple_machine(f"Mac ({brand})", ram_bytes, macos_major, notes, t, src)
 
     wired = probe_wired_limit_mb(runner, notes)
     src["wired_limit_mb"] = (
@@ -184,10 +184,10 @@ def probe_machine(
     src["gpu_cores"] = (f"ioreg -rc AGXAccelerator: gpu-core-count = {gpu_cores}"
                         if gpu_cores is not None
                         else "unknown: no gpu-core-count in ioreg -rc AGXAccelerator")
-    ram_txt = _fmt_gib(ram_bytes)
+    ram_txt = fmt_gib(ram_bytes)
 
     def unknown(name: str, why: str, chip: str | None = None) -> Machine:
-        return _apple_machine(
+        return apple_machine(
             name=name,
             chip=chip,
             variant=None,
@@ -204,13 +204,13 @@ def probe_machine(
     if brand is None:
         return unknown(
             f"Apple Silicon (chip unknown) {ram_txt}GB",
-            f"chip name unreadable: bandwidth unknown; {_MACHINE_HINT}",
+            f"chip name unreadable: bandwidth unknown; {MACHINE_HINT}",
         )
     m = re.match(_BRAND_RE, brand)
     if m is None:
         return unknown(
             f"{brand} {ram_txt}GB",
-            f"unknown chip {brand!r}: bandwidth unknown; {_MACHINE_HINT} or add it to {USER_TABLE}",
+            f"unknown chip {brand!r}: bandwidth unknown; {MACHINE_HINT} or add it to {USER_TABLE}",
         )
     if m.group(2):
         # Virtualization.framework reports a generic name; neither the host chip, its bin nor its
@@ -218,15 +218,15 @@ def probe_machine(
         return unknown(
             f"{brand} VM {ram_txt}GB",
             f"virtual machine ({brand!r}): the host chip and its bandwidth are unknown "
-            f"and the GPU is paravirtualized; {_MACHINE_HINT}",
+            f"and the GPU is paravirtualized; {MACHINE_HINT}",
         )
     try:
-        chip = _find_chip(t, m.group(1))
+        chip = find_chip(t, m.group(1))
     except MachineError:
         return unknown(
             f"{brand} {ram_txt}GB",
             f"unknown chip {brand!r}: not in the SKU table, bandwidth unknown; "
-            f"{_MACHINE_HINT} or add it to {USER_TABLE}",
+            f"{MACHINE_HINT} or add it to {USER_TABLE}",
         )
 
     variants = t["chips"][chip]["variants"]
@@ -248,7 +248,7 @@ def probe_machine(
                 f"{gpu_cores}-core GPU is not a {chip} bin the table knows; bin chosen by RAM size"
             )
     if variant is None:
-        variant, pick_notes = _pick_by_ram(chip, variants, ram_gb)
+        variant, pick_notes = pick_by_ram(chip, variants, ram_gb)
         notes.extend(pick_notes)
         if variant is None:
             if len({v["bandwidth_gbs"] for v in variants}) == 1:
@@ -261,15 +261,15 @@ def probe_machine(
                 return unknown(
                     f"{chip} {ram_txt}GB",
                     f"{ram_gb}GB is not a size the table lists for {chip} and the GPU bin "
-                    f"is unknown: bandwidth unknown; {_MACHINE_HINT}",
+                    f"is unknown: bandwidth unknown; {MACHINE_HINT}",
                     chip,
                 )
-    unverified = unverified or _ram_unverified(variant, ram_gb)
+    unverified = unverified or ram_unverified(variant, ram_gb)
     cores = gpu_cores if gpu_cores is not None else variant["gpu_cores"]
     if gpu_cores is None:
         src["gpu_cores"] += f"; apple_skus.toml: the {chip} bin sold with {ram_gb}GB"
-    return _apple_machine(
-        name=_bin_name(
+    return apple_machine(
+        name=bin_name(
             chip, variants, variant["gpu_cores"], ram_gb, gpu_cores == variant["gpu_cores"]
         )
         if ram_gb * GIB == ram_bytes

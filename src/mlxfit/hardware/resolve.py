@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from mlxfit.errors import MachineError
-from mlxfit.hardware.skus import SkuTable, _table, chip_compute_figures
+from mlxfit.hardware.skus import SkuTable, chip_compute_figures, sku_table_or_default
 from mlxfit.settings import DEFAULT_MACOS
 
 GIB = 2**30
@@ -34,7 +34,7 @@ MIB = 2**20
 Runner = Callable[[list[str]], str]
 
 
-_MACHINE_HINT = "pass --machine (e.g. --machine 'M4 Pro 24GB')"
+MACHINE_HINT = "pass --machine (e.g. --machine 'M4 Pro 24GB')"
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,7 @@ class Machine:
 # ---------------------------------------------------------------------------------------------
 
 
-def _fmt_gib(n_bytes: int) -> str:
+def fmt_gib(n_bytes: int) -> str:
     g = n_bytes / GIB
     return f"{g:.0f}" if abs(g - round(g)) < 0.05 else f"{g:.1f}"
 
@@ -126,7 +126,7 @@ def working_set_fraction(
 ) -> float:
     """Metal's recommendedMaxWorkingSetSize / RAM. An unknown macOS version gets the pre-26 curve,
     the smaller one, so a prediction errs toward "does not fit"."""
-    ws = _table(table)["working_set"]
+    ws = sku_table_or_default(table)["working_set"]
     key = "from_26" if macos_major is not None and macos_major >= 26 else "before_26"
     return _interp_log2(ws[key], ram_bytes / GIB)
 
@@ -160,13 +160,13 @@ def usable_bytes_for(
         gen = "before macOS 26"
     return int(
         ram_bytes * frac
-    ), f"working-set fraction {frac:.2f} of {_fmt_gib(ram_bytes)} GiB ({gen})"
+    ), f"working-set fraction {frac:.2f} of {fmt_gib(ram_bytes)} GiB ({gen})"
 
 
 def max_buffer_bytes_for(ram_bytes: int, table: SkuTable | None = None) -> int | None:
     """Metal maxBufferLength: the entry of the largest listed RAM size at or below this one (a
     step, which errs low between measured sizes)."""
-    pts = _table(table).get("max_buffer", {}).get("points")
+    pts = sku_table_or_default(table).get("max_buffer", {}).get("points")
     if not pts:
         return None
     ram_gb = ram_bytes / GIB
@@ -190,7 +190,7 @@ def _norm_chip(text: str) -> str:
     return re.sub(r"^(m\d+)\s*(pro|max|ultra)\b", r"\1 \2", s)
 
 
-def _find_chip(table: SkuTable, text: str) -> str:
+def find_chip(table: SkuTable, text: str) -> str:
     chips = table["chips"]
     by_norm = {_norm_chip(name): name for name in chips}
     hit = by_norm.get(_norm_chip(text))
@@ -209,11 +209,11 @@ def _gb_list(sizes: list[int]) -> str:
     return ", ".join(str(s) for s in sorted(set(sizes))) + " GB"
 
 
-def _ram_unverified(variant: dict[str, Any], ram_gb: int) -> bool:
+def ram_unverified(variant: dict[str, Any], ram_gb: int) -> bool:
     return bool(variant.get("unverified")) or ram_gb in variant.get("unverified_ram_gb", [])
 
 
-def _bin_name(
+def bin_name(
     chip: str, variants: list[dict[str, Any]], cores: int, ram_gb: int, cores_known: bool
 ) -> str:
     """'M4 Pro 24GB'; 'M1 Max 24-core 32GB' when several bins ship that RAM size and the cores
@@ -224,7 +224,7 @@ def _bin_name(
     return f"{chip} {ram_gb}GB"
 
 
-def _pick_by_ram(
+def pick_by_ram(
     chip: str, variants: list[dict[str, Any]], ram_gb: int
 ) -> tuple[dict[str, Any] | None, list[str]]:
     """GPU cores unknown: the RAM size tells the bin (M3 Max 36/96 GB -> 30-core, 48/64/128 -> 40)."""
@@ -236,7 +236,7 @@ def _pick_by_ram(
     if len({v["bandwidth_gbs"] for v in cands}) == 1:
         # Same memory system in every bin: decode speed is the same; take the smaller GPU (of the
         # well-sourced bins first) so nothing compute-bound (prefill) is overstated.
-        v = min(cands, key=lambda v: (_ram_unverified(v, ram_gb), v["gpu_cores"]))
+        v = min(cands, key=lambda v: (ram_unverified(v, ram_gb), v["gpu_cores"]))
         others = "/".join(str(c["gpu_cores"]) for c in cands)
         note = (
             f"GPU cores not given: {ram_gb}GB {chip} ships with {others}-core GPUs; "
@@ -252,7 +252,7 @@ def _pick_by_ram(
     return v, [note]
 
 
-def _apple_machine(
+def apple_machine(
     *,
     name: str,
     chip: str | None,
@@ -338,9 +338,9 @@ def resolve_machine(spec: str, macos_major: int = DEFAULT_MACOS, table: SkuTable
     "M4 Max 40c 128 GB". RAM is GB as Apple sells it (binary: 24GB = 24 * 2**30 bytes). Without GPU
     cores the RAM size chooses the bin. The usable figure is the working-set fraction for
     `macos_major` (26 by default: what a Mac bought today runs)."""
-    t = _table(table)
+    t = sku_table_or_default(table)
     chip_text, cores, ram_gb = _parse_spec(spec)
-    chip = _find_chip(t, chip_text)
+    chip = find_chip(t, chip_text)
     variants = t["chips"][chip]["variants"]
     all_sizes = [r for v in variants for r in v["ram_gb"]]
     notes: list[str] = []
@@ -360,18 +360,18 @@ def resolve_machine(spec: str, macos_major: int = DEFAULT_MACOS, table: SkuTable
                 )
             )
     else:
-        picked, notes = _pick_by_ram(chip, variants, ram_gb)
+        picked, notes = pick_by_ram(chip, variants, ram_gb)
         if picked is None:
             raise MachineError(f"{chip} ships with {_gb_list(all_sizes)}, not {ram_gb}GB")
         variant = picked
-    unverified = _ram_unverified(variant, ram_gb)
+    unverified = ram_unverified(variant, ram_gb)
     if unverified:
         notes.append(
             f"{chip} {variant['gpu_cores']}-core {ram_gb}GB rests on a weak source (see apple_skus.toml)"
         )
     given = f"--machine {spec.strip()!r}"
-    return _apple_machine(
-        name=_bin_name(chip, variants, variant["gpu_cores"], ram_gb, cores is not None),
+    return apple_machine(
+        name=bin_name(chip, variants, variant["gpu_cores"], ram_gb, cores is not None),
         chip=chip,
         variant=variant,
         gpu_cores=variant["gpu_cores"],
@@ -399,7 +399,7 @@ def machine_with_budget(m: Machine, budget_bytes: int) -> Machine:
                            param="memory_budget_gb")
     if budget_bytes > m.ram_bytes:
         raise MachineError(f"memory_budget_gb {budget_bytes / 1e9:,.2f} GB is more than the "
-                           f"{m.ram_bytes / 1e9:,.2f} GB ({_fmt_gib(m.ram_bytes)} GiB) of RAM "
+                           f"{m.ram_bytes / 1e9:,.2f} GB ({fmt_gib(m.ram_bytes)} GiB) of RAM "
                            f"of {m.name}", param="memory_budget_gb")
     # In the unit it was given in: GB = 10^9 B, as every usable figure is printed.
     source = f"--memory-budget {budget_bytes / 1e9:,.2f} GB"
@@ -413,16 +413,16 @@ def machine_with_budget(m: Machine, budget_bytes: int) -> Machine:
 
 def all_skus(macos_major: int = DEFAULT_MACOS, table: SkuTable | None = None) -> list[Machine]:
     """Every (chip, GPU bin, RAM size) Apple sells, in table order."""
-    t = _table(table)
+    t = sku_table_or_default(table)
     out: list[Machine] = []
     for chip, entry in t["chips"].items():
         variants = entry["variants"]
         for v in variants:
             for ram_gb in v["ram_gb"]:
-                unverified = _ram_unverified(v, ram_gb)
+                unverified = ram_unverified(v, ram_gb)
                 out.append(
-                    _apple_machine(
-                        name=_bin_name(chip, variants, v["gpu_cores"], ram_gb, True),
+                    apple_machine(
+                        name=bin_name(chip, variants, v["gpu_cores"], ram_gb, True),
                         chip=chip,
                         variant=v,
                         gpu_cores=v["gpu_cores"],
@@ -467,7 +467,7 @@ def all_skus(macos_major: int = DEFAULT_MACOS, table: SkuTable | None = None) ->
 
 
 
-def _non_apple(
+def non_apple_machine(
     what: str,
     ram_bytes: int,
     macos_major: int | None,
@@ -476,14 +476,14 @@ def _non_apple(
     sources: dict[str, str] | None = None,
 ) -> Machine:
     frac = float(table["non_apple"]["usable_fraction"])
-    notes = [f"not Apple Silicon: figures are for an unknown GPU; {_MACHINE_HINT}"] + notes
+    notes = [f"not Apple Silicon: figures are for an unknown GPU; {MACHINE_HINT}"] + notes
     usable_source = (
-        f"not Apple Silicon: assumed {frac:g} of {_fmt_gib(ram_bytes)} GiB RAM (an assumption)"
+        f"not Apple Silicon: assumed {frac:g} of {fmt_gib(ram_bytes)} GiB RAM (an assumption)"
     )
     src = dict(sources or {})
     src.update(bandwidth_gbs="unknown (not Apple Silicon)", usable_bytes=usable_source)
     return Machine(
-        name=f"{what}, {_fmt_gib(ram_bytes)} GiB RAM",
+        name=f"{what}, {fmt_gib(ram_bytes)} GiB RAM",
         chip=None,
         gpu_cores=None,
         ram_bytes=ram_bytes,

@@ -102,14 +102,14 @@ def load_sku_table(extra_path: Path | None = None, user_path: Path | None = None
     return table
 
 
-def _table(table: SkuTable | None) -> SkuTable:
+def sku_table_or_default(table: SkuTable | None) -> SkuTable:
     return table if table is not None else load_sku_table()
 
 
 def chip_compute_figures(chip: str | None, table: SkuTable | None = None) -> dict[str, float]:
     """The chip's compute figures (``COMPUTE_KEYS`` present in its table entry); empty for a
     chip the table does not know."""
-    entry = _table(table)["chips"].get(chip) if chip else None
+    entry = sku_table_or_default(table)["chips"].get(chip) if chip else None
     if not isinstance(entry, dict):
         return {}
     return {k: float(entry[k]) for k in COMPUTE_KEYS if entry.get(k) is not None}

@@ -11,8 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from mlxfit.model.builders import dense, hybrid, mla, renames, sliding
-from mlxfit.model.builders.ctx import Ctx
+from mlxfit.model import build_dense as dense
+from mlxfit.model import build_hybrid as hybrid
+from mlxfit.model import build_mla as mla
+from mlxfit.model import build_renames as renames
+from mlxfit.model import build_sliding as sliding
+from mlxfit.model.build_ctx import Ctx
 from mlxfit.model.config import Layer
 
 # mlx_lm/utils.py MODEL_REMAPPING, copied from mlx-lm 0.32.2: these model_types load another

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import ConfigError, SourceError, WeightsError
+from mlxfit.localfile import read_regular, why
 from mlxfit.settings import MAX_JSON_BYTES
-from mlxfit.sources.localfile import read_regular, why
 from mlxfit.sources.safetensors_header import read_headers
 from mlxfit.sources.source import INDEX_NAME, ModelSource
 
@@ -143,11 +143,11 @@ def _check_numbered_shards(folder: Path, shards: list[Path]) -> None:
                            f"{int(of[4:-len('.safetensors')])} missing: half-downloaded?)")
 
 
-def _unreadable(e: OSError, where: Path) -> SourceError:
+def unreadable_error(e: OSError, where: Path) -> SourceError:
     return SourceError(f"{e.filename or where}: cannot read: {e.strerror or e}")
 
 
-def _load_folder(
+def load_folder(
     folder: Path, name: str, kind: str, revision: str | None, notes: tuple[str, ...] = ()
 ) -> ModelSource:
     try:
@@ -157,7 +157,7 @@ def _load_folder(
         # A Hub snapshot's stubs are sparse up to the real file size, so this holds there too.
         download = sum(p.stat().st_size for p in shards)
     except OSError as e:  # a folder we may not list or search (chmod 000): stat, glob, iterdir
-        raise _unreadable(e, folder) from None
+        raise unreadable_error(e, folder) from None
     return ModelSource(
         name=name,
         kind=kind,

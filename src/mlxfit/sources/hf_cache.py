@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import SourceError
+from mlxfit.localfile import read_regular
 from mlxfit.settings import Settings, from_environ
-from mlxfit.sources.folder import _load_folder, read_config
-from mlxfit.sources.localfile import read_regular
+from mlxfit.sources.folder import load_folder, read_config
 from mlxfit.sources.source import ModelSource
 
 # A drafter is named for it ("...-DRAFT", "...-draft-0.5B", "EAGLE3-...", "medusa-...") or its
@@ -72,7 +72,7 @@ def repo_id_of(dirname: str) -> str | None:
 
 
 # A ref file holds one 40-character commit hash: anything much longer is not one, and is
-# refused unread like any local file mlxfit did not write (sources.localfile).
+# refused unread like any local file mlxfit did not write (mlxfit.localfile).
 REF_BYTES = 4096
 
 
@@ -164,10 +164,10 @@ def expand_revision(repo_dir: Path, revision: str) -> str:
     return hits[0] if hits else revision
 
 
-def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
+def from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSource | None:
     """A cached snapshot of repo_id, None when the repo is not in the cache at all. Resolved
     as huggingface_hub's try_to_load_from_cache does (refs/<rev> names a snapshot, else <rev>
-    is one), but the ref is read through sources.localfile (a regular file, 4 KB) and the hub
+    is one), but the ref is read through mlxfit.localfile (a regular file, 4 KB) and the hub
     library is not imported (~150 ms) to read one small file."""
     repo_dir = cache / cache_dirname(repo_id)
     if not repo_dir.is_dir():
@@ -191,4 +191,4 @@ def _from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSour
     snapshot = snaps / sha
     if not (snapshot / "config.json").is_file():
         read_config(snapshot / "config.json")  # raises: missing or a broken symlink
-    return _load_folder(snapshot, repo_id, "hf-cache", snapshot.name)
+    return load_folder(snapshot, repo_id, "hf-cache", snapshot.name)

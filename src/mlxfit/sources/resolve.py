@@ -14,8 +14,8 @@ from pathlib import Path
 from mlxfit.errors import HubUnreachable, SourceError
 from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.catalog import catalog_ids, load_entry
-from mlxfit.sources.folder import _load_folder, _unreadable
-from mlxfit.sources.hf_cache import _from_hf_cache, hf_hub_cache_dir, repo_id_of
+from mlxfit.sources.folder import load_folder, unreadable_error
+from mlxfit.sources.hf_cache import from_hf_cache, hf_hub_cache_dir, repo_id_of
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
 
 
@@ -88,10 +88,10 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     except RuntimeError:  # "~nosuchuser/model": no such user
         raise SourceError(f"model folder {spec} does not exist (no such user's home)") from None
     except OSError as e:  # a parent we may not search
-        raise _unreadable(e, path) from None
+        raise unreadable_error(e, path) from None
     if is_dir:
         notes = (f"revision {revision} ignored for a local folder",) if revision else ()
-        return _load_folder(path, Path(os.path.abspath(path)).name, "folder", None, notes)
+        return load_folder(path, Path(os.path.abspath(path)).name, "folder", None, notes)
     if spec.startswith(("/", ".", "~")) or (os.sep in spec and path.exists()):
         if path.exists():
             raise SourceError(f"{spec} is not a folder (give the model folder holding config.json)")
@@ -100,7 +100,7 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     s = settings or from_environ()
     cache = hf_hub_cache_dir(s)
     try:
-        found = _from_hf_cache(spec, revision, cache)
+        found = from_hf_cache(spec, revision, cache)
     except OSError as e:  # a cache directory we may not search or list
         raise SourceError(f"cannot read the Hugging Face cache at {cache}: "
                           f"{e.filename}: {e.strerror or e}") from None

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 from mlxfit.errors import WeightsError
+from mlxfit.localfile import open_regular, why
 from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
-from mlxfit.sources.localfile import open_regular, why
 
 # The safetensors format's own limit: a larger header is hostile, not a model.
 MAX_HEADER_BYTES = 100_000_000

@@ -32,6 +32,7 @@ from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.resolve import Machine
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
+from mlxfit.model.mlx_extra import require_mlx
 from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import missing_numbered_shards, read_config
@@ -47,7 +48,6 @@ from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
 from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
 from mlxfit.verbs.fit import fit_served
-from mlxfit.verbs.measure.run import require_mlx
 from mlxfit.verbs.pick_rule import Option, choose
 from mlxfit.verbs.pick_rule import gb as _gb
 from mlxfit.verbs.plan import check_plan, with_plan

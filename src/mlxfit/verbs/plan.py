@@ -1,5 +1,5 @@
 """Which per-layer cache plan a fit uses: the family table's, or one read from mlx-lm's own
-classes through the oracle (``mlxfit.verbs.measure.oracle``, the measure extra).
+classes through the oracle (``mlxfit.model.oracle``, the measure extra).
 
 ``--plan auto`` (the default): the table for a known family; for a family the table lacks, the
 plan mlx-lm's own classes give when mlx-lm is importable (said in a note and in the JSON's
@@ -18,7 +18,7 @@ from mlxfit.estimate.memory import Run, kv_bytes_final, per_token_bytes
 from mlxfit.model.config import Layer, ModelConfig
 from mlxfit.model.families import NOT_SUPPORTED, mlx_lm_module
 from mlxfit.model.inputs import ModelInputs
-from mlxfit.verbs.measure.run import mlx_missing_reason, require_mlx
+from mlxfit.model.mlx_extra import mlx_missing_reason, require_mlx
 
 PLANS = ("auto", "table", "mlx-lm")
 STATE_CHECK_TOKENS = 4096
@@ -47,7 +47,7 @@ def _derived(cfg: ModelConfig, config: dict[str, Any]) -> ModelConfig:
     is kept (its MLA latent, heads and kernel width, its mixer), so both plans size the same
     prefill; a family the table lacks gets the widths of the shared recurrence mlx-lm runs."""
     # The oracle needs mlx / mlx-lm (the measure extra): imported when a plan is derived only
-    from mlxfit.verbs.measure.oracle import derive_layers, derive_mixer
+    from mlxfit.model.oracle import derive_layers, derive_mixer
 
     like = next((ly.attn for ly in cfg.layers if ly.attn is not None), None)
     layers, run = derive_layers(config, cfg.act_bytes, like)
@@ -72,7 +72,7 @@ def _checked_at(cfg: ModelConfig, run: Run) -> int:
 def _cross_check(cfg: ModelConfig, config: dict[str, Any], run: Run) -> str | None:
     """None when the table's KV and state bytes equal mlx-lm's caches at this run, else the
     disagreement in words."""
-    from mlxfit.verbs.measure.oracle import cache_plan  # the measure extra: only with mlx-lm
+    from mlxfit.model.oracle import cache_plan  # the measure extra: only with mlx-lm
 
     dtype = "float32" if cfg.act_bytes == 4 else "bfloat16"
     # Recurrent mixers build a per-token graph on the CPU path: check them at a capped context

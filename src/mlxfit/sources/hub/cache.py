@@ -1,4 +1,4 @@
-"""mlxfit's Hub metadata cache on disk: one gzipped JSON snapshot per commit (``_Snapshot``:
+"""mlxfit's Hub metadata cache on disk: one gzipped JSON snapshot per commit (``Snapshot``:
 the model info's file list, config.json, the shard index, kv_config.json and each shard's
 safetensors header, as fetched) under <cache root>/hub/<endpoint host>/models--org--name/
 snapshots/, plus refs/ mapping a branch or tag to its commit, whose age (the file's mtime) is
@@ -22,16 +22,16 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
+from mlxfit.localfile import read_regular
 from mlxfit.settings import MAX_FILE_BYTES, Settings, from_environ
 from mlxfit.sources.hf_cache import cache_dirname
-from mlxfit.sources.localfile import read_regular
 from mlxfit.sources.redact import redact_url
 
 CONFIG_NAME = "config.json"
 KV_CONFIG_NAME = "kv_config.json"
 CACHE_SCHEMA = 1
 
-_HEX40 = re.compile(r"[0-9a-f]{40}")
+HEX40 = re.compile(r"[0-9a-f]{40}")
 
 
 def hub_cache_dir(root: str | os.PathLike[str] | None = None, *,
@@ -52,7 +52,7 @@ def _endpoint_slug(ep: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", (host + parts.path).strip("/")) or "hub"
 
 
-def _repo_dir(root: Path, ep: str, repo_id: str) -> Path:
+def repo_cache_dir(root: Path, ep: str, repo_id: str) -> Path:
     return root / _endpoint_slug(ep) / cache_dirname(repo_id)
 
 
@@ -60,11 +60,11 @@ def _ref_file(repo_dir: Path, revision: str) -> Path:
     return repo_dir / "refs" / quote(revision, safe="")
 
 
-def _entry_file(repo_dir: Path, commit: str) -> Path:
+def entry_file(repo_dir: Path, commit: str) -> Path:
     return repo_dir / "snapshots" / f"{commit}.json.gz"
 
 
-def _label(repo_id: str, commit: str) -> str:
+def snapshot_label(repo_id: str, commit: str) -> str:
     return f"{repo_id}@{commit[:12]}"
 
 
@@ -72,7 +72,7 @@ def _label(repo_id: str, commit: str) -> str:
 
 
 @dataclass
-class _Snapshot:
+class Snapshot:
     """Everything read from the Hub for one commit: enough to rebuild the model's metadata."""
 
     repo_id: str
@@ -101,7 +101,7 @@ class _Snapshot:
         return gzip.compress(json.dumps(doc, separators=(",", ":")).encode(), compresslevel=6)
 
     @staticmethod
-    def from_json(data: bytes, *, limit: int = 512_000_000) -> _Snapshot:
+    def from_json(data: bytes, *, limit: int = 512_000_000) -> Snapshot:
         """A cache entry read back as untrusted input (a hand-edited or planted file is just
         another hostile source): inflated at most ``limit`` bytes, every field of its type,
         file names plain and of the kinds a fetch writes, sizes bounded. ValueError if not."""
@@ -127,7 +127,7 @@ class _Snapshot:
             shards.append((_shard_name(item[0]), _size(item[1], "a shard"), _unb64(item[2])))
         if len({n for n, _, _ in shards}) != len(shards):
             raise ValueError("a shard listed twice")
-        return _Snapshot(
+        return Snapshot(
             repo_id=_field(doc, "repo_id", str),
             commit=_field(doc, "commit", str),
             endpoint=_field(doc, "endpoint", str),
@@ -202,7 +202,7 @@ def _unb64(s: object) -> bytes:
     return base64.b64decode(s.encode("ascii"), validate=True)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
     try:
@@ -217,8 +217,8 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-def _read_entry(path: Path, repo_id: str, commit: str, endpoint: str,
-                limit: int = 512_000_000) -> _Snapshot | None:
+def read_entry(path: Path, repo_id: str, commit: str, endpoint: str,
+                limit: int = 512_000_000) -> Snapshot | None:
     """The cached snapshot of ``repo_id`` at ``commit`` from ``endpoint``; None if absent. A
     file that is corrupt, not a regular file, over ``limit`` bytes inflated, or that describes
     another repo, commit or endpoint than its path raises ValueError naming it."""
@@ -229,7 +229,7 @@ def _read_entry(path: Path, repo_id: str, commit: str, endpoint: str,
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
     try:
-        snap = _Snapshot.from_json(data, limit=limit)
+        snap = Snapshot.from_json(data, limit=limit)
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, IndexError,
             AttributeError, RecursionError, MemoryError) as e:
         why = str(e) if isinstance(e, ValueError) and str(e) else type(e).__name__
@@ -250,19 +250,19 @@ def _read_ref(repo_dir: Path, revision: str) -> tuple[str | None, float]:
         age = time.time() - ref.stat().st_mtime
     except OSError:
         return None, float("inf")
-    return (sha, age) if _HEX40.fullmatch(sha) else (None, float("inf"))
+    return (sha, age) if HEX40.fullmatch(sha) else (None, float("inf"))
 
 
-def _cached_commit(repo_dir: Path, revision: str | None) -> tuple[str | None, float]:
-    if revision is not None and _HEX40.fullmatch(revision):
+def cached_commit(repo_dir: Path, revision: str | None) -> tuple[str | None, float]:
+    if revision is not None and HEX40.fullmatch(revision):
         return revision, 0.0  # a full commit sha never moves
     return _read_ref(repo_dir, revision or "main")
 
 
-def _write_ref(repo_dir: Path, revision: str | None, commit: str) -> None:
-    if revision is not None and _HEX40.fullmatch(revision):
+def write_ref(repo_dir: Path, revision: str | None, commit: str) -> None:
+    if revision is not None and HEX40.fullmatch(revision):
         return
     try:
-        _atomic_write(_ref_file(repo_dir, revision or "main"), commit.encode())
+        atomic_write(_ref_file(repo_dir, revision or "main"), commit.encode())
     except OSError:
         pass  # the snapshot is still cached by commit; the next run asks for the ref again

@@ -38,18 +38,18 @@ from typing import TYPE_CHECKING, Any
 from mlxfit.errors import HubUnreachable, MlxfitError, SourceError
 from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.hub.cache import (
-    _atomic_write,
-    _cached_commit,
-    _entry_file,
-    _read_entry,
-    _repo_dir,
-    _Snapshot,
-    _write_ref,
+    Snapshot,
+    atomic_write,
+    cached_commit,
+    entry_file,
     hub_cache_dir,
+    read_entry,
+    repo_cache_dir,
+    write_ref,
 )
-from mlxfit.sources.hub.http import _Http, _huggingface_hub
-from mlxfit.sources.hub.plan import _fetch, model_info_within_deadline
-from mlxfit.sources.hub.snapshot import _to_source
+from mlxfit.sources.hub.http import Http, require_hf_http
+from mlxfit.sources.hub.plan import fetch_snapshot, model_info_within_deadline
+from mlxfit.sources.hub.snapshot import to_source
 from mlxfit.sources.redact import redact_text
 from mlxfit.sources.source import HubTransfer
 
@@ -59,7 +59,7 @@ if TYPE_CHECKING:
 
 def is_repo_id(spec: str) -> bool:
     """Could the Hub have a model called ``spec``? (huggingface_hub's own validator.)"""
-    _huggingface_hub()
+    require_hf_http()
     # huggingface_hub is heavy: imported only when a repo id is checked
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
@@ -129,19 +129,19 @@ def load_cached(repo_id: str, revision: str | None = None, *,
     """The model from mlxfit's Hub metadata cache, never the network; None when not cached
     (or, with ``ref_ttl``, when the branch/tag mapping is older than that many seconds)."""
     s = settings or from_environ()
-    repo_dir = _repo_dir(hub_cache_dir(cache_dir, settings=s), s.hub.endpoint, repo_id)
-    commit, age = _cached_commit(repo_dir, revision)
+    repo_dir = repo_cache_dir(hub_cache_dir(cache_dir, settings=s), s.hub.endpoint, repo_id)
+    commit, age = cached_commit(repo_dir, revision)
     if commit is None or (ref_ttl is not None and age > ref_ttl):
         return None
     try:
-        snap = _read_entry(_entry_file(repo_dir, commit), repo_id, commit, s.hub.endpoint,
+        snap = read_entry(entry_file(repo_dir, commit), repo_id, commit, s.hub.endpoint,
                            s.hub.max_cache_entry_bytes)
     except ValueError as e:
         raise SourceError(f"mlxfit's Hub metadata cache for {repo_id}: {e}; delete it and "
                           "run again online") from None
     if snap is None:
         return None
-    return _to_source(snap, HubTransfer(0, 0, True, snap.commit, snap.fetched_at))
+    return to_source(snap, HubTransfer(0, 0, True, snap.commit, snap.fetched_at))
 
 
 def fetch_model(
@@ -172,28 +172,28 @@ def fetch_model(
     ep = hub.endpoint
     offline = hub.offline if offline is None else offline
     ttl = hub.ref_ttl_seconds if ref_ttl is None else ref_ttl
-    repo_dir = _repo_dir(root, ep, repo_id)
-    commit, age = _cached_commit(repo_dir, revision)
-    cached: _Snapshot | None = None
+    repo_dir = repo_cache_dir(root, ep, repo_id)
+    commit, age = cached_commit(repo_dir, revision)
+    cached: Snapshot | None = None
     corrupt: str | None = None
     if commit is not None:
         try:
-            cached = _read_entry(_entry_file(repo_dir, commit), repo_id, commit, ep,
+            cached = read_entry(entry_file(repo_dir, commit), repo_id, commit, ep,
                                  hub.max_cache_entry_bytes)
         except ValueError as e:
             corrupt = str(e)
     if cached is not None and (offline or age <= ttl):
-        return _to_source(cached, HubTransfer(0, 0, True, cached.commit, cached.fetched_at))
+        return to_source(cached, HubTransfer(0, 0, True, cached.commit, cached.fetched_at))
     if offline:
         why = f"its cached metadata is unusable ({corrupt})" if corrupt else "it is not cached"
         raise SourceError(f"{repo_id}: HF_HUB_OFFLINE=1 is set, so the Hub was not asked, and "
                           f"{why} in mlxfit's Hub metadata cache at {root}")
 
-    _huggingface_hub()
+    require_hf_http()
     http = None
     bar = _Progress(progress, repo_id)
     try:
-        http = _Http(repo_id, revision, ep, token,
+        http = Http(repo_id, revision, ep, token,
                      timeout if timeout is not None else hub.timeout,
                      retries=hub.retries, backoff=hub.backoff_seconds,
                      max_wait=hub.max_wait_seconds, max_body=hub.max_json_bytes,
@@ -207,34 +207,34 @@ def fetch_model(
                 raise
             note = (f"could not check the Hub for a newer commit ({e}); using metadata "
                     f"cached {cached.fetched_at}")
-            return _to_source(cached, HubTransfer(http.requests, http.bytes, True, cached.commit,
+            return to_source(cached, HubTransfer(http.requests, http.bytes, True, cached.commit,
                                                   cached.fetched_at), (note,))
         commit = info["sha"]
         if cached is None or cached.commit != commit:
             try:
-                cached = _read_entry(_entry_file(repo_dir, commit), repo_id, commit, ep,
+                cached = read_entry(entry_file(repo_dir, commit), repo_id, commit, ep,
                                      hub.max_cache_entry_bytes)
             except ValueError:
                 cached = None  # corrupt: fetch it again and overwrite
         if cached is not None:
-            _write_ref(repo_dir, revision, commit)
-            return _to_source(cached, HubTransfer(http.requests, http.bytes, True, commit,
+            write_ref(repo_dir, revision, commit)
+            return to_source(cached, HubTransfer(http.requests, http.bytes, True, commit,
                                                   cached.fetched_at))
-        snap = _fetch(http, info, bar.shards(), max_workers or hub.max_workers, hub.max_json_bytes,
+        snap = fetch_snapshot(http, info, bar.shards(), max_workers or hub.max_workers, hub.max_json_bytes,
                       hub.max_shards)
         bar.stop()
         header_bytes = sum(len(raw) for _, _, raw in snap.shards)
         transfer = HubTransfer(http.requests, http.bytes, False, commit, snap.fetched_at,
                                header_bytes, len(snap.shards), http.unasked)
-        src = _to_source(snap, transfer)  # validates: an invalid model is never cached
+        src = to_source(snap, transfer)  # validates: an invalid model is never cached
         notes: tuple[str, ...] = ()
         entry = snap.to_json()
         try:
             if len(entry) > hub.max_cache_entry_bytes:  # it could never be read back
                 raise OSError(f"the entry would be {len(entry):,} bytes, over the "
                               f"{hub.max_cache_entry_bytes:,}-byte cap")
-            _atomic_write(_entry_file(repo_dir, commit), entry)
-            _write_ref(repo_dir, revision, commit)
+            atomic_write(entry_file(repo_dir, commit), entry)
+            write_ref(repo_dir, revision, commit)
         except OSError as e:
             why = e.strerror or str(e)
             notes = (f"could not write mlxfit's Hub metadata cache at {repo_dir}: {why}",)

@@ -39,7 +39,7 @@ def _origin(url: str) -> tuple[str, str]:
     return p.scheme, p.netloc
 
 
-class _Http:
+class Http:
     """GETs through huggingface_hub's shared session: bounded retries with backoff, streamed
     bodies read only as far as needed, every failure turned into a one-line MlxfitError."""
 
@@ -55,7 +55,7 @@ class _Http:
         self.repo_id, self.revision, self.base = repo_id, revision, ep
         self.endpoint = redact_url(ep)
         self.request_deadline = request_deadline  # seconds per request, retries included
-        self.fetch_deadline = fetch_deadline  # seconds for everything this _Http asks
+        self.fetch_deadline = fetch_deadline  # seconds for everything this Http asks
         self.started = time.monotonic()
         self.deadline = self.started + fetch_deadline
         self.client = get_session()
@@ -145,7 +145,7 @@ class _Http:
                 # Refused, DNS, TLS: retrying in a second will not help; say so now.
                 raise HubUnreachable(
                     f"cannot reach the Hub at {self.endpoint} to read {self._what(what)} "
-                    f"({_short(e)}); check the connection and HF_ENDPOINT; {_OFFLINE_HINT}"
+                    f"({short_reason(e)}); check the connection and HF_ENDPOINT; {_OFFLINE_HINT}"
                 ) from None
             except (x.TimeoutException, x.RemoteProtocolError, x.ReadError, x.CloseError) as e:
                 self._count(1, 0)
@@ -158,7 +158,7 @@ class _Http:
                                   "in a loop") from None
             except (x.HTTPError, x.StreamError, x.InvalidURL) as e:
                 raise SourceError(f"cannot read {self._what(what)} from the Hub at "
-                                  f"{self.endpoint}: {_short(e)}") from None
+                                  f"{self.endpoint}: {short_reason(e)}") from None
             except Exception as e:
                 # huggingface_hub is heavy: imported only when the Hub is read
                 from huggingface_hub.errors import OfflineModeIsEnabled
@@ -299,7 +299,7 @@ class _Http:
                 f"the limit); {_OFFLINE_HINT}")
         return HubUnreachable(
             f"connection cut while reading {self._what(what)} from {self.endpoint} "
-            f"({attempts} attempts: {_short(e)}); try again; {_OFFLINE_HINT}")
+            f"({attempts} attempts: {short_reason(e)}); try again; {_OFFLINE_HINT}")
 
 
 def _token_to_send(token: str | bool | None, implicit: bool = True) -> str | None:
@@ -333,16 +333,16 @@ def _user_agent() -> str:
     return f"mlxfit/{ours}; hf_hub/{theirs}; python/{platform.python_version()}"
 
 
-def _huggingface_hub() -> None:
+def require_hf_http() -> None:
     """Import huggingface_hub's HTTP layer, or say in one line why it cannot be (it parses
     environment variables at import: HF_HUB_DOWNLOAD_TIMEOUT=0.5 makes it raise)."""
     try:
         import huggingface_hub.utils._http  # noqa: F401
     except (ImportError, ValueError, TypeError) as e:
-        raise SourceError(f"cannot use huggingface_hub to read the Hub: {_short(e)}") from None
+        raise SourceError(f"cannot use huggingface_hub to read the Hub: {short_reason(e)}") from None
 
 
-def _short(e: BaseException) -> str:
+def short_reason(e: BaseException) -> str:
     text = str(e).strip().splitlines()[0] if str(e).strip() else ""
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 

@@ -4,7 +4,7 @@ would load, or a one-line error before any file is fetched), then config.json, t
 kv_config.json and each shard's safetensors header fetched in parallel on a thread pool, pinned
 to that commit. A shard costs two Range requests (8 bytes for the header length N, then the N
 header bytes, sent straight to the CDN URL the first was redirected to); never tensor data. The
-first failure cancels the rest. Returns a ``_Snapshot``; caching and validation are the
+first failure cancels the rest. Returns a ``Snapshot``; caching and validation are the
 caller's.
 """
 
@@ -27,14 +27,14 @@ from mlxfit.errors import (
 )
 from mlxfit.settings import MAX_FILE_BYTES
 from mlxfit.sources.hub.cache import (
-    _HEX40,
     CONFIG_NAME,
+    HEX40,
     KV_CONFIG_NAME,
-    _label,
-    _Snapshot,
+    Snapshot,
     is_shard_name,
+    snapshot_label,
 )
-from mlxfit.sources.hub.http import _Http
+from mlxfit.sources.hub.http import Http
 from mlxfit.sources.hub.parallel import run_parallel
 from mlxfit.sources.safetensors_header import MAX_HEADER_BYTES
 from mlxfit.sources.source import INDEX_NAME
@@ -53,7 +53,7 @@ def _resolve_url(ep: str, repo_id: str, commit: str, name: str) -> str:
     return hf_hub_url(repo_id, name, revision=commit, endpoint=ep)
 
 
-def _model_info(http: _Http, revision: str | None, max_info_bytes: int) -> dict[str, Any]:
+def _model_info(http: Http, revision: str | None, max_info_bytes: int) -> dict[str, Any]:
     ep, repo = http.endpoint, http.repo_id
     url = f"{http.base}/api/models/{repo}" + (
         "" if revision is None else f"/revision/{quote(revision, safe='')}")
@@ -64,17 +64,17 @@ def _model_info(http: _Http, revision: str | None, max_info_bytes: int) -> dict[
         info = None
     sha = info.get("sha") if isinstance(info, dict) else None
     siblings = info.get("siblings") if isinstance(info, dict) else None
-    if not isinstance(sha, str) or not _HEX40.fullmatch(sha) or not isinstance(siblings, list):
+    if not isinstance(sha, str) or not HEX40.fullmatch(sha) or not isinstance(siblings, list):
         raise SourceError(f"the Hub at {ep} sent an unreadable model info for {repo} "
                           "(no commit sha or file list)")
     return info
 
 
-def model_info_within_deadline(http: _Http, revision: str | None,
+def model_info_within_deadline(http: Http, revision: str | None,
                                max_info_bytes: int) -> dict[str, Any]:
     """``_model_info`` on a daemon thread, waited for no longer than the fetch deadline: a
     server that drips even its response headers cannot hold the main thread (the body's
-    drip is caught chunk by chunk in ``_Http._read``), and Ctrl-C lands at once."""
+    drip is caught chunk by chunk in ``Http._read``), and Ctrl-C lands at once."""
     [(_, info)] = run_parallel([("info", lambda: _model_info(http, revision, max_info_bytes))],
                                1, threading.Event(), http.deadline, lambda: _too_slow(http))
     return info
@@ -107,7 +107,7 @@ def _plan(repo_id: str, commit: str, siblings: list[tuple[str, int | None]],
           max_shards: int = 4096) -> list[str]:
     """The shards mlx-lm would load, or a one-line error before any file is fetched."""
     names = [n for n, _ in siblings]
-    label = _label(repo_id, commit)
+    label = snapshot_label(repo_id, commit)
     shards = sorted(n for n in names if "/" not in n and fnmatch(n, SHARD_GLOB))
     odd = [n for n in shards if not is_shard_name(n)]
     if odd:
@@ -135,7 +135,7 @@ def _plan(repo_id: str, commit: str, siblings: list[tuple[str, int | None]],
     return shards
 
 
-def _fetch_shard(http: _Http, url: str, name: str, size: int | None) -> tuple[int, bytes, int]:
+def _fetch_shard(http: Http, url: str, name: str, size: int | None) -> tuple[int, bytes, int]:
     """(file size, first 8 + N bytes, N) of one shard: two Range requests, never tensor data."""
     first = http.get(url, name, start=0, length=8)
     size = size if size is not None else first.total
@@ -164,8 +164,8 @@ def _fetch_shard(http: _Http, url: str, name: str, size: int | None) -> tuple[in
     return size, raw + rest.data, n
 
 
-def _fetch(http: _Http, info: dict[str, Any], progress: Any, max_workers: int,
-           max_json_bytes: int, max_shards: int = 4096) -> _Snapshot:
+def fetch_snapshot(http: Http, info: dict[str, Any], progress: Any, max_workers: int,
+           max_json_bytes: int, max_shards: int = 4096) -> Snapshot:
     repo_id, base = http.repo_id, http.base
     commit = info["sha"]
     siblings = _siblings(info)
@@ -174,7 +174,7 @@ def _fetch(http: _Http, info: dict[str, Any], progress: Any, max_workers: int,
     jsons = [n for n in (CONFIG_NAME, INDEX_NAME, KV_CONFIG_NAME) if n in sizes]
     for n in jsons:
         if (sizes[n] or 0) > max_json_bytes:
-            raise WeightsError(f"{_label(repo_id, commit)}/{n} is {sizes[n]:,} bytes: "
+            raise WeightsError(f"{snapshot_label(repo_id, commit)}/{n} is {sizes[n]:,} bytes: "
                                "not the small JSON file mlxfit expects")
     task = progress.add_task(f"reading {repo_id} headers", total=len(shards)) if progress else None
 
@@ -197,14 +197,14 @@ def _fetch(http: _Http, info: dict[str, Any], progress: Any, max_workers: int,
             files[name] = result.data
         else:
             got[name] = result
-    return _Snapshot(
+    return Snapshot(
         repo_id=repo_id, commit=commit, endpoint=http.endpoint, fetched_at=_now(),
         siblings=siblings, files=files, shards=[(n, got[n][0], got[n][1]) for n in shards],
         requests=http.requests, bytes=http.bytes,
     )
 
 
-def _too_slow(http: _Http) -> MlxfitError:
+def _too_slow(http: Http) -> MlxfitError:
     return HubUnreachable(
         f"reading {http.repo_id} from the Hub at {http.endpoint} did not finish within "
         f"{http.fetch_deadline:g} s (MLXFIT_HUB_FETCH_DEADLINE_SECONDS); try again later, or "

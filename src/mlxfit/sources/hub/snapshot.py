@@ -1,7 +1,7 @@
 """From a Hub snapshot to a ModelSource: the snapshot (fresh or from mlxfit's cache) is staged
 as a throw-away folder that looks like the repo (the fetched JSON, header-only shard stubs with
 a sparse hole up to the real file size, empty placeholders for the other files whose names
-matter) and read by the very code that reads a local folder (``sources.folder._load_folder``), so a
+matter) and read by the very code that reads a local folder (``sources.folder.load_folder``), so a
 Hub model is validated exactly as a downloaded one; errors are relabelled ``repo@commit/file``.
 Also ``HubTransfer``, the record of what reading the model cost, attached to the result.
 """
@@ -16,9 +16,9 @@ from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING
 
 from mlxfit.errors import MlxfitError, SourceError, WeightsError
-from mlxfit.sources.folder import _load_folder
-from mlxfit.sources.hub.cache import JSON_NAMES, _label, _Snapshot, is_shard_name
-from mlxfit.sources.hub.http import _short
+from mlxfit.sources.folder import load_folder
+from mlxfit.sources.hub.cache import JSON_NAMES, Snapshot, is_shard_name, snapshot_label
+from mlxfit.sources.hub.http import short_reason
 from mlxfit.sources.source import INDEX_NAME, HubTransfer
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ def _safe_relpath(name: str) -> PurePosixPath | None:
     return p
 
 
-def _index_targets(snap: _Snapshot) -> set[str]:
+def _index_targets(snap: Snapshot) -> set[str]:
     try:
         weight_map = json.loads(snap.files[INDEX_NAME])["weight_map"]
         return {v for v in weight_map.values() if isinstance(v, str)}
@@ -45,7 +45,7 @@ def _index_targets(snap: _Snapshot) -> set[str]:
         return set()  # folder reader (sources._index_shards) says which
 
 
-def _materialize(folder: Path, snap: _Snapshot) -> None:
+def _materialize(folder: Path, snap: Snapshot) -> None:
     """A throw-away folder that looks like the repo to sources._load_folder: the fetched JSON,
     header-only shard stubs (8 + N bytes, then a sparse hole up to the real file size) and an
     empty placeholder for each other file whose name matters (other *.safetensors: notes; files
@@ -66,7 +66,7 @@ def _materialize(folder: Path, snap: _Snapshot) -> None:
             continue
     # Names were checked when the snapshot was read (cache.py); checked again here because this
     # is where a bad one would write outside the folder: plain names of the kinds a fetch makes.
-    label = _label(snap.repo_id, snap.commit)
+    label = snapshot_label(snap.repo_id, snap.commit)
     for name, data in snap.files.items():
         if name not in JSON_NAMES:
             raise SourceError(f"{label}: refusing to stage a file named {name!r}")
@@ -80,7 +80,7 @@ def _materialize(folder: Path, snap: _Snapshot) -> None:
                 f.truncate(max(size, len(raw)))  # a hole: costs no disk on APFS, ext4, tmpfs
         except (OSError, ValueError) as e:
             raise WeightsError(f"{label}/{name}: cannot stage its "
-                               f"header for checking ({_short(e)})") from None
+                               f"header for checking ({short_reason(e)})") from None
 
 
 def _relabel(e: MlxfitError, folder: Path, label: str) -> MlxfitError:
@@ -88,15 +88,15 @@ def _relabel(e: MlxfitError, folder: Path, label: str) -> MlxfitError:
     return type(e)(msg)
 
 
-def _to_source(snap: _Snapshot, transfer: HubTransfer, notes: tuple[str, ...] = ()) -> ModelSource:
-    label = _label(snap.repo_id, snap.commit)
+def to_source(snap: Snapshot, transfer: HubTransfer, notes: tuple[str, ...] = ()) -> ModelSource:
+    label = snapshot_label(snap.repo_id, snap.commit)
     try:
         with tempfile.TemporaryDirectory(prefix="mlxfit-hub-") as tmp:
             folder = Path(tmp) / "snapshot"
             folder.mkdir()
             _materialize(folder, snap)
             try:
-                src = _load_folder(folder, snap.repo_id, "hub", snap.commit)
+                src = load_folder(folder, snap.repo_id, "hub", snap.commit)
             except MlxfitError as e:
                 raise _relabel(e, folder, label) from None
     except OSError as e:  # no writable temporary directory

@@ -13,7 +13,7 @@ from mlxfit.records import Sample
 PRIOR_WEIGHT = 1e-4  # pull towards the current value, per (relative change)^2
 
 
-def _with_backend(cal: Calibration, backend: str, values: dict[str, float]) -> Calibration:
+def with_backend(cal: Calibration, backend: str, values: dict[str, float]) -> Calibration:
     be = replace(cal.backend(backend), **values)
     return replace(cal, backends={**cal.backends, backend: be})
 
@@ -48,9 +48,9 @@ def _solve(a: list[list[float]], b: list[float]) -> list[float] | None:
     return x
 
 
-def _residuals(samples: list[Sample], cal: Calibration, backend: str,
+def relative_residuals(samples: list[Sample], cal: Calibration, backend: str,
                values: dict[str, float]) -> list[float]:
-    c = _with_backend(cal, backend, values)
+    c = with_backend(cal, backend, values)
     return [(predict_peak(s, c) - s.peak) / s.peak for s in samples]
 
 

@@ -41,13 +41,13 @@ from mlxfit.records import (
 )
 from mlxfit.settings import parse_toml, read_toml, user_calibration
 from mlxfit.verbs.calibrate.fitting import (
-    _residuals,
-    _with_backend,
     jacobian_columns,
     least_squares,
     numeric_rank,
     predict_peak,
     predicted_caches,
+    relative_residuals,
+    with_backend,
 )
 
 # The constants a memory fit may move, in the order they are shown.
@@ -111,7 +111,7 @@ def undetermined(samples: list[Sample], cal: Calibration, backend: str,
     """Why these records cannot fit these constants, or "": with fewer independent records than
     constants they inform, the fit is exact whatever the constants, and a perfect score says
     nothing. The reason lists which constants each record informs."""
-    cols = jacobian_columns(lambda v: _residuals(samples, cal, backend, v), start)
+    cols = jacobian_columns(lambda v: relative_residuals(samples, cal, backend, v), start)
     informed = [k for k in start if any(abs(x) > 1e-12 for x in cols[k])]
     rank = numeric_rank([cols[k] for k in informed])
     if len(informed) <= rank:
@@ -143,7 +143,7 @@ def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
     be = cal.backend(backend)
     params = fittable(cal, backend, params)
     start = {k: float(getattr(be, k)) for k in params}
-    vals, active = least_squares(lambda v: _residuals(samples, cal, backend, v), start,
+    vals, active = least_squares(lambda v: relative_residuals(samples, cal, backend, v), start,
                                  max_iter=max_iter)
     return vals, active, tuple(k for k in params if k not in active)
 
@@ -278,7 +278,7 @@ class CalibrationResult:
         """``base`` with the fitted constants."""
         cal = base
         for b in self.backends:
-            cal = _with_backend(cal, b.backend, {k: b.new[k] for k in b.fitted})
+            cal = with_backend(cal, b.backend, {k: b.new[k] for k in b.fitted})
         if self.decode is not None and self.decode.fitted:
             cal = replace(cal, decode=replace(cal.decode, **{k: self.decode.new[k]
                                                              for k in self.decode.fitted}))
@@ -418,7 +418,7 @@ def calibrate(
             new_vals, fitted, unused = dict(start), (), ()
         else:
             new_vals, fitted, unused = fit_memory(group, cal, b, params)
-        new_cal = _with_backend(cal, b, {k: new_vals[k] for k in fitted})
+        new_cal = with_backend(cal, b, {k: new_vals[k] for k in fitted})
         old_peaks = [predict_peak(s, cal) for s in group]
         new_peaks = [predict_peak(s, new_cal) for s in group]
         kv_ok = [predicted_caches(s, cal) == s.caches for s in group]

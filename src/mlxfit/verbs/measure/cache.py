@@ -74,14 +74,14 @@ def describe_cache(cache) -> dict:
     return d
 
 
-def _total_cache_bytes(prompt_cache) -> int:
+def total_cache_bytes(prompt_cache) -> int:
     return sum(cache_nbytes(c) for c in prompt_cache)
 
 
-def _state_cache_bytes(cache) -> int:
+def state_cache_bytes(cache) -> int:
     """Bytes of the recurrent (ArraysCache) part of one layer's cache."""
     if hasattr(cache, "caches"):  # CacheList
-        return sum(_state_cache_bytes(c) for c in cache.caches)
+        return sum(state_cache_bytes(c) for c in cache.caches)
     if hasattr(cache, "cache") and isinstance(cache.cache, list):
         return cache_nbytes(cache)
     return 0

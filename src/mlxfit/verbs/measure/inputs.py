@@ -1,9 +1,9 @@
 """What ``measure`` measures and predicts: the config-only source, the weights' dtype, the backend.
 
-Helpers of the twin ``mlxfit.measure``: ``_config_only`` recognizes a config.json (or a
-folder with no safetensors) for ``--random-weights``, ``_tensors_of`` lists a built model's
-tensors when there are no safetensors headers, ``_dtype_from_tensors`` / ``_dtype_from_config``
-pick the dtype to build in, ``_backend_in_use`` names the backend MLX runs on, and
+Helpers of the twin ``mlxfit.measure``: ``config_only`` recognizes a config.json (or a
+folder with no safetensors) for ``--random-weights``, ``tensors_of`` lists a built model's
+tensors when there are no safetensors headers, ``dtype_from_tensors`` / ``dtype_from_config``
+pick the dtype to build in, ``backend_in_use`` names the backend MLX runs on, and
 ``refuse_unsupported`` refuses the runs mlx-lm cannot do before anything is built. mlx is
 imported inside the functions only.
 """
@@ -22,12 +22,12 @@ from mlxfit.model.tensors import (
     SAFETENSORS_TO_MLX,
     TensorInfo,
 )
-from mlxfit.verbs.measure.run import _text_field
+from mlxfit.verbs.measure.run import text_field
 
 _ACT_DTYPE = {4: "float32", 2: "bfloat16"}  # a 2-byte width from the weights builds in bfloat16
 
 
-def _tensors_of(model) -> tuple:
+def tensors_of(model) -> tuple:
     from mlx.utils import tree_flatten  # mlx is optional: imported only to measure
 
     out = []
@@ -37,7 +37,7 @@ def _tensors_of(model) -> tuple:
     return tuple(out)
 
 
-def _config_only(spec: str) -> Path | None:
+def config_only(spec: str) -> Path | None:
     """A config.json, or a folder holding one and no model*.safetensors: the --random-weights
     source that has no headers."""
     p = Path(spec).expanduser()
@@ -51,7 +51,7 @@ def _config_only(spec: str) -> Path | None:
     return None
 
 
-def _dtype_from_tensors(tensors) -> str | None:
+def dtype_from_tensors(tensors) -> str | None:
     floats = [t for t in tensors if t.dtype in FLOAT_DTYPES]
     if not floats:
         return None
@@ -67,12 +67,12 @@ def _dtype_from_tensors(tensors) -> str | None:
     return _ACT_DTYPE.get(b)
 
 
-def _dtype_from_config(config: dict) -> str | None:
-    v = _text_field(config, "torch_dtype") or _text_field(config, "dtype")
+def dtype_from_config(config: dict) -> str | None:
+    v = text_field(config, "torch_dtype") or text_field(config, "dtype")
     return v if v in MLX_FLOAT_DTYPES else None
 
 
-def _backend_in_use() -> str:
+def backend_in_use() -> str:
     import mlx.core as mx  # mlx is optional: imported only to measure
 
     try:

@@ -5,8 +5,8 @@ the way ``mlx_lm.convert`` would); ``measure_run`` measures such a model and ``m
 checkpoint folder loaded by ``mlx_lm.utils.load_model``; both go through ``_measure``, which runs
 ``mlx_lm.generate.generate_step`` on random prompt tokens and returns one record (a dict) of
 memory counters, cache descriptions, timings and the environment. ``save_random_model`` writes a
-random model as a checkpoint folder. The optional ``measure`` extra is checked here
-(``mlx_missing_reason``, ``require_mlx``); mlx and mlx_lm are imported inside the functions only.
+random model as a checkpoint folder. The optional ``measure`` extra is checked by
+``mlxfit.model.mlx_extra.require_mlx``; mlx and mlx_lm are imported inside the functions only.
 """
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from mlxfit.errors import MlxUnavailable, UsageError
+from mlxfit.errors import UsageError
+from mlxfit.model.mlx_extra import require_mlx
+from mlxfit.model.oracle import mlx_lm_classes
 from mlxfit.model.tensors import MLX_FLOAT_DTYPES
-from mlxfit.verbs.measure.cache import _state_cache_bytes, _total_cache_bytes, describe_cache
+from mlxfit.verbs.measure.cache import describe_cache, state_cache_bytes, total_cache_bytes
 
 # on_progress(stage, done, total): what the CLI shows while mlx-lm runs (never timed).
 Progress = Callable[[str, int, int], None]
 
 
-def _text_field(config: dict, key: str) -> Any:
+def text_field(config: dict, key: str) -> Any:
     """A language-model field, looked up at the top level, then under ``text_config``."""
     if key in config:
         return config[key]
@@ -47,12 +49,11 @@ def build_model(config: dict, dtype: str = "float32", seed: int = 0):
     import mlx.core as mx
     from mlx import nn
     from mlx.utils import tree_map_with_path
-    from mlx_lm.utils import _get_classes
 
     if dtype not in MLX_FLOAT_DTYPES:
         raise UsageError(f"dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}")
     mx.random.seed(seed)
-    model_class, args_class = _get_classes(config=config)
+    model_class, args_class = mlx_lm_classes(config)
     model = model_class(args_class.from_dict(config))
 
     target = getattr(mx, dtype)
@@ -124,32 +125,10 @@ def _environment() -> dict:
 
 # --------------------------------------------------------------------------- the optional extra
 
-INSTALL_HINT = ('measuring needs mlx and mlx-lm: pip install "mlxfit[measure]" '
-                "(mlx[cpu] on Linux, mlx on Apple Silicon)")
-
-
-
-def mlx_missing_reason() -> str | None:
-    """None when mlx and mlx-lm import, else why not (one line)."""
-    try:
-        # mlx / mlx-lm are optional (the measure extra): imported to measure only
-        import mlx.core  # noqa: F401
-        import mlx_lm  # noqa: F401
-    except (ImportError, OSError) as e:  # OSError: a wheel whose shared library cannot load
-        return str(e).splitlines()[0] if str(e) else type(e).__name__
-    return None
-
-
-def require_mlx() -> None:
-    reason = mlx_missing_reason()
-    if reason is not None:
-        raise MlxUnavailable(f"{INSTALL_HINT} [{reason}]")
-
-
 # --------------------------------------------------------------------------- one measured run
 
 
-def _check_tokens(ctx: int, gen_tokens: int, prefill_step_size: int) -> None:
+def check_tokens(ctx: int, gen_tokens: int, prefill_step_size: int) -> None:
     if gen_tokens < 1 or prefill_step_size < 1:
         raise UsageError("gen and prefill_step_size must be >= 1 (mlx-lm generates at "
                          "least one token)", param="gen" if gen_tokens < 1 else
@@ -215,7 +194,7 @@ def _measure(
     param_bytes, n_params = _param_summary(model)
     active_after_load = mx.get_active_memory()
 
-    vocab = _text_field(config, "vocab_size") or 1000
+    vocab = text_field(config, "vocab_size") or 1000
     prompt_len = ctx - gen_tokens
     mx.random.seed(seed + 1)
     prompt = mx.random.randint(0, int(vocab), (prompt_len,)).astype(mx.uint32)
@@ -243,7 +222,7 @@ def _measure(
                 "processed": processed,
                 "peak_bytes": mx.get_peak_memory(),
                 "active_after_bytes": mx.get_active_memory(),
-                "cache_bytes_after": _total_cache_bytes(prompt_cache),
+                "cache_bytes_after": total_cache_bytes(prompt_cache),
                 "cache_classes_after": [type(c).__name__ for c in prompt_cache],
                 "seconds": now - marks.get("last_chunk_end", marks["prefill_start"]),
             }
@@ -311,8 +290,8 @@ def _measure(
         "decode_peak_bytes": decode_peak,
         "peak_phase": "prefill" if prefill_peak >= decode_peak else "decode",
         "cache_bytes_after_prefill": last["cache_bytes_after"],
-        "cache_bytes_end": _total_cache_bytes(prompt_cache),
-        "state_bytes_end": sum(_state_cache_bytes(c) for c in prompt_cache),
+        "cache_bytes_end": total_cache_bytes(prompt_cache),
+        "state_bytes_end": sum(state_cache_bytes(c) for c in prompt_cache),
         "active_end_bytes": mx.get_active_memory(),
         "buffer_cache_end_bytes": mx.get_cache_memory(),
         "chunks": chunks,
@@ -358,7 +337,7 @@ def measure_run(
     peak is the largest segment peak. ``weights_measured_bytes`` is what the load added to the
     active memory.
     """
-    _check_tokens(ctx, gen_tokens, prefill_step_size)
+    check_tokens(ctx, gen_tokens, prefill_step_size)
     if dtype not in MLX_FLOAT_DTYPES:
         raise UsageError(f"dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}")
     rec = _measure(
@@ -387,7 +366,7 @@ def measure_folder(
 ) -> dict:
     """``measure_run`` for a checkpoint folder loaded by ``mlx_lm.utils.load_model`` (real
     weights; the tokenizer is not needed: the prompt is random token ids)."""
-    _check_tokens(ctx, gen_tokens, prefill_step_size)
+    check_tokens(ctx, gen_tokens, prefill_step_size)
     # mlx / mlx-lm are optional (the measure extra): imported to measure only
     from mlx_lm.utils import load_config, load_model
 

@@ -43,6 +43,7 @@ from mlxfit.estimate.memory import Run, run_from, run_machine_fields
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.inputs import model_inputs
+from mlxfit.model.mlx_extra import require_mlx
 from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import MLX_FLOAT_DTYPES
 from mlxfit.records import (
@@ -63,20 +64,19 @@ from mlxfit.verbs.edges import (
     run_on,
 )
 from mlxfit.verbs.measure.inputs import (
-    _backend_in_use,
-    _config_only,
-    _dtype_from_config,
-    _dtype_from_tensors,
-    _tensors_of,
+    backend_in_use,
+    config_only,
+    dtype_from_config,
+    dtype_from_tensors,
     refuse_unsupported,
+    tensors_of,
 )
 from mlxfit.verbs.measure.run import (
     Progress,
-    _check_tokens,
     build_model,
+    check_tokens,
     measure_folder,
     measure_run,
-    require_mlx,
 )
 
 # --------------------------------------------------------------------------- the results file
@@ -216,7 +216,7 @@ def measure(
     """
     # Every parameter is checked before mlx is asked for or the model resolved. The run's
     # backend is the one MLX runs on, known once mlx is imported.
-    _check_tokens(ctx, gen, prefill_step_size)
+    check_tokens(ctx, gen, prefill_step_size)
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size)
@@ -229,7 +229,7 @@ def measure(
     require_mlx()
     notes: list[str] = []
 
-    cfg_file = _config_only(model) if random_weights else None
+    cfg_file = config_only(model) if random_weights else None
     src = None
     if cfg_file is None:
         src = resolve_model(model, revision=revision)
@@ -241,12 +241,12 @@ def measure(
     else:
         config = read_config(cfg_file)
     if random_weights:
-        wdtype = (dtype or (_dtype_from_tensors(src.tensors) if src else None)
-                  or _dtype_from_config(config) or "bfloat16")
+        wdtype = (dtype or (dtype_from_tensors(src.tensors) if src else None)
+                  or dtype_from_config(config) or "bfloat16")
     else:
-        wdtype = _dtype_from_tensors(src.tensors) or "checkpoint"
+        wdtype = dtype_from_tensors(src.tensors) or "checkpoint"
 
-    backend = _backend_in_use()
+    backend = backend_in_use()
     run = replace(run, backend=backend)
     cal = calibration_for_user(calibration)
     m = None
@@ -278,7 +278,7 @@ def measure(
         # No headers: the prediction's weights are the built model's tensors (exact by
         # construction; the other terms are still predicted from the config).
         built = build_model(config, dtype=wdtype, seed=seed)
-        tensors = _tensors_of(built)
+        tensors = tensors_of(built)
         del built
         gc.collect()
         where = cfg_file.parent if cfg_file.name == "config.json" else cfg_file

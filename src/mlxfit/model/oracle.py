@@ -1,6 +1,6 @@
 """The cache-plan oracle: what mlx-lm's own caches hold for a config, read without evaluating.
 
-MLX is lazy. The model built by mlx-lm's own classes (``_get_classes`` + ``ModelArgs.from_dict``,
+MLX is lazy. The model built by mlx-lm's own classes (``load_model``'s ``get_model_classes`` + ``ModelArgs.from_dict``,
 the machinery ``mlx_lm.utils.load_model`` uses, without weights) at the config's real dimensions
 allocates nothing until something is evaluated; ``make_prompt_cache`` plus the model's forward
 pass over a prompt chunked exactly as ``generate_step`` does it (``prefill_step_size`` tokens at
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import inspect
 import sys
 import time
 import types
@@ -193,16 +194,26 @@ def import_model_module(module: str) -> Any:
         return importlib.import_module(f"mlx_lm.models.{module}")
 
 
+def mlx_lm_classes(config: dict) -> tuple[Any, Any]:
+    """(Model, ModelArgs) of the module mlx-lm loads for ``config``: the function
+    ``mlx_lm.utils.load_model`` uses by default (its ``get_model_classes`` parameter), taken
+    from that public signature rather than by its private name."""
+    from mlx_lm.utils import load_model  # the measure extra: imported with mlx-lm only
+
+    get_classes = inspect.signature(load_model).parameters["get_model_classes"].default
+    return get_classes(config)
+
+
 def _build(config: dict, dtype: str):
     # mlx / mlx-lm are optional (the measure extra): imported for the oracle only
     import mlx.core as mx
-    from mlx_lm.utils import MODEL_REMAPPING, _get_classes
+    from mlx_lm.utils import MODEL_REMAPPING
 
     module = str(config.get("model_type", ""))
     module = MODEL_REMAPPING.get(module, module)
     try:
         with _probe_placeholder(module):
-            model_class, args_class = _get_classes(config=config)
+            model_class, args_class = mlx_lm_classes(config)
     except (ValueError, ImportError, SystemExit) as e:  # a module may sys.exit() on import
         raise OracleError(f"mlx-lm {mlx_lm_version()} cannot load model_type "
                           f"{config.get('model_type')!r}: {_one_line(e)}") from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from mlxfit.model.builders.ctx import Ctx
+from mlxfit.model.build_ctx import Ctx
 from mlxfit.model.caches import Full
 from mlxfit.model.config import Attn, Layer, Mla
 

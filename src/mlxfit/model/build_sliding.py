@@ -5,7 +5,7 @@ Gemma 3n / 4's KV-shared layers, and deepseek_v41's LayerCache window with its c
 from __future__ import annotations
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.builders.ctx import Ctx, layer_types, sub_fields
+from mlxfit.model.build_ctx import Ctx, layer_types, sub_fields
 from mlxfit.model.caches import CacheKind, Chunked, Full, Rotating, Shared, Window
 from mlxfit.model.config import Attn, Compress, Layer, SparseIndex
 

@@ -5,7 +5,7 @@ or in layers that read an earlier layer's cache (afm7)."""
 from __future__ import annotations
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.builders.ctx import Ctx
+from mlxfit.model.build_ctx import Ctx
 from mlxfit.model.caches import Full, Shared
 from mlxfit.model.config import Attn, Layer
 

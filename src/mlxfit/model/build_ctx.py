@@ -1,5 +1,13 @@
 """What a family builder reads: the config's fields and the dimensions every family shares
-(``Ctx``), and typed reads of nested config objects and of ``layer_types``."""
+(``Ctx``), and typed reads of nested config objects and of ``layer_types``.
+
+The builders (``mlxfit.model.build_*``) are how mlx-lm's ``make_cache()`` builds each family's
+caches, one function per cache layout (mlx_lm/models/*.py, mlx-lm 0.32), grouped by the shape
+of the cache: ``build_dense`` (a KVCache per layer), ``build_sliding`` (windowed caches),
+``build_mla`` (latent attention), ``build_hybrid`` (recurrent / SSM / conv state beside
+attention); ``build_renames`` maps families' own field names. Pure: every builder takes the
+config's fields (``Ctx``) and returns the per-layer plan; tests/test_oracle_families.py checks
+each against mlx-lm's own caches (the family table naming them: ``mlxfit.model.families``)."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ Each builder also records the mixer's widths (``Ctx.mixer``) for the prefill tra
 from __future__ import annotations
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.builders.ctx import Ctx, layer_types, sub_fields
-from mlxfit.model.builders.mla import mla
+from mlxfit.model.build_ctx import Ctx, layer_types, sub_fields
+from mlxfit.model.build_mla import mla
 from mlxfit.model.caches import Full, Rotating
 from mlxfit.model.config import Fields, Layer
 

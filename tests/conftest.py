@@ -1,6 +1,7 @@
 """Test isolation: no test reaches the network or writes to the real caches by default.
 
 The Hub tests point HF_ENDPOINT at their own 127.0.0.1 server and undo HF_HUB_OFFLINE.
+Also test_measure_cpu's table of predicted vs measured, printed in the terminal summary.
 """
 
 from __future__ import annotations

@@ -54,8 +54,23 @@ NEEDS_MLX = pytest.mark.skipif(MLX_MISSING is not None,
                                reason=f"mlx/mlx-lm not importable ({MLX_MISSING}): "
                                       'pip install ".[test,measure]"')
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
+# Not installed for CI on purpose. Tried (issue 23): PyPI's scipy-openblas32 exports cblas_sgemm
+# only as scipy_cblas_sgemm, so it was preloaded through a 3-function C shim; MLX's float32
+# matmuls ran ~16x faster and the 38 cases took 60 s of CPU instead of ~220 s, weights and
+# caches identical. But with single-threaded OpenBLAS the kernels finish before MLX's scheduler
+# has run ahead, and the upper peak mode turns rare: spreads of 5-9 % instead of 0-2 %, and
+# llama_hd64/ctx300/step512/gen2/kv8 measured 16.22 MB as the largest of 6 runs (+6.3 %, a
+# failure) where the reference BLAS gives 16.532 MB in 10 runs of 10. The peaks asserted here
+# are those of the wheel's own BLAS. (With 2 OpenBLAS threads, on 2 busy cores, it stayed
+# closer: 9 of 10 runs at the upper mode; Debian's libopenblas0, preloaded when present, is
+# multi-threaded.)
 # The models are split over this many subprocesses running at once (CI has 2 cores).
 WORKERS = 2
+# The order the workers claim models in: heaviest first (seconds on CI's 2 cores: llama_hd128
+# 79, deepseek_v3 72, qwen3 66, ... gpt_oss 19, each mixer < 4), so that both finish together.
+# Only the balance depends on it; a model not listed is claimed after these.
+CLAIM_ORDER = ("llama_hd128", "deepseek_v3", "qwen3", "llama_hd64", "granitemoehybrid",
+               "qwen3_next", "nemotron_h", "qwen3_moe", "gemma3_text", "gpt_oss")
 PEAK_TOLERANCE = 0.05
 # MLX's scheduler runs ahead of the kernels by a variable amount, so a peak varies by a few %
 # from run to run (in steps of one intermediate array). Each case runs REPEATS times and the
@@ -194,7 +209,9 @@ def _worker(cases_file: str, out_file: str, root: str) -> int:
     claims = Path(root) / "claims"
     claims.mkdir(exist_ok=True)
     with open(out_file, "w") as fh:
-        for model in dict.fromkeys(c["model"] for c in cases):
+        models = list(dict.fromkeys(c["model"] for c in cases))
+        models.sort(key=lambda m: CLAIM_ORDER.index(m) if m in CLAIM_ORDER else len(CLAIM_ORDER))
+        for model in models:
             try:  # atomic: exactly one worker creates the claim file
                 os.close(os.open(claims / model, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
             except FileExistsError:

@@ -171,7 +171,7 @@ def test_family_quantized_cache_matches_mlx_lm(name: str) -> None:
 @NEEDS_MLX
 def test_quantized_cache_exclusions_hold() -> None:
     """The fixtures left out of the quantized-cache test are left out for the stated reason."""
-    from mlxfit.verbs.measure.oracle import FORWARD_FALLBACK
+    from mlxfit.model.oracle import FORWARD_FALLBACK
 
     checked = set(MANIFEST) - NOT_CHECKED
     assert NO_KV_GROUP <= checked and KV_BITS_REFUSED_NOT_RUNNABLE <= checked

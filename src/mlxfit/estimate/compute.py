@@ -184,7 +184,7 @@ def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
         causal = fused and a.cache.attends_all_earlier and a.mla is None
         out = out + _attn_flops(a, count, c.size, c.offset_before, keys, fused=fused,
                                 causal=causal, act_bytes=cfg.act_bytes)
-    state = sum(ly.state_bytes for ly in cfg.layers[:k] if ly.state_kind in ("linear", "mamba"))
+    state = sum(ly.state_bytes for ly in cfg.layers[:k] if ly.state_kind and ly.state_kind.scanned)
     out = out + ChunkFlops(scan=SCAN_FLOPS * state / STATE_ELEMENT_BYTES * c.size)
     return out
 

@@ -262,7 +262,7 @@ def state_term(cfg: ModelConfig) -> Term:
     kinds: dict[str, int] = {}
     for ly in cfg.layers:
         if ly.state_kind:
-            kinds[ly.state_kind] = kinds.get(ly.state_kind, 0) + 1
+            kinds[ly.state_kind.name] = kinds.get(ly.state_kind.name, 0) + 1
     return Term("recurrent_state", cfg.state_bytes,
                 "sum over linear/SSM/conv layers of conv state + recurrent state", kinds)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from mlxfit.errors import ConfigError
 from mlxfit.model.build_ctx import Ctx, layer_types, sub_fields
 from mlxfit.model.build_mla import mla
-from mlxfit.model.caches import Full, Rotating
+from mlxfit.model.caches import CONV_STATE, LINEAR_STATE, MAMBA_STATE, Full, Rotating
 from mlxfit.model.config import Fields, Layer
 
 
@@ -33,7 +33,7 @@ def qwen_linear(c: Ctx) -> list[Layer]:
     for i in range(c.n):
         linear = (types[i] == "linear_attention") if types else (i + 1) % interval != 0
         if linear:
-            layers.append(Layer(None, state_bytes=state, state_kind="linear"))
+            layers.append(Layer(None, state_bytes=state, state_kind=LINEAR_STATE))
         else:
             layers.append(Layer(c.attn(Full())))
     return layers
@@ -83,7 +83,7 @@ def nemotron_h(c: Ctx) -> list[Layer]:
     layers = []
     for ch in pattern:
         if ch == "M":
-            layers.append(Layer(None, state_bytes=state, state_kind="mamba"))
+            layers.append(Layer(None, state_bytes=state, state_kind=MAMBA_STATE))
         elif ch == "*":
             layers.append(Layer(c.attn(Full(), head_dim=hd)))
         elif ch in "-E":
@@ -100,7 +100,7 @@ def granite_hybrid(c: Ctx) -> list[Layer]:
                          f.int("mamba_d_state", 0), f.int("mamba_n_groups", 1),
                          f.int("mamba_d_conv", 4))
     return [
-        Layer(None, state_bytes=state, state_kind="mamba") if t == "mamba"
+        Layer(None, state_bytes=state, state_kind=MAMBA_STATE) if t == "mamba"
         else Layer(c.attn(Full()))
         for t in types
     ]
@@ -113,7 +113,7 @@ def falcon_h1(c: Ctx) -> list[Layer]:
     hd = f.int("mamba_d_head", 64)
     state = mamba_state(c, heads, hd, f.int("mamba_d_state", 128), f.int("mamba_n_groups", 1),
                          f.int("mamba_d_conv", 4))
-    return [Layer(c.attn(Full()), state_bytes=state, state_kind="mamba") for _ in range(c.n)]
+    return [Layer(c.attn(Full()), state_bytes=state, state_kind=MAMBA_STATE) for _ in range(c.n)]
 
 
 def jamba(c: Ctx) -> list[Layer]:
@@ -129,7 +129,7 @@ def jamba(c: Ctx) -> list[Layer]:
     state = (d_conv - 1) * inner * c.act_bytes + inner * d_state * c.act_bytes
     return [
         Layer(c.attn(Full())) if i % period == offset
-        else Layer(None, state_bytes=state, state_kind="mamba")
+        else Layer(None, state_bytes=state, state_kind=MAMBA_STATE)
         for i in range(c.n)
     ]
 
@@ -146,7 +146,7 @@ def lfm2(c: Ctx) -> list[Layer]:
     conv = (f.int("conv_L_cache", 3, minimum=1) - 1) * c.hidden * c.act_bytes
     full = set(idxs)
     return [
-        Layer(c.attn(Full())) if i in full else Layer(None, state_bytes=conv, state_kind="conv")
+        Layer(c.attn(Full())) if i in full else Layer(None, state_bytes=conv, state_kind=CONV_STATE)
         for i in range(c.n)
     ]
 
@@ -161,7 +161,7 @@ def mamba(c: Ctx) -> list[Layer]:
         # mamba.py (Mamba-1): conv and SSM state both in the activation dtype.
         state = (f.int("conv_kernel", 4) - 1) * inner * c.act_bytes + inner * f.int(
             "state_size", 16) * c.act_bytes
-    return [Layer(None, state_bytes=state, state_kind="mamba") for _ in range(c.n)]
+    return [Layer(None, state_bytes=state, state_kind=MAMBA_STATE) for _ in range(c.n)]
 
 
 def _kda_state(c: Ctx, cfg: Fields) -> int:
@@ -183,7 +183,7 @@ def kimi_linear(c: Ctx) -> list[Layer]:
     kda = set(cfg.int_list("kda_layers") or [])
     state = _kda_state(c, cfg)
     latent = mla(c)
-    return [Layer(None, state_bytes=state, state_kind="linear") if i + 1 in kda
+    return [Layer(None, state_bytes=state, state_kind=LINEAR_STATE) if i + 1 in kda
             else latent[i] for i in range(c.n)]
 
 
@@ -199,7 +199,7 @@ def bailing_hybrid(c: Ctx) -> list[Layer]:
     # layers: MLA latent (kv_lora_rank) + rope key.
     state = c.heads * c.head_dim * c.head_dim * 4
     latent = mla(c)
-    return [latent[i] if g else Layer(None, state_bytes=state, state_kind="linear")
+    return [latent[i] if g else Layer(None, state_bytes=state, state_kind=LINEAR_STATE)
             for i, g in enumerate(_global_every(c))]
 
 
@@ -209,7 +209,7 @@ def bailing_moe_linear(c: Ctx) -> list[Layer]:
     state = c.heads * c.head_dim * c.head_dim * c.act_bytes
     c.mixer.update(linear_scan="gla", linear_v_heads=c.heads, linear_k_dim=c.head_dim,
                    linear_v_dim=c.head_dim, linear_state_bytes=c.act_bytes)
-    return [Layer(c.attn(Full())) if g else Layer(None, state_bytes=state, state_kind="linear")
+    return [Layer(c.attn(Full())) if g else Layer(None, state_bytes=state, state_kind=LINEAR_STATE)
             for g in _global_every(c)]
 
 
@@ -220,7 +220,7 @@ def bailing_moe_v3(c: Ctx) -> list[Layer]:
                                   "short_conv_kernel_size": c.f.int("short_conv_kernel_size",
                                                                     4)}, c.f.where))
     latent = mla(c)
-    return [latent[i] if g else Layer(None, state_bytes=state, state_kind="linear")
+    return [latent[i] if g else Layer(None, state_bytes=state, state_kind=LINEAR_STATE)
             for i, g in enumerate(_global_every(c))]
 
 
@@ -231,7 +231,7 @@ def olmo_hybrid(c: Ctx) -> list[Layer]:
     if types is None:
         raise ConfigError(f"{c.f.where}: olmo_hybrid needs 'layer_types'")
     state = linear_state_bytes(c)
-    return [Layer(None, state_bytes=state, state_kind="linear") if t == "linear_attention"
+    return [Layer(None, state_bytes=state, state_kind=LINEAR_STATE) if t == "linear_attention"
             else Layer(c.attn(Full())) for t in types]
 
 
@@ -252,7 +252,7 @@ def recurrent_gemma(c: Ctx) -> list[Layer]:
     hd = c.hidden // c.heads
     return [Layer(c.attn(Rotating(window), kv_heads=1, head_dim=hd))
             if types[i % len(types)] == "attention"
-            else Layer(None, state_bytes=state, state_kind="conv") for i in range(c.n)]
+            else Layer(None, state_bytes=state, state_kind=CONV_STATE) for i in range(c.n)]
 
 
 def plamo2(c: Ctx) -> list[Layer]:
@@ -274,7 +274,7 @@ def plamo2(c: Ctx) -> list[Layer]:
             return i != c.n - 1
         return i % step != step // 2
 
-    return [Layer(None, state_bytes=state, state_kind="mamba") if mamba(i)
+    return [Layer(None, state_bytes=state, state_kind=MAMBA_STATE) if mamba(i)
             else Layer(c.attn(Full(), head_dim=hd)) for i in range(c.n)]
 
 
@@ -295,7 +295,7 @@ def baichuan_m1(c: Ctx) -> list[Layer]:
             kv = c.kv_heads
             a = c.attn(Full())
         layers.append(Layer(a, state_bytes=2 * kv * conv * c.head_dim * c.act_bytes,
-                            state_kind="conv"))
+                            state_kind=CONV_STATE))
     return layers
 
 
@@ -308,7 +308,7 @@ def rwkv7(c: Ctx) -> list[Layer]:
     # The WKV recurrence: a Metal kernel, else (CPU) a per-token op loop on that state.
     c.mixer.update(linear_scan="wkv7", linear_v_heads=heads, linear_k_dim=hd, linear_v_dim=hd,
                    linear_state_bytes=c.act_bytes)
-    return [Layer(None, state_bytes=state, state_kind="linear") for _ in range(c.n)]
+    return [Layer(None, state_bytes=state, state_kind=LINEAR_STATE) for _ in range(c.n)]
 
 
 def gear(c: Ctx) -> list[Layer]:
@@ -327,5 +327,5 @@ def gear(c: Ctx) -> list[Layer]:
         elif t == "full_attention":
             layers.append(Layer(c.attn(Full())))
         else:
-            layers.append(Layer(None, state_bytes=conv, state_kind="conv"))
+            layers.append(Layer(None, state_bytes=conv, state_kind=CONV_STATE))
     return layers

@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from mlxfit.model.build_ctx import Ctx
-from mlxfit.model.caches import Full
+from mlxfit.model.caches import NGRAM_STATE, Full
 from mlxfit.model.config import Attn, Layer, Mla
 
 
@@ -69,4 +69,4 @@ def mla_pair(c: Ctx) -> list[Layer]:
 
 def longcat_ngram(c: Ctx) -> list[Layer]:
     n = c.f.int("ngram_size", 0) if c.f.has("ngram_size") else c.f.int("emb_neighbor_num", 0)
-    return [Layer(None, state_bytes=max(n - 1, 0) * 8, state_kind="ngram")] + mla_pair(c)
+    return [Layer(None, state_bytes=max(n - 1, 0) * 8, state_kind=NGRAM_STATE)] + mla_pair(c)

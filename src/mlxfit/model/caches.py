@@ -245,3 +245,21 @@ def from_mlx_lm(class_name: str, window: int | None) -> CacheKind:
     if "Chunked" in class_name:
         return Chunked(window or 0)
     return Full()
+
+
+@dataclass(frozen=True)
+class StateKind:
+    """A constant-size ArraysCache a non-attention mixer keeps (cache.py ArraysCache /
+    MambaCache): its bytes are the layer's ``state_bytes``; the kind says what reads it."""
+
+    name: str  # stable word in JSON (``state`` term's ``layers_by_kind``, `mlxfit families`)
+    # Whether a recurrent scan reads and rewrites the whole state for every token (gated-delta
+    # / linear attention, Mamba's SSM): the per-chunk scan FLOPs of estimate/compute.py.
+    scanned: bool
+
+
+LINEAR_STATE = StateKind("linear", scanned=True)  # linear attention / gated delta recurrence
+MAMBA_STATE = StateKind("mamba", scanned=True)  # SSM state and its conv window
+CONV_STATE = StateKind("conv", scanned=False)  # a short convolution's window only (LFM2 …)
+NGRAM_STATE = StateKind("ngram", scanned=False)  # LongCat n-gram token ids
+DERIVED_STATE = StateKind("mlx-lm", scanned=False)  # read from mlx-lm's caches (oracle plans)

@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.caches import CacheKind
+from mlxfit.model.caches import CacheKind, StateKind
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class Mla:
 class Layer:
     attn: Attn | None
     state_bytes: int = 0  # ArraysCache: SSM / linear-attention / conv state, constant in n
-    state_kind: str | None = None  # "linear" | "mamba" | "conv"
+    state_kind: StateKind | None = None  # what the ArraysCache state is (model.caches)
     moe: bool = False
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfit.errors import ConfigError, OracleError
-from mlxfit.model.caches import from_mlx_lm
+from mlxfit.model.caches import DERIVED_STATE, from_mlx_lm
 from mlxfit.model.config import Attn, Layer
 
 
@@ -393,6 +393,6 @@ def derive_layers(config: dict, act_bytes: int = 2,
                         kv_heads=1, k_dim=elems - elems // 2, v_dim=elems // 2,
                         head_dim=like.head_dim if like else elems // 2)
         layers.append(Layer(attn, state_bytes=e.state_bytes,
-                            state_kind="mlx-lm" if e.state_bytes else None))
+                            state_kind=DERIVED_STATE if e.state_bytes else None))
     layers += [Layer(None) for _ in range(max(0, run.num_layers - len(layers)))]
     return layers, run

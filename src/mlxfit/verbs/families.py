@@ -55,7 +55,7 @@ def cache_kinds(cfg: ModelConfig) -> tuple[str, ...]:
                 kinds.add("LayerCache (compressed KV"
                           + (" + index keys)" if ly.attn.compress.width > ly.attn.k_dim else ")"))
         if ly.state_bytes:
-            kinds.add(f"ArraysCache ({ly.state_kind})")
+            kinds.add(f"ArraysCache ({ly.state_kind.name})")
     return tuple(sorted(kinds))
 
 

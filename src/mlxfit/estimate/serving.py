@@ -47,13 +47,9 @@ from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import Buffer, WeightsRead
 
 # mlx_lm.server defaults (server.py argparse) and generate's draft default.
-SERVER_DECODE_CONCURRENCY = 32
 SERVER_PROMPT_CONCURRENCY = 8
 SERVER_PROMPT_CACHE_SIZE = 10
 NUM_DRAFT_TOKENS = 3
-# speculative_generate_step(prefill_step_size=512) is only the Python function's default:
-# mlx_lm.generate and mlx_lm.server both pass --prefill-step-size (2048) through.
-SPECULATIVE_FUNCTION_PREFILL_STEP = 512
 
 
 

@@ -402,12 +402,4 @@ def _headers(tensors: list[TensorInfo]) -> tuple[int, int, int]:
     return total, spread, len(shards)
 
 
-def float_dtype_bytes(plan: QuantizationPlan) -> int:
-    """Bytes per element the converted model computes in (its embedding's or scales' dtype)."""
-    for t in plan.tensors:
-        if t.name.endswith(("embed_tokens.scales", "embed_tokens.weight")) and t.dtype in FLOAT_DTYPES:
-            return DTYPE_BYTES[t.dtype]
-    return DTYPE_BYTES[plan.dtype] if plan.dtype else 2
-
-
 __all__ = ["QuantRecipe", "QuantizationPlan", "Tensors", "check_recipe", "plan_conversion"]

@@ -53,8 +53,6 @@ NUM_DRAFT_TOKENS = 3
 
 
 
-
-
 @dataclass(frozen=True)
 class DraftModel:
     """A speculative-decoding draft: its config, weights and largest weight arrays."""

@@ -17,7 +17,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError, UsageError
 from mlxfit.model.convert_rules import Rules, Tensors, sanitized
-from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
+from mlxfit.model.tensors import TensorInfo
 
 # mlx.core.quantize / mlx.nn _defaults_for_mode: mode -> (group size, bits) when not given.
 MODE_DEFAULTS = {"affine": (64, 4), "mxfp4": (32, 4), "nvfp4": (16, 4), "mxfp8": (32, 8)}

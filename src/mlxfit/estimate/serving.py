@@ -52,7 +52,6 @@ SERVER_PROMPT_CACHE_SIZE = 10
 NUM_DRAFT_TOKENS = 3
 
 
-
 @dataclass(frozen=True)
 class DraftModel:
     """A speculative-decoding draft: its config, weights and largest weight arrays."""

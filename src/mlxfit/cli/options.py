@@ -40,8 +40,7 @@ QuantizedKvStartOpt = Annotated[int, typer.Option(
     help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start).")]
 MaxKvSizeOpt = Annotated[int | None, typer.Option(
     "--max-kv-size", parser=tokens, metavar="TOKENS",
-    help="Rotating cache size (mlx-lm --max-kv-size; ignored by models with their own cache, "
-         "as in mlx-lm).")]
+    help="Rotating cache size (mlx-lm --max-kv-size; models with their own cache ignore it).")]
 BackendOpt = Annotated[str, typer.Option(
     "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend).")]
 # calibrate's --backend filters the saved records (repeatable); it sizes no run.
@@ -73,7 +72,7 @@ PlanOpt = Annotated[str, typer.Option(
 # -- sizing an unquantized model as mlx_lm.convert would write it ------------------------------
 QBitsOpt = Annotated[int | None, typer.Option(
     "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it "
-                     "(default 4; pick: the --catalog entries).")]
+                     "(default: --q-mode's, 4 for affine; pick: its --catalog entries).")]
 QGroupSizeOpt = Annotated[int | None, typer.Option(
     "--q-group-size", help="mlx_lm.convert's group size (affine default 64).")]
 QModeOpt = Annotated[str | None, typer.Option(

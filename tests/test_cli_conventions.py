@@ -158,3 +158,93 @@ def test_every_option_of_every_verb_has_help():
                     if not (getattr(p, "help", None) or "").strip()]
     assert missing == []
     assert len(VERBS) >= 8
+
+
+# Flags two or more verbs share whose help or default is deliberately their own verb's (each
+# has its own alias in mlxfit/cli/options.py): (flag, verb) -> why.
+HELP_EXCEPTIONS = {
+    ("--ctx", "serve-plan"): "each request's context, not one generation's",
+    ("--gen", "measure"): "measure really generates them and times decode over them",
+    ("--machine", "measure"): "measure runs on this Mac: a name only if it cannot be probed",
+    ("--dtype", "measure"): "the random weights' dtype, not mlx_lm.convert's",
+    ("--backend", "calibrate"): "a filter on saved records, repeatable; sizes no run",
+    ("--force", "measure"): "runs mlx-lm past the predicted peak (cluster's writes files)",
+    ("--write", "calibrate"): "a switch storing the constants (cluster's is a folder)",
+}
+DEFAULT_EXCEPTIONS = {
+    ("--ctx", "serve-plan"): "a server's per-request context: 32768",
+    ("--ctx", "measure"): "required: a real run has no default context",
+    ("--gen", "measure"): "at least 1 token to time decode over: 16",
+    ("--backend", "calibrate"): "no filter: every backend's records",
+    ("--write", "calibrate"): "a switch (False), cluster's a folder (None)",
+}
+# A twin's parameter whose default is not the CLI's on purpose: (verb, parameter) -> why.
+TWIN_EXCEPTIONS = {
+    ("calibrate", "params"): "the CLI passes --param only when given; the twin's default is all",
+}
+
+
+def _verb_commands():
+    import importlib
+
+    from typer.main import get_command
+
+    from mlxfit.cli.app import VERBS
+
+    return {v: get_command(importlib.import_module(f"mlxfit.cli.{v.replace('-', '_')}").app)
+            for v in VERBS}
+
+
+def _shared_flags():
+    """flag -> {verb: click option} for every flag two or more verbs take."""
+    by_flag: dict[str, dict] = {}
+    for verb, cmd in _verb_commands().items():
+        for p in cmd.params:
+            if p.param_type_name == "option":
+                by_flag.setdefault(p.opts[0], {})[verb] = p
+    return {f: verbs for f, verbs in by_flag.items() if len(verbs) >= 2}
+
+
+def test_shared_flags_have_one_help_and_one_default():
+    """A flag two verbs share is declared once (mlxfit/cli/options.py): one help text and one
+    default in every verb, unless listed above with the reason it differs."""
+    shared = _shared_flags()
+    assert {"--ctx", "--json", "--prefill-step-size", "--macos", "--max-kv-size"} <= set(shared)
+    for exceptions in (HELP_EXCEPTIONS, DEFAULT_EXCEPTIONS):  # no stale entries
+        assert [k for k in exceptions if k[1] not in shared.get(k[0], {})] == []
+    drift = {}
+    for f, verbs in sorted(shared.items()):
+        helps = {v: p.help for v, p in verbs.items() if (f, v) not in HELP_EXCEPTIONS}
+        defaults = {v: p.default for v, p in verbs.items() if (f, v) not in DEFAULT_EXCEPTIONS}
+        if len(set(helps.values())) > 1:
+            drift[f, "help"] = helps
+        if len({repr(d) for d in defaults.values()}) > 1:
+            drift[f, "default"] = defaults
+    assert drift == {}
+
+
+def test_twin_defaults_are_the_cli_defaults():
+    """`mlxfit.fit(...)` and `mlxfit fit` size the same run when neither is told otherwise: each
+    twin parameter's signature default is its flag's default (mlx-lm's named once, in
+    mlxfit.mlx_lm_defaults)."""
+    import inspect
+
+    import mlxfit
+    from mlxfit.cli.common import flag
+
+    checked, differ = 0, {}
+    for verb, cmd in _verb_commands().items():
+        sig = inspect.signature(getattr(mlxfit, verb.replace("-", "_"))).parameters
+        twin = {flag(n): p for n, p in sig.items()} | {n: p for n, p in sig.items()}
+        for p in cmd.params:
+            key = p.opts[0] if p.param_type_name == "option" else p.name
+            tp = twin.get(key)
+            if tp is None or tp.default is inspect.Parameter.empty or p.required:
+                continue
+            if (verb, tp.name) in TWIN_EXCEPTIONS:
+                continue
+            checked += 1
+            if tp.default != p.default:
+                differ[verb, key] = (tp.default, p.default)
+    assert differ == {}
+    assert checked >= 80

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.options import CalibrateBackendOpt, CalibrateWriteOpt, JsonOpt
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
 from mlxfit.render.calibrate import render_calibration, result_to_json
@@ -17,10 +18,10 @@ app = typer.Typer()
 @app.command("calibrate")
 def calibrate_cmd(
     from_file: Path | None = typer.Option(None, "--from", help="Measurements (JSON lines); default ~/.cache/mlxfit/measurements.jsonl."),  # noqa: B008
-    write: bool = typer.Option(False, "--write", help="Store the fitted constants in ~/.config/mlxfit/calibration.toml."),
-    backend: list[str] | None = typer.Option(None, "--backend", help="Fit only this backend (cpu, metal); repeatable."),  # noqa: B008
+    write: CalibrateWriteOpt = False,
+    backend: CalibrateBackendOpt = None,
     show_all: bool = typer.Option(False, "--all", help="Every run, not only the worst."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    as_json: JsonOpt = False,
     show_toml: bool = typer.Option(False, "--show-toml", help="Print the calibration file --write would store."),
     param: list[str] | None = typer.Option(None, "--param", help="Fit only this constant (act_hidden, score_arrays, ...); repeatable."),  # noqa: B008
 ) -> None:

@@ -5,8 +5,34 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import console, fail
-from mlxfit.cli.sizes import tokens
+from mlxfit.cli.options import (
+    BackendOpt,
+    ClusterForceOpt,
+    ClusterWriteOpt,
+    CtxOpt,
+    DtypeOpt,
+    ExplainOpt,
+    GenOpt,
+    JsonOpt,
+    KvBitsOpt,
+    KvGroupSizeOpt,
+    MacosOpt,
+    PlanOpt,
+    PrefillStepSizeOpt,
+    QBitsOpt,
+    QGroupSizeOpt,
+    QModeOpt,
+    QuantizedKvStartOpt,
+    QuantPredicateOpt,
+    RevisionOpt,
+    WithVisionOpt,
+)
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json, render_cluster
 from mlxfit.render.cluster_launch import write_launch
@@ -24,7 +50,7 @@ def cluster_cmd(
     hosts_file: str | None = typer.Option(
         None, "--hosts-file", help="TOML file of \\[\\[hosts]] (machine, name, ssh, ips, rdma, "
                                    "memory_budget_gb, count); listed before any --host."),
-    ctx: int = typer.Option(8192, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context at the end."),
+    ctx: CtxOpt = 8192,
     strategy: str = typer.Option("auto", "--strategy", help="pipeline, tensor or auto."),
     link: str | None = typer.Option(None, "--link", help="tb5 (JACCL RDMA), tb4 or 10gbe "
                                                             "(ring over TCP); default tb5."),
@@ -32,28 +58,25 @@ def cluster_cmd(
         None, "--link-latency-us", help="Your measured per-hop latency (replaces the table)."),
     link_gbs: float | None = typer.Option(
         None, "--link-gbs", help="Your measured link bandwidth, GB/s (replaces the table)."),
-    macos: int | None = typer.Option(None, "--macos", help="macOS major version (default 26)."),
-    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (a unique prefix of a cached snapshot too)."),
-    gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk (mlx-lm --prefill-step-size)."),
-    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
-    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
-    backend: str = typer.Option("metal", "--backend", help="metal or cpu."),
-    write: str | None = typer.Option(
-        None, "--write", help="Write hostfile.json, run.sh and plan.json for mlx.launch here "
-                              "(only for a plan that fits, unless --force)."),
-    force: bool = typer.Option(False, "--force", help="With --write: write the launch files "
-                                                      "even when the plan does not fit."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
-    explain: bool = typer.Option(False, "--explain", help="Every host's terms."),
-    q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it."),
-    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
-    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
-    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
-    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
-    plan: str = typer.Option("auto", "--plan", help="Cache plan: auto, table or mlx-lm (as fit's)."),
-    with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
+    macos: MacosOpt = None,
+    revision: RevisionOpt = None,
+    gen: GenOpt = 0,
+    prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
+    kv_bits: KvBitsOpt = None,
+    kv_group_size: KvGroupSizeOpt = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: QuantizedKvStartOpt = DEFAULT_QUANTIZED_KV_START,
+    backend: BackendOpt = "metal",
+    write: ClusterWriteOpt = None,
+    force: ClusterForceOpt = False,
+    as_json: JsonOpt = False,
+    explain: ExplainOpt = False,
+    q_bits: QBitsOpt = None,
+    q_group_size: QGroupSizeOpt = None,
+    q_mode: QModeOpt = None,
+    quant_predicate: QuantPredicateOpt = None,
+    dtype: DtypeOpt = None,
+    plan: PlanOpt = "auto",
+    with_vision: WithVisionOpt = False,
 ) -> None:
     """Split a model across several Macs (MLX distributed): per-host memory, context, speed."""
     try:

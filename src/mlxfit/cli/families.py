@@ -7,6 +7,7 @@ import json
 import typer
 
 from mlxfit.cli.common import console
+from mlxfit.cli.options import JsonOpt
 from mlxfit.render.families import families_to_json, render_families
 from mlxfit.verbs.families import families
 
@@ -15,7 +16,7 @@ app = typer.Typer()
 
 @app.command("families")
 def families_cmd(
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    as_json: JsonOpt = False,
 ) -> None:
     """Every mlx-lm model family mlxfit sizes: cache kinds, fixture, checked in CI."""
     r = families()

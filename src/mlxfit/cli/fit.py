@@ -6,8 +6,35 @@ import typer
 from typer.core import TyperCommand
 
 from mlxfit.cli.common import console, fail
-from mlxfit.cli.sizes import gigabytes, tokens
+from mlxfit.cli.options import (
+    BackendOpt,
+    CtxOpt,
+    DtypeOpt,
+    ExplainOpt,
+    GenOpt,
+    JsonOpt,
+    KvBitsOpt,
+    KvGroupSizeOpt,
+    MachineOpt,
+    MacosOpt,
+    MaxKvSizeOpt,
+    MemoryBudgetOpt,
+    PlanOpt,
+    PrefillStepSizeOpt,
+    QBitsOpt,
+    QGroupSizeOpt,
+    QModeOpt,
+    QuantizedKvStartOpt,
+    QuantPredicateOpt,
+    RevisionOpt,
+    WithVisionOpt,
+)
 from mlxfit.errors import MlxfitError
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.render import dumps
 from mlxfit.render.fit import fit_to_json, render_fit
 from mlxfit.render.text import esc
@@ -51,33 +78,33 @@ class _FitCommand(TyperCommand):
 def fit_cmd(
     typer_ctx: typer.Context,
     model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
-    ctx: int = typer.Option(8192, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context at the end (prompt + generated)."),
-    machine: str | None = typer.Option(None, "--machine", help='e.g. "M4 Pro 24GB"; default: this machine.'),
-    memory_budget: float | None = typer.Option(None, "--memory-budget", parser=gigabytes, metavar="SIZE", help="Usable GB (10^9 B); replaces the machine's envelope."),
-    macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
-    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (HF cache or the Hub)."),
-    gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated (the rest is prompt)."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
-    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
-    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
-    max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size (ignored by models with their own cache, as in mlx-lm)."),
-    backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
-    with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
-    explain: bool = typer.Option(False, "--explain", help="Show each term's formula and inputs."),
+    ctx: CtxOpt = 8192,
+    machine: MachineOpt = None,
+    memory_budget: MemoryBudgetOpt = None,
+    macos: MacosOpt = None,
+    revision: RevisionOpt = None,
+    gen: GenOpt = 0,
+    prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
+    kv_bits: KvBitsOpt = None,
+    kv_group_size: KvGroupSizeOpt = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: QuantizedKvStartOpt = DEFAULT_QUANTIZED_KV_START,
+    max_kv_size: MaxKvSizeOpt = None,
+    backend: BackendOpt = "metal",
+    with_vision: WithVisionOpt = False,
+    as_json: JsonOpt = False,
+    explain: ExplainOpt = False,
     advise: bool = typer.Option(False, "--advise", help="What would make it fit, cheapest first, with the mlx-lm command (shown anyway when it does not fit)."),
     parallel: int | None = typer.Option(None, "--parallel", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
     prompt_cache: int | None = typer.Option(None, "--prompt-cache", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
     draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
     chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg (or --chart=out.svg) writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
-    plan: str = typer.Option("auto", "--plan", help="Cache plan: auto (the family table, else mlx-lm's own classes when installed), table, or mlx-lm (cross-checks a known family)."),
-    q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it (default 4)."),
-    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
-    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8 (mlx_lm.convert --q-mode)."),
-    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6 (mlx_lm.convert's recipes)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32: mlx_lm.convert --dtype."),
+    plan: PlanOpt = "auto",
+    q_bits: QBitsOpt = None,
+    q_group_size: QGroupSizeOpt = None,
+    q_mode: QModeOpt = None,
+    quant_predicate: QuantPredicateOpt = None,
+    dtype: DtypeOpt = None,
     mlx_env: list[str] | None = typer.Option(None, "--mlx-env", help="MLX scheduler setting for the run, NAME=VALUE: MLX_MAX_MB_PER_BUFFER or MLX_MAX_OPS_PER_BUFFER (repeatable; default on this Mac: the environment)."),  # noqa: B008 (Typer's idiom for a list option)
 ) -> None:
     """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""

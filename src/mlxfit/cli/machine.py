@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.options import JsonOpt, MacosOpt
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
 from mlxfit.render.machine import machine_doc, render_machine
@@ -16,8 +17,8 @@ app = typer.Typer()
 @app.command("machine")
 def machine_cmd(
     spec: str | None = typer.Argument(None, help='Resolve a named SKU, e.g. "M4 Max 128GB".'),
-    macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    macos: MacosOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """What mlxfit knows about this machine (or a named one), and where each figure came from."""
     try:

@@ -5,8 +5,35 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import check_format, console, fail
-from mlxfit.cli.sizes import tokens
+from mlxfit.cli.options import (
+    BackendOpt,
+    CtxOpt,
+    DtypeOpt,
+    FormatOpt,
+    GenOpt,
+    JsonOpt,
+    KvBitsOpt,
+    KvGroupSizeOpt,
+    MacosOpt,
+    MaxKvSizeOpt,
+    OnlyFitsOpt,
+    PlanOpt,
+    PrefillStepSizeOpt,
+    QBitsOpt,
+    QGroupSizeOpt,
+    QModeOpt,
+    QuantizedKvStartOpt,
+    QuantPredicateOpt,
+    QuantsOpt,
+    RevisionOpt,
+    WithVisionOpt,
+)
 from mlxfit.errors import MlxfitError
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.render import dumps
 from mlxfit.render.matrix import matrix_text, matrix_to_json, render_matrix
 from mlxfit.verbs.matrix import matrix
@@ -16,28 +43,28 @@ app = typer.Typer()
 @app.command("matrix")
 def matrix_cmd(
     model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, or catalog id."),
-    ctx: int = typer.Option(8192, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context at the end (prompt + generated)."),
-    only_fits: bool = typer.Option(False, "--only-fits", help="Show only the SKUs where it fits."),
+    ctx: CtxOpt = 8192,
+    only_fits: OnlyFitsOpt = False,
     chips: str | None = typer.Option(None, "--chips", help='Shell patterns, comma-separated: "M4*", "M3 Max,M2 Ultra".'),
-    macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
-    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit in the HF cache."),
-    gen: int = typer.Option(0, "--gen", parser=tokens, metavar="TOKENS", help="How many of the --ctx tokens are generated (the rest is prompt)."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
-    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
-    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
-    max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size."),
-    backend: str = typer.Option("metal", "--backend", help="metal (Apple GPU) or cpu (MLX's CPU backend)."),
-    with_vision: bool = typer.Option(False, "--with-vision", help="Count vision/audio towers."),
-    fmt: str = typer.Option("table", "--format", help="table, markdown (for a model card), csv or json."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
-    plan: str = typer.Option("auto", "--plan", help="Cache plan: auto, table or mlx-lm (as fit's)."),
-    q_bits: int | None = typer.Option(None, "--q-bits", help="Size an unquantized model as `mlx_lm.convert -q --q-bits B` would write it."),
-    q_group_size: int | None = typer.Option(None, "--q-group-size", help="mlx_lm.convert's group size (affine default 64)."),
-    q_mode: str | None = typer.Option(None, "--q-mode", help="affine, mxfp4, nvfp4 or mxfp8."),
-    quant_predicate: str | None = typer.Option(None, "--quant-predicate", help="mixed_2_6, mixed_3_4, mixed_3_6 or mixed_4_6."),
-    dtype: str | None = typer.Option(None, "--dtype", help="float16, bfloat16 or float32 (mlx_lm.convert --dtype)."),
-    quants: str | None = typer.Option(None, "--quants", help='One column set per conversion: "3,4,6,8,mixed_3_6,mxfp4".'),
+    macos: MacosOpt = None,
+    revision: RevisionOpt = None,
+    gen: GenOpt = 0,
+    prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
+    kv_bits: KvBitsOpt = None,
+    kv_group_size: KvGroupSizeOpt = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: QuantizedKvStartOpt = DEFAULT_QUANTIZED_KV_START,
+    max_kv_size: MaxKvSizeOpt = None,
+    backend: BackendOpt = "metal",
+    with_vision: WithVisionOpt = False,
+    fmt: FormatOpt = "table",
+    as_json: JsonOpt = False,
+    plan: PlanOpt = "auto",
+    q_bits: QBitsOpt = None,
+    q_group_size: QGroupSizeOpt = None,
+    q_mode: QModeOpt = None,
+    quant_predicate: QuantPredicateOpt = None,
+    dtype: DtypeOpt = None,
+    quants: QuantsOpt = None,
 ) -> None:
     """MODEL on every Apple Silicon SKU: fits, max safe context, decode tok/s, headroom."""
     as_json = as_json or fmt == "json"

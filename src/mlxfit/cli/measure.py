@@ -6,9 +6,27 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import console, fail
+from mlxfit.cli.options import (
+    CtxOpt,
+    JsonOpt,
+    KvBitsOpt,
+    KvGroupSizeOpt,
+    MaxKvSizeOpt,
+    MeasureDtypeOpt,
+    MeasureForceOpt,
+    MeasureGenOpt,
+    MeasureMachineOpt,
+    PrefillStepSizeOpt,
+    QuantizedKvStartOpt,
+    RevisionOpt,
+)
 from mlxfit.cli.progress import ProgressLine
-from mlxfit.cli.sizes import tokens
 from mlxfit.errors import MlxfitError
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.render import dumps
 from mlxfit.render.measure import measurement_to_json, render_measurement
 from mlxfit.verbs.measure.twin import measure
@@ -19,21 +37,21 @@ app = typer.Typer()
 def measure_cmd(
     model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id; with "
                                 "--random-weights also a catalog/Hub id or a config.json."),
-    ctx: int = typer.Option(..., "--ctx", parser=tokens, metavar="TOKENS", help="Tokens in context at the end (prompt + generated)."),
-    gen: int = typer.Option(16, "--gen", parser=tokens, metavar="TOKENS", help="Tokens generated (>= 1); decode tok/s is over them."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx-lm's prefill chunk."),
-    kv_bits: int | None = typer.Option(None, "--kv-bits", help="Quantize the KV cache (mlx-lm --kv-bits)."),
-    kv_group_size: int = typer.Option(64, "--kv-group-size", help="Group size of the quantized KV cache (mlx-lm --kv-group-size: 32, 64 or 128)."),
-    quantized_kv_start: int = typer.Option(5000, "--quantized-kv-start", parser=tokens, metavar="TOKENS", help="Tokens before the KV cache is quantized (mlx-lm --quantized-kv-start)."),
-    max_kv_size: int | None = typer.Option(None, "--max-kv-size", parser=tokens, metavar="TOKENS", help="Rotating cache size (as mlx-lm)."),
+    ctx: CtxOpt = ...,
+    gen: MeasureGenOpt = 16,
+    prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
+    kv_bits: KvBitsOpt = None,
+    kv_group_size: KvGroupSizeOpt = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: QuantizedKvStartOpt = DEFAULT_QUANTIZED_KV_START,
+    max_kv_size: MaxKvSizeOpt = None,
     random_weights: bool = typer.Option(False, "--random-weights", help="Build from the config with random weights (nothing downloaded; same memory)."),
-    dtype: str | None = typer.Option(None, "--dtype", help="With --random-weights: float32, bfloat16 or float16 (default: the checkpoint's)."),
-    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit in the HF cache."),
-    machine: str | None = typer.Option(None, "--machine", help="This Mac's name if it cannot be probed (for the predicted tok/s)."),
+    dtype: MeasureDtypeOpt = None,
+    revision: RevisionOpt = None,
+    machine: MeasureMachineOpt = None,
     seed: int = typer.Option(0, "--seed", help="Random weights and prompt tokens."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (with the full record)."),
+    as_json: JsonOpt = False,
     save: bool = typer.Option(False, "--save", help="Append the record to ~/.cache/mlxfit/measurements.jsonl (what `mlxfit calibrate` fits)."),
-    force: bool = typer.Option(False, "--force", help="Run even when the predicted peak exceeds this machine's memory."),
+    force: MeasureForceOpt = False,
 ) -> None:
     """Run mlx-lm for real and set its measured memory (and tok/s) beside the prediction."""
     display = ProgressLine(console(stderr=True), prefill_step_size)

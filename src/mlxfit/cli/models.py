@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import check_format, console, fail
+from mlxfit.cli.options import FormatOpt, JsonOpt, QuantsOpt
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
 from mlxfit.render.models import models_text, models_to_json, render_models
@@ -18,9 +19,9 @@ def models_cmd(
     query: list[str] | None = typer.Argument(  # noqa: B008 (Typer's idiom for a list argument)
         None, help="Words that must all appear in the id, family, model_type or quant "
                    "(e.g. qwen3 4-bit)."),
-    fmt: str = typer.Option("table", "--format", help="table, markdown, csv or json."),
-    quants: str | None = typer.Option(None, "--quants", help="Also list each unquantized catalog entry as mlx_lm.convert would write it, e.g. 4,mixed_3_6,mxfp4 (as matrix and pick take it)."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout (= --format json)."),
+    fmt: FormatOpt = "table",
+    quants: QuantsOpt = None,
+    as_json: JsonOpt = False,
 ) -> None:
     """The built-in catalog and the models in the local Hugging Face cache, searchable."""
     as_json = as_json or fmt == "json"

@@ -8,6 +8,8 @@ import math
 import time
 from typing import Any
 
+from mlxfit.mlx_lm_defaults import DEFAULT_PREFILL_STEP_SIZE
+
 
 class ProgressLine:
     def __init__(self, console: Any, prefill_step_size: int | None = None):
@@ -34,7 +36,7 @@ class ProgressLine:
         if stage == "load":
             what = "loading the model (building it, with --random-weights)"
         elif stage == "prefill":
-            step = self.step or 2048
+            step = self.step or DEFAULT_PREFILL_STEP_SIZE
             what = (f"prefill {done:,} of {total:,} prompt tokens (chunk "
                     f"{math.ceil(done / step)} of {math.ceil(total / step)})")
         else:

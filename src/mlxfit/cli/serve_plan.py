@@ -5,8 +5,17 @@ from __future__ import annotations
 import typer
 
 from mlxfit.cli.common import console, fail
-from mlxfit.cli.sizes import gigabytes, tokens
+from mlxfit.cli.options import (
+    JsonOpt,
+    MachineOpt,
+    MacosOpt,
+    MemoryBudgetOpt,
+    PrefillStepSizeOpt,
+    RevisionOpt,
+    ServeCtxOpt,
+)
 from mlxfit.errors import MlxfitError
+from mlxfit.mlx_lm_defaults import DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.render import dumps
 from mlxfit.render.serve_plan import render_serve_plan, serve_plan_to_json
 from mlxfit.settings import DEFAULT_MODEL
@@ -18,14 +27,14 @@ app = typer.Typer()
 @app.command("serve-plan")
 def serve_plan_cmd(
     model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
-    ctx: int = typer.Option(32768, "--ctx", parser=tokens, metavar="TOKENS", help="Tokens each request may reach (prompt + generated)."),
-    machine: str | None = typer.Option(None, "--machine", help='e.g. "M4 Pro 48GB"; default: this machine.'),
+    ctx: ServeCtxOpt = 32768,
+    machine: MachineOpt = None,
     users: int | None = typer.Option(None, "--users", help="Plan for this many concurrent requests (default: as many as fit)."),
-    memory_budget: float | None = typer.Option(None, "--memory-budget", parser=gigabytes, metavar="SIZE", help="Usable GB (10^9 B); replaces the machine's envelope."),
-    macos: int | None = typer.Option(None, "--macos", help="macOS major version for the working-set limit (default 26)."),
-    revision: str | None = typer.Option(None, "--revision", help="Branch, tag or commit (HF cache or the Hub)."),
-    prefill_step_size: int = typer.Option(2048, "--prefill-step-size", parser=tokens, metavar="TOKENS", help="mlx_lm.server's --prefill-step-size."),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object on stdout."),
+    memory_budget: MemoryBudgetOpt = None,
+    macos: MacosOpt = None,
+    revision: RevisionOpt = None,
+    prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
+    as_json: JsonOpt = False,
 ) -> None:
     """How many concurrent requests mlx_lm.server holds at --ctx, how fast, with which flags."""
     try:

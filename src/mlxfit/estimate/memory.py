@@ -15,6 +15,11 @@ from mlxfit.errors import UsageError
 from mlxfit.estimate import cache_sim as cs
 from mlxfit.estimate import command_buffers as cbuf
 from mlxfit.estimate import kernels
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.model import cache_growth as growth
 from mlxfit.model.caches import Full
 from mlxfit.model.config import Attn, ModelConfig
@@ -26,10 +31,10 @@ class Run:
 
     ctx: int
     gen: int = 0
-    prefill_step_size: int = 2048
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE
     kv_bits: int | None = None
-    kv_group: int = 64
-    quantized_kv_start: int = 5000
+    kv_group: int = DEFAULT_KV_GROUP_SIZE
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START
     max_kv_size: int | None = None
     backend: str = "metal"
     # The Mac's GPU class ('g', 's', 'd': the architecture name's last letter; '' unknown) and
@@ -64,9 +69,10 @@ class Term:
     inputs: dict[str, Any] = field(default_factory=dict)
 
 
-def run_from(*, ctx: int, gen: int = 0, prefill_step_size: int = 2048,
-             kv_bits: int | None = None, kv_group_size: int = 64,
-             quantized_kv_start: int = 5000, max_kv_size: int | None = None,
+def run_from(*, ctx: int, gen: int = 0, prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
+             kv_bits: int | None = None, kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+             quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
+             max_kv_size: int | None = None,
              backend: str = "metal") -> Run:
     """The Run of the twins' parameters (mlx-lm's names), checked by ``check_run``: the one
     builder every verb (and a measurement record, ``run_from_record``) goes through."""
@@ -91,8 +97,9 @@ def run_from_record(rec: dict[str, Any], backend: str) -> Run:
     GPU its machine_info names (records from before mlxfit kept it: the default class)."""
     run = run_from(ctx=int(rec["ctx"]), gen=int(rec.get("gen_tokens") or 0),
                    prefill_step_size=int(rec["prefill_step_size"]), kv_bits=rec.get("kv_bits"),
-                   kv_group_size=int(rec.get("kv_group_size") or 64),
-                   quantized_kv_start=int(rec.get("quantized_kv_start", 5000)),
+                   kv_group_size=int(rec.get("kv_group_size") or DEFAULT_KV_GROUP_SIZE),
+                   quantized_kv_start=int(rec.get("quantized_kv_start",
+                                                  DEFAULT_QUANTIZED_KV_START)),
                    max_kv_size=rec.get("max_kv_size"), backend=backend)
     info = rec.get("machine_info") if backend == "metal" else None
     if not isinstance(info, dict):

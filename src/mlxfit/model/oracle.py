@@ -31,6 +31,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfit.errors import ConfigError, OracleError
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.model.caches import DERIVED_STATE, from_mlx_lm
 from mlxfit.model.config import Attn, Layer
 
@@ -281,9 +286,11 @@ def _chunks(ctx: int, gen: int, step: int) -> list[int]:
     return calls
 
 
-def cache_plan(config: dict, ctx: int, *, prefill_step_size: int = 2048, gen: int = 0,
-               kv_bits: int | None = None, kv_group_size: int = 64,
-               quantized_kv_start: int = 5000, max_kv_size: int | None = None,
+def cache_plan(config: dict, ctx: int, *,
+               prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE, gen: int = 0,
+               kv_bits: int | None = None, kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+               quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
+               max_kv_size: int | None = None,
                dtype: str = "bfloat16", method: str = "auto") -> OracleRun:
     """mlx-lm's prompt cache for ``config`` after a generation of ``ctx`` tokens, unevaluated.
 

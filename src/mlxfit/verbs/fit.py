@@ -26,6 +26,11 @@ from mlxfit.estimate.serving import (
 from mlxfit.estimate.solve import DEFAULT_MAX_CONTEXT, FitResult, fit_core, run_at, totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.hardware.resolve import Machine
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
 from mlxfit.model.quantize import QuantRecipe
@@ -66,10 +71,10 @@ def fit(
     macos: int | None = None,
     revision: str | None = None,
     gen: int = 0,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = 5000,
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     max_kv_size: int | None = None,
     backend: str = "metal",
     with_vision: bool = False,

@@ -19,6 +19,11 @@ from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import GIB, Machine, all_skus
 from mlxfit.hardware.skus import SkuTable, load_sku_table
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.model.inputs import model_arrays
 from mlxfit.settings import DEFAULT_MACOS
 from mlxfit.sources.resolve import resolve_model
@@ -161,10 +166,10 @@ def matrix(
     macos: int | None = None,
     revision: str | None = None,
     gen: int = 0,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = 5000,
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     max_kv_size: int | None = None,
     backend: str = "metal",
     with_vision: bool = False,

@@ -31,6 +31,11 @@ from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.resolve import Machine
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.model.mlx_extra import require_mlx
 from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
@@ -313,10 +318,10 @@ def pick(
     cache_dir: str | os.PathLike[str] | None = None,
     config_path: str | os.PathLike[str] | None = None,
     calibration=None,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = 5000,
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     max_kv_size: int | None = None,
     only_fits: bool = False,
     quants: str | None = None,

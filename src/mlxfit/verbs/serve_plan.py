@@ -24,6 +24,7 @@ from mlxfit.estimate.serving import (
 )
 from mlxfit.estimate.solve import FitResult, largest_true
 from mlxfit.hardware.resolve import Machine
+from mlxfit.mlx_lm_defaults import DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.model.inputs import model_arrays, model_inputs
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
@@ -108,7 +109,7 @@ def serve_plan(
     memory_budget_gb: float | None = None,
     macos: int | None = None,
     revision: str | None = None,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     calibration: Calibration | None = None,
     progress: bool = False,
 ) -> ServePlan:

@@ -35,6 +35,11 @@ from typing import Any
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.memory import run_from
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import INDEX_NAME
 from mlxfit.verbs.cluster.hosts import (
@@ -75,10 +80,10 @@ def cluster(
     macos: int | None = None,
     revision: str | None = None,
     gen: int = 0,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = 5000,
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     backend: str = "metal",
     calibration: Calibration | None = None,
     q_bits: int | None = None,

@@ -20,6 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import UsageError
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.model.mlx_extra import require_mlx
 from mlxfit.model.oracle import mlx_lm_classes
 from mlxfit.model.tensors import MLX_FLOAT_DTYPES
@@ -316,11 +321,11 @@ def measure_run(
     config: dict,
     ctx: int,
     *,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     gen_tokens: int = 1,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = 5000,
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     max_kv_size: int | None = None,
     dtype: str = "float32",
     seed: int = 0,
@@ -354,11 +359,11 @@ def measure_folder(
     folder: str | Path,
     ctx: int,
     *,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     gen_tokens: int = 1,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = 5000,
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     max_kv_size: int | None = None,
     seed: int = 0,
     dtype_label: str = "checkpoint",

@@ -42,6 +42,11 @@ from mlxfit.estimate.compute import predicted_ttft
 from mlxfit.estimate.memory import Run, run_from, run_machine_fields
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.mlx_lm_defaults import (
+    DEFAULT_KV_GROUP_SIZE,
+    DEFAULT_PREFILL_STEP_SIZE,
+    DEFAULT_QUANTIZED_KV_START,
+)
 from mlxfit.model.inputs import model_inputs
 from mlxfit.model.mlx_extra import require_mlx
 from mlxfit.model.parse import parse_config
@@ -182,10 +187,10 @@ def measure(
     ctx: int,
     *,
     gen: int = 16,
-    prefill_step_size: int = 2048,
+    prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
     kv_bits: int | None = None,
-    kv_group_size: int = 64,
-    quantized_kv_start: int = 5000,
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
+    quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
     max_kv_size: int | None = None,
     random_weights: bool = False,
     dtype: str | None = None,

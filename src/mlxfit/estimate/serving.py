@@ -43,6 +43,7 @@ from mlxfit.estimate.memory import (
     peak_phase,
 )
 from mlxfit.estimate.solve import ExtraTerms, largest_true, run_at
+from mlxfit.mlx_lm_defaults import DEFAULT_KV_GROUP_SIZE, DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import Buffer, WeightsRead
 
@@ -380,11 +381,11 @@ def command_line(model: str, run: Run, serving: Serving) -> str:
     serving set-up. ``mlx_lm.generate`` reads the prompt from stdin (``--prompt -``)."""
     q = shlex.quote
     kv: list[str] = []
-    if run.prefill_step_size != 2048:
+    if run.prefill_step_size != DEFAULT_PREFILL_STEP_SIZE:
         kv += ["--prefill-step-size", str(run.prefill_step_size)]
     if run.kv_bits is not None:
         kv += ["--kv-bits", str(run.kv_bits)]
-        if run.kv_group != 64:
+        if run.kv_group != DEFAULT_KV_GROUP_SIZE:
             kv += ["--kv-group-size", str(run.kv_group)]
         kv += ["--quantized-kv-start", str(run.quantized_kv_start)]
     draft = ["--draft-model", q(serving.draft.name)] if serving.draft is not None else []

@@ -386,7 +386,7 @@ def derive_layers(config: dict, act_bytes: int = 2,
     (the config's own attention); ``mlxfit.verbs.plan`` puts the family table's layer where
     its bytes agree, and ``derive_mixer`` gives the recurrence's widths."""
     dtype = "float32" if act_bytes == 4 else "bfloat16"
-    run = cache_plan(config, 300, prefill_step_size=2048, dtype=dtype)
+    run = cache_plan(config, 300, prefill_step_size=DEFAULT_PREFILL_STEP_SIZE, dtype=dtype)
     own = sorted({e.kind for e in run.entries for role, _, _ in e.arrays if role == "arrays"})
     if own:  # deepseek_v41's LayerCache: a window, compressed groups and pending rows
         raise OracleError(f"mlx-lm {run.mlx_lm_version}'s {', '.join(own)} is not a KV or "

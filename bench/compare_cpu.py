@@ -26,7 +26,7 @@ def predict(rec: dict, cal) -> tuple[int, int, int]:
     cfg = parse_config(rec["config"], act_bytes=DTYPE_BYTES[rec["dtype"]])
     run = Run(ctx=rec["ctx"], gen=rec.get("gen_tokens", 0) or 0,
               prefill_step_size=rec["prefill_step_size"], kv_bits=rec.get("kv_bits"),
-              kv_group=rec.get("kv_group_size", 64),
+              kv_group_size=rec.get("kv_group_size", 64),
               quantized_kv_start=rec.get("quantized_kv_start", 5000),
               max_kv_size=rec.get("max_kv_size"), backend="cpu")
     t = totals_at(cfg, rec["param_bytes"], run, cal)

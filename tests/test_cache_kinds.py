@@ -114,7 +114,7 @@ def _drive(kind: CacheKind, cache, s: Schedule, *, before=None, convert_after: i
         assert _rows(cache) == kind.tokens_prefill(s, i), ("rows after chunk", i)
         assert cache.nbytes == layer_bytes_prefill(a, s, i, quantized, run, ACT), ("bytes", i)
         if i == convert_after:
-            cache = cache.to_quantized(group_size=run.kv_group, bits=run.kv_bits)
+            cache = cache.to_quantized(group_size=run.kv_group_size, bits=run.kv_bits)
             assert cache.nbytes == layer_bytes_prefill(a, s, i, True, run, ACT)
     if cache.keys is not None:
         assert _rows(cache) == kind.tokens_final(s), "rows at the context"

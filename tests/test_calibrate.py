@@ -62,7 +62,7 @@ def _record(config, ctx, step, *, act_bytes=4, gen=1, cal=None, backend="cpu", *
     t = totals_at(cfg, WEIGHTS, run, cal or SHIPPED)
     return {
         "config": config, "ctx": ctx, "gen_tokens": gen, "prefill_step_size": step,
-        "kv_bits": run.kv_bits, "kv_group_size": run.kv_group,
+        "kv_bits": run.kv_bits, "kv_group_size": run.kv_group_size,
         "quantized_kv_start": run.quantized_kv_start, "max_kv_size": run.max_kv_size,
         "act_bytes": act_bytes, "dtype": "float32" if act_bytes == 4 else "bfloat16",
         "backend": backend, "predicted": {"backend": backend},

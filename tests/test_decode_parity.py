@@ -47,7 +47,7 @@ def _record(src, inputs, run: Run, machine) -> dict:
     return {
         "config": src.config, "ctx": run.ctx, "gen_tokens": run.gen,
         "prefill_step_size": run.prefill_step_size, "kv_bits": run.kv_bits,
-        "kv_group_size": run.kv_group, "quantized_kv_start": run.quantized_kv_start,
+        "kv_group_size": run.kv_group_size, "quantized_kv_start": run.quantized_kv_start,
         "max_kv_size": run.max_kv_size, "backend": "metal", "decode_tok_s": 50.0,
         "act_bytes": inputs.cfg.act_bytes,
         "weights_read": {"total_bytes": w.total_bytes, "expert_bytes": w.expert_bytes,

@@ -131,7 +131,7 @@ KV_BITS_REFUSED_NOT_RUNNABLE = frozenset({"olmo"})
 def _quantized_run(name: str, config: dict, group: int):
     cfg = parse_config(config, act_bytes=2, where=name)
     ctx, step, gen = STATE_CONTEXTS[-1] if cfg.state_bytes else QUANTIZED
-    return cfg, Run(ctx=ctx, gen=gen, prefill_step_size=step, kv_bits=8, kv_group=group,
+    return cfg, Run(ctx=ctx, gen=gen, prefill_step_size=step, kv_bits=8, kv_group_size=group,
                     quantized_kv_start=0)
 
 

@@ -171,13 +171,13 @@ def test_run_from_record_reads_measure_parameters():
     rec = {"ctx": 4096, "gen_tokens": 16, "prefill_step_size": 512, "kv_bits": 8,
            "kv_group_size": 32, "quantized_kv_start": 0, "max_kv_size": 1024}
     assert run_from_record(rec, "cpu") == Run(ctx=4096, gen=16, prefill_step_size=512, kv_bits=8,
-                                              kv_group=32, quantized_kv_start=0,
+                                              kv_group_size=32, quantized_kv_start=0,
                                               max_kv_size=1024, backend="cpu")
     bare = run_from_record({"ctx": 300, "prefill_step_size": 2048}, "metal")
-    assert (bare.gen, bare.kv_bits, bare.kv_group, bare.quantized_kv_start,
+    assert (bare.gen, bare.kv_bits, bare.kv_group_size, bare.quantized_kv_start,
             bare.max_kv_size) == (0, None, 64, 5000, None)
     assert _raises(run_from_record, {"ctx": 0, "prefill_step_size": 2048}, "cpu").param == "ctx"
-    assert run_from(ctx=8192, kv_group_size=128).kv_group == 128
+    assert run_from(ctx=8192, kv_group_size=128).kv_group_size == 128
 
 
 # --------------------------------------------------------------------------- one name rule

@@ -33,7 +33,7 @@ class Run:
     gen: int = 0
     prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE
     kv_bits: int | None = None
-    kv_group: int = DEFAULT_KV_GROUP_SIZE
+    kv_group_size: int = DEFAULT_KV_GROUP_SIZE
     quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START
     max_kv_size: int | None = None
     backend: str = "metal"
@@ -77,7 +77,7 @@ def run_from(*, ctx: int, gen: int = 0, prefill_step_size: int = DEFAULT_PREFILL
     """The Run of the twins' parameters (mlx-lm's names), checked by ``check_run``: the one
     builder every verb (and a measurement record, ``run_from_record``) goes through."""
     run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
-              kv_group=kv_group_size, quantized_kv_start=quantized_kv_start,
+              kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
               max_kv_size=max_kv_size, backend=backend)
     check_run(run)
     return run
@@ -128,9 +128,9 @@ def check_run(run: Run) -> None:
     # Checked with or without kv_bits: a value mlx-lm would reject is never silently carried.
     # mx.quantize (mlx 0.32) supports group sizes 32, 64 and 128 only ("The supported group
     # sizes are 32, 64, and 128"); mlx-lm passes --kv-group-size to it unchanged.
-    if run.kv_group not in (32, 64, 128):
+    if run.kv_group_size not in (32, 64, 128):
         raise UsageError(f"kv_group_size must be 32, 64 or 128 (what mx.quantize supports), "
-                         f"got {run.kv_group}", param="kv_group_size")
+                         f"got {run.kv_group_size}", param="kv_group_size")
     if run.quantized_kv_start < 0:
         raise UsageError(f"quantized_kv_start must be >= 0, got {run.quantized_kv_start}",
                          param="quantized_kv_start")
@@ -208,7 +208,7 @@ def layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: i
     """One layer's KV bytes for ``tokens`` cached tokens; ``quantized``: the run's caches are
     converted (a QuantizedKVCache where the layer's kind converts)."""
     if a.cache.holds_quantized(quantized):
-        return tokens * quantized_per_token_bytes(a, run.kv_bits or 8, run.kv_group, act_bytes)
+        return tokens * quantized_per_token_bytes(a, run.kv_bits or 8, run.kv_group_size, act_bytes)
     return tokens * per_token_bytes(a, act_bytes)
 
 

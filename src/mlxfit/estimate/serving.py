@@ -385,8 +385,8 @@ def command_line(model: str, run: Run, serving: Serving) -> str:
         kv += ["--prefill-step-size", str(run.prefill_step_size)]
     if run.kv_bits is not None:
         kv += ["--kv-bits", str(run.kv_bits)]
-        if run.kv_group != DEFAULT_KV_GROUP_SIZE:
-            kv += ["--kv-group-size", str(run.kv_group)]
+        if run.kv_group_size != DEFAULT_KV_GROUP_SIZE:
+            kv += ["--kv-group-size", str(run.kv_group_size)]
         kv += ["--quantized-kv-start", str(run.quantized_kv_start)]
     draft = ["--draft-model", q(serving.draft.name)] if serving.draft is not None else []
     if serving.server:

@@ -52,7 +52,7 @@ def run_to_json(run: Run) -> dict[str, Any]:
         "gen": run.gen,
         "prefill_step_size": run.prefill_step_size,
         "kv_bits": run.kv_bits,
-        "kv_group_size": run.kv_group,
+        "kv_group_size": run.kv_group_size,
         "quantized_kv_start": run.quantized_kv_start,
         "max_kv_size": run.max_kv_size,
         "backend": run.backend,

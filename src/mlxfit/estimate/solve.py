@@ -201,6 +201,15 @@ class FitResult:
         """Fits in memory and no single array exceeds the GPU's largest buffer."""
         return self.fits and not self.oversize_buffers
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit fit --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.fit import fit_to_json
+
+        return json_object(fit_to_json(self))
+
 
 def fit_core(
     *,

@@ -7,10 +7,11 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mlxfit.estimate.memory import Run, Term
-from mlxfit.hardware.resolve import Machine
+if TYPE_CHECKING:  # types only: the results' to_dict() import this package
+    from mlxfit.estimate.memory import Run, Term
+    from mlxfit.hardware.resolve import Machine
 
 # The version of every verb's --json object (fit, matrix, pick, machine, cluster, measure,
 # calibrate, models, families). Schema 2: docs/json.md, "Changes from schema 1".
@@ -32,16 +33,6 @@ def machine_to_json(m: Machine) -> dict[str, Any]:
         "usable_source": m.usable_source,
         "macos_major": m.macos_major,
     }
-
-
-def bare_machine(name: str, ram_bytes: int, usable_bytes: int, usable_source: str,
-                 bandwidth_gbs: float | None = None) -> Machine:
-    """A Machine from the figures a result carries, for a result made without one (the pure
-    core called directly): what it does not know (chip, GPU cores, macOS) is None."""
-    return Machine(name=name, chip=None, gpu_cores=None, ram_bytes=ram_bytes,
-                   bandwidth_gbs=bandwidth_gbs, usable_bytes=usable_bytes,
-                   usable_source=usable_source, is_apple_silicon=False, macos_major=None,
-                   unverified=False)
 
 
 def run_to_json(run: Run) -> dict[str, Any]:
@@ -98,3 +89,14 @@ def rounded(x: Any) -> Any:
 def dumps(doc: dict[str, Any]) -> str:
     """A verb's JSON object as printed on stdout: floats rounded, indented."""
     return json.dumps(rounded(doc), indent=2, default=str)
+
+
+def json_object(doc: dict[str, Any]) -> dict[str, Any]:
+    """The object ``dumps(doc)`` prints, read back: what a result's ``to_dict()`` returns, so
+    it equals ``json.loads`` of the verb's --json output (floats rounded, values JSON's)."""
+    return json.loads(dumps(doc))
+
+
+def plain_json_object(doc: dict[str, Any]) -> dict[str, Any]:
+    """As json_object, for a verb that prints its object unrounded (`families --json`)."""
+    return json.loads(json.dumps(doc, indent=2))

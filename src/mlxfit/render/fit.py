@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlxfit.estimate.solve import FitResult
-from mlxfit.hardware.resolve import Machine
+from mlxfit.hardware.resolve import bare_machine
 from mlxfit.model.caches import grows_in_steps
 from mlxfit.render import (
     SCHEMA_VERSION,
-    bare_machine,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -19,7 +17,9 @@ from mlxfit.render import (
 )
 from mlxfit.render.text import esc
 
-if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
+if TYPE_CHECKING:  # types only: advice and the chart are on demand, FitResult.to_dict()
+    from mlxfit.estimate.solve import FitResult  # imports this module
+    from mlxfit.hardware.resolve import Machine
     from mlxfit.verbs.advise import Advice
     from mlxfit.verbs.chart import ChartData
 

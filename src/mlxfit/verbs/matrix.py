@@ -12,6 +12,7 @@ import fnmatch
 import re
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlxfit.errors import MachineError, MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, run_from
@@ -95,6 +96,15 @@ class MatrixResult:
     def n_fit(self) -> int:
         """Rows where the model runs (fits, and no array over maxBufferLength)."""
         return sum(r.runs for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit matrix --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.matrix import matrix_to_json
+
+        return json_object(matrix_to_json(self))
 
 
 def _family(table: SkuTable, chip: str) -> str:

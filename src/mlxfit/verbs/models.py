@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlxfit.model.inputs import ModelInputs, model_inputs
 from mlxfit.settings import from_environ
@@ -42,6 +43,15 @@ class ModelsResult:
     total: int  # rows before the query
     cache_dir: str
     skipped: tuple[Skipped, ...] = ()  # cached repos that are not loadable models, and why
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit models --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.models import models_to_json
+
+        return json_object(models_to_json(self))
 
 
 def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool,

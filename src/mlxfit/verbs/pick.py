@@ -292,6 +292,15 @@ class PickResult:
         here: the question has an answer (exit 0)."""
         return self.chosen is not None or any(c.runs for c in self.catalog or ())
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit pick --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.pick import pick_to_json
+
+        return json_object(pick_to_json(self))
+
 
 def quant_label(weights_detail: dict[str, Any]) -> str:
     q = weights_detail.get("quantization")

@@ -10,6 +10,7 @@ What mlx_lm.server does is in docs/serving.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
@@ -86,6 +87,15 @@ class ServePlan:
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     machine: Machine | None = None  # the machine planned for (the JSON's machine object)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit serve-plan --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.serve_plan import serve_plan_to_json
+
+        return json_object(serve_plan_to_json(self))
 
 
 def _table_sizes(n_max: int, users: int | None) -> list[int]:

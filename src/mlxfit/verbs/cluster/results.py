@@ -106,3 +106,12 @@ class ClusterResult:
     def fits(self) -> bool:
         p = self.plan
         return bool(p and p.supported and p.fits)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit cluster --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.cluster import cluster_to_json
+
+        return json_object(cluster_to_json(self))

@@ -111,6 +111,15 @@ class Measurement:
                 return t
         raise KeyError(name)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit measure --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.measure import measurement_to_json
+
+        return json_object(measurement_to_json(self))
+
 
 def slow_on_cpu(backend: str, config: dict, wdtype: str, params: int | None) -> str:
     """Why this run will be slow on MLX's CPU backend, or "". Measured on mlxfit's 2-core x86

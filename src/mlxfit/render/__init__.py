@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # types only: the results' to_dict() import this package
     from mlxfit.estimate.memory import Run, Term
     from mlxfit.hardware.resolve import Machine
+    from mlxfit.verbs.convert_plan import ConversionPlan
 
 # The version of every verb's --json object (fit, matrix, pick, machine, cluster, measure,
 # calibrate, models, families). Schema 2: docs/json.md, "Changes from schema 1".
@@ -53,6 +54,35 @@ def run_to_json(run: Run) -> dict[str, Any]:
 def term_to_json(t: Term) -> dict[str, Any]:
     """A term as every "terms" list gives it: name, bytes, formula, inputs."""
     return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": dict(t.inputs)}
+
+
+def conversion_to_json(c: ConversionPlan | None) -> dict[str, Any] | None:
+    """The one "quantization_plan" object (fit, matrix and its --quants, cluster): the conversion
+    sized, or None when none is."""
+    if c is None:
+        return None
+    return {
+        "label": c.label,
+        "command": c.command,
+        "family": c.family,
+        "family_rules_verified": c.family_rules_verified,
+        "quantize": c.quantize,
+        "mode": c.mode,
+        "bits": c.bits,
+        "group_size": c.group_size,
+        "quant_predicate": c.quant_predicate,
+        "dtype": c.dtype,
+        "quantized_modules": c.quantized_modules,
+        "float_modules": c.float_modules,
+        "weight_bytes": c.weight_bytes,
+        "disk_bytes": c.disk_bytes,
+        "disk_bytes_uncertainty": c.disk_bytes_uncertainty,
+        "shards": c.shards,
+        "n_tensors": c.n_tensors,
+        "total_parameters": c.total_parameters,
+        "bits_per_weight": c.bits_per_weight,
+        "config_quantization": c.config_quantization,
+    }
 
 
 def time_term_to_json(t: Any) -> dict[str, Any]:

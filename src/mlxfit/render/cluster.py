@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from mlxfit.hardware.resolve import bare_machine
 from mlxfit.render import (
     SCHEMA_VERSION,
+    conversion_to_json,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -92,7 +93,7 @@ def cluster_to_json(r: ClusterResult, written: Sequence[Path | str] = ()) -> dic
         "hosts": [{"rank": h.rank, "name": h.label, "machine": _host_machine(h)}
                   for h in r.hosts],
         "plans": [plan_to_json(q, r.hosts) for q in r.plans],
-        "quantization_plan": r.quantization_plan,
+        "quantization_plan": conversion_to_json(r.quantization_plan),
         "warnings": list(r.warnings), "notes": list(r.notes),
     }
     if written:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 from mlxfit._version import __version__
 from mlxfit.render import (
     SCHEMA_VERSION,
+    conversion_to_json,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -62,7 +63,7 @@ def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
         "family_known": m.family_known,
         "plan_source": m.plan_source,
         # Additive (issue 17): the conversion the rows size; --quants, one set per quant.
-        "quantization_plan": m.quantization_plan,
+        "quantization_plan": conversion_to_json(m.quantization_plan),
         "quants": quants_to_json(m.quants),
     }
 

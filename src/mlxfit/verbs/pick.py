@@ -31,7 +31,7 @@ from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.resolve import Machine
-from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
+from mlxfit.model.inputs import ModelInputs, WeightsDetail, model_arrays, model_inputs
 from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import missing_numbered_shards, read_config
@@ -302,12 +302,13 @@ class PickResult:
         return json_object(pick_to_json(self))
 
 
-def quant_label(weights_detail: dict[str, Any]) -> str:
-    q = weights_detail.get("quantization")
+def quant_label(weights_detail: WeightsDetail | None) -> str:
+    if weights_detail is None:
+        return "?"
+    q = weights_detail.quantization
     if q:
-        return f"{q['bits']}-bit" if q["mode"] == "affine" else str(q["mode"])
-    by = weights_detail.get("by_dtype") or {}
-    return next(iter(by), "?").lower()
+        return f"{q.bits}-bit" if q.mode == "affine" else str(q.mode)
+    return next(iter(weights_detail.by_dtype or {}), "?").lower()
 
 
 def pick(

@@ -173,12 +173,12 @@ def serve_plan(
     rows = []
     for size in _table_sizes(n_table, users):
         rr = at(size, k)
-        bd = rr.serving.get("batched_decode") if size > 1 else None
+        bd = rr.serving.batched_decode if size > 1 and rr.serving is not None else None
         if size == 1 and rr.fits and rr.predicted_decode_tps:
             agg = per_user = rr.predicted_decode_tps
             bound = "memory"
         elif bd:
-            agg, per_user, bound = bd["aggregate_tps"], bd["per_sequence_tps"], bd["bound"]
+            agg, per_user, bound = bd.aggregate_tps, bd.per_sequence_tps, bd.bound
         else:
             agg = per_user = bound = None
         rows.append(PlanRow(size, rr.total_bytes, rr.runs, agg, per_user, bound))

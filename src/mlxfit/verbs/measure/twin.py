@@ -270,7 +270,7 @@ def measure(
         inputs = model_inputs(src)
         refuse_unsupported(inputs.cfg, run)
         check_fits_here(inputs, run, cal, m, force)
-        params = int(inputs.weights_detail.get("param_count") or 0)
+        params = int(inputs.weights_detail.param_count or 0)
     slow = slow_on_cpu(backend, config, wdtype, params)
     if slow:  # said now, before minutes of silence, and kept in the report
         warnings.append(slow)

@@ -235,8 +235,8 @@ def test_plan_numbers_are_fits_at_n(plan):
     n, k = plan.concurrency, plan.prompt_cache_size
     r = mlxfit.fit(Q8B, 32768, machine=PRO48, parallel=n, prompt_cache=k)
     assert plan.result.total_bytes == r.total_bytes
-    assert plan.aggregate_tps == r.serving["batched_decode"]["aggregate_tps"]
-    assert plan.per_user_tps == r.serving["batched_decode"]["per_sequence_tps"]
+    assert plan.aggregate_tps == r.serving.batched_decode.aggregate_tps
+    assert plan.per_user_tps == r.serving.batched_decode.per_sequence_tps
     for row in plan.rows:
         f = mlxfit.fit(Q8B, 32768, machine=PRO48, parallel=row.concurrency, prompt_cache=k)
         assert row.total_bytes == f.total_bytes and row.fits == f.runs
@@ -305,7 +305,7 @@ def test_fit_warns_that_a_served_draft_model_has_no_byte_cap():
     r = mlxfit.fit(Q8B, 8192, machine="M4 Max 128GB", prompt_cache=2,
                    draft_model="mlx-community/Qwen3-4B-Instruct-2507-4bit")
     assert any("never applies --prompt-cache-bytes" in w for w in r.warnings)
-    assert r.serving["batched"] is False
+    assert r.serving.batched is False
 
 
 def test_plan_for_a_model_the_server_cannot_batch():

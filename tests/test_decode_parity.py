@@ -146,7 +146,7 @@ def test_served_batched_estimate_takes_the_ultra_factors():
                             compute=chip)
     plain = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, "M3 Max",
                               2, compute=chip)
-    got = r.serving["batched_decode"]["aggregate_tps"]
+    got = r.serving.batched_decode.aggregate_tps
     assert got == pytest.approx(two["aggregate_tps"], rel=1e-12)
     assert got < plain["aggregate_tps"]
 

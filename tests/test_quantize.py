@@ -394,8 +394,8 @@ def test_hub_checkpoint_sized_as_converted(tmp_path, monkeypatch):
         r = mlxfit.fit("Qwen/Qwen3-8B", 4096, machine="M4 Max 64GB", q_bits=4)
         close_session()
         assert hub.bytes_sent() < 200_000
-    plan = r.weights_detail["conversion"]
+    plan = r.weights_detail.conversion
     assert r.source_kind == "hub"
-    assert r.weights_bytes == plan["weight_bytes"] == load_entry(
+    assert r.weights_bytes == plan.weight_bytes == load_entry(
         "mlx-community/Qwen3-8B-4bit").total_bytes
-    assert plan["command"] == "mlx_lm.convert --hf-path Qwen/Qwen3-8B -q --q-bits 4"
+    assert plan.command == "mlx_lm.convert --hf-path Qwen/Qwen3-8B -q --q-bits 4"

@@ -40,8 +40,8 @@ def _sum_ok(r):
 
 def test_plain_run_has_no_serving_terms():
     r = mlxfit.fit(Q8B, 8192, machine=BIG)
-    assert r.extra_terms == () and "mode" not in r.serving
-    assert r.serving["command"].startswith("mlx_lm.generate --model mlx-community/Qwen3-8B-4bit")
+    assert r.extra_terms == () and r.serving.mode is None
+    assert r.serving.command.startswith("mlx_lm.generate --model mlx-community/Qwen3-8B-4bit")
     _sum_ok(r)
 
 
@@ -53,9 +53,9 @@ def test_parallel_kv_is_one_cache_per_sequence():
     assert t["parallel_kv"] == 3 * one.kv_bytes
     assert "prompt_cache" not in t
     _sum_ok(r)
-    assert r.serving["mode"] == "mlx_lm.server" and r.serving["batched"] is True
+    assert r.serving.mode == "mlx_lm.server" and r.serving.batched is True
     assert "--decode-concurrency 4 --prompt-concurrency 4 --prompt-cache-size 0" in \
-        r.serving["command"]
+        r.serving.command
 
 
 def test_prefill_batch_is_capped_by_prompt_concurrency():
@@ -63,7 +63,7 @@ def test_prefill_batch_is_capped_by_prompt_concurrency():
     batched transient's own arithmetic is worked by hand in test_batched.py."""
     r4 = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
     r16 = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=16, prompt_cache=0)
-    assert r4.serving["prefill_batch"] == 4 and r16.serving["prefill_batch"] == 8
+    assert r4.serving.prefill_batch == 4 and r16.serving.prefill_batch == 8
     assert _terms(r16)["batched_transient"] >= _terms(r4)["batched_transient"] > 0
 
 
@@ -71,10 +71,10 @@ def test_prompt_cache_default_is_mlx_lm_servers_ten():
     one = mlxfit.fit(Q8B, 8192, machine=BIG)
     r = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=2)
     assert _terms(r)["prompt_cache"] == 10 * one.kv_bytes
-    assert r.serving["prompt_cache_default"] is True
+    assert r.serving.prompt_cache_default is True
     r3 = mlxfit.fit(Q8B, 8192, machine=BIG, prompt_cache=3)  # a server with one sequence
     assert _terms(r3) == {"prompt_cache": 3 * one.kv_bytes}
-    assert r3.serving["mode"] == "mlx_lm.server" and r3.serving["parallel"] == 1
+    assert r3.serving.mode == "mlx_lm.server" and r3.serving.parallel == 1
 
 
 def _mlx_lm_server_default(flag: str):
@@ -96,7 +96,7 @@ def test_server_defaults_are_mlx_lm_servers():
     """SERVER_PROMPT_CACHE_SIZE and the prefill batch cap are mlx_lm.server's own defaults."""
     assert SERVER_PROMPT_CACHE_SIZE == _mlx_lm_server_default("--prompt-cache-size")
     r16 = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=16, prompt_cache=0)
-    assert r16.serving["prefill_batch"] == _mlx_lm_server_default("--prompt-concurrency")
+    assert r16.serving.prefill_batch == _mlx_lm_server_default("--prompt-concurrency")
 
 
 def test_serving_max_context_is_solved_with_the_serving_terms():
@@ -117,8 +117,8 @@ def test_draft_adds_its_weights_and_kv():
     assert t["draft_kv_cache"] == draft.kv_bytes + draft.state_bytes
     assert t["draft_prefill"] == 0  # the main model's peak (+ the draft's cache) is higher
     assert r.total_bytes == main.total_bytes + draft.weights_bytes + draft.kv_bytes
-    assert "--draft-model mlx-community/Qwen3-4B-Instruct-2507-4bit" in r.serving["command"]
-    assert r.serving["mode"] == "mlx_lm.generate"
+    assert "--draft-model mlx-community/Qwen3-4B-Instruct-2507-4bit" in r.serving.command
+    assert r.serving.mode == "mlx_lm.generate"
     assert any("speculative speed-up" in w for w in r.warnings)
 
 
@@ -172,7 +172,7 @@ def test_batched_decode_estimate():
     assert four["weights_seconds"] == one["weights_seconds"]
     assert four["aggregate_tps"] > 1.9 * one["per_sequence_tps"]
     served = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
-    assert served.serving["batched_decode"]["aggregate_tps"] == pytest.approx(
+    assert served.serving.batched_decode.aggregate_tps == pytest.approx(
         four["aggregate_tps"])
 
 

@@ -99,10 +99,7 @@ def cluster_cmd(
         fail(e, as_json)
         return
     if as_json:
-        doc = cluster_to_json(r)
-        if written:
-            doc["written"] = [str(p) for p in written]
-        print(dumps(doc))
+        print(dumps(cluster_to_json(r, written)))
     else:
         c = console()
         render_cluster(r, c, explain=explain)

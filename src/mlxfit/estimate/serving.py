@@ -32,7 +32,7 @@ from typing import Any
 
 from mlxfit.calibration.constants import Backend, Calibration
 from mlxfit.errors import UsageError
-from mlxfit.estimate.batched import batched_peak_phase, batched_step, seq_cache_bytes
+from mlxfit.estimate.batched import BatchedStep, batched_peak_phase, batched_step, seq_cache_bytes
 from mlxfit.estimate.compute import ChipCompute
 from mlxfit.estimate.memory import (
     Phase,
@@ -359,21 +359,43 @@ def max_context_within_buffer(cfg: ModelConfig, run: Run, cal: Calibration, serv
     return largest_true(ok, hi)
 
 
-def summary(serving: Serving, run: Run, cfg: ModelConfig) -> dict[str, Any]:
-    """The serving set-up as the report and JSON show it (empty for a plain generate run)."""
+@dataclass(frozen=True)
+class ServingSummary:
+    """How a fit is run, as the report and JSON show it (render.fit.serving_to_json): the
+    mlx-lm command, the serving set-up (``mode`` None for a plain generate run, whose other
+    set-up fields are then not shown) and the batched decode estimate, when there is one."""
+
+    command: str
+    mode: str | None = None  # "mlx_lm.server" | "mlx_lm.generate"; None: no serving set-up
+    parallel: int = 1
+    prefill_batch: int = 1
+    prompt_cache: int = 0
+    prompt_cache_default: bool = False
+    batched: bool = False
+    draft_model: str | None = None
+    num_draft_tokens: int | None = None
+    prefill_step_size: int | None = None
+    batched_decode: BatchedStep | None = None  # sequences > 1 on a machine with a bandwidth
+
+
+def summary(serving: Serving, run: Run, cfg: ModelConfig, command: str,
+            batched_decode: BatchedStep | None = None) -> ServingSummary:
+    """The serving set-up as the report and JSON show it (no set-up for a plain generate run)."""
     if not serving.active:
-        return {}
-    return {
-        "mode": "mlx_lm.server" if serving.server else "mlx_lm.generate",
-        "parallel": serving.sequences,
-        "prefill_batch": serving.prefill_batch if serving.sequences > 1 else 1,
-        "prompt_cache": serving.cached_prompts,
-        "prompt_cache_default": serving.server and serving.prompt_cache is None,
-        "batched": serving.server and not batch_blockers(cfg, run, serving),
-        "draft_model": serving.draft.name if serving.draft else None,
-        "num_draft_tokens": NUM_DRAFT_TOKENS if serving.draft else None,
-        "prefill_step_size": run.prefill_step_size,
-    }
+        return ServingSummary(command=command, batched_decode=batched_decode)
+    return ServingSummary(
+        command=command,
+        mode="mlx_lm.server" if serving.server else "mlx_lm.generate",
+        parallel=serving.sequences,
+        prefill_batch=serving.prefill_batch if serving.sequences > 1 else 1,
+        prompt_cache=serving.cached_prompts,
+        prompt_cache_default=serving.server and serving.prompt_cache is None,
+        batched=serving.server and not batch_blockers(cfg, run, serving),
+        draft_model=serving.draft.name if serving.draft else None,
+        num_draft_tokens=NUM_DRAFT_TOKENS if serving.draft else None,
+        prefill_step_size=run.prefill_step_size,
+        batched_decode=batched_decode,
+    )
 
 
 def command_line(model: str, run: Run, serving: Serving) -> str:

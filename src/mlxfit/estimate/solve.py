@@ -7,14 +7,17 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.estimate.compute import ChipCompute, predicted_ttft, watchdog_warning
 from mlxfit.estimate.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.config import ModelConfig
-from mlxfit.model.inputs import WeightsRead
+from mlxfit.model.inputs import WeightsDetail, WeightsRead
+
+if TYPE_CHECKING:  # the type only: serving.py builds on this module
+    from mlxfit.estimate.serving import ServingSummary
 
 # Used when config.json has no max_position_embeddings: the solver needs an upper bound.
 DEFAULT_MAX_CONTEXT = 131072
@@ -149,11 +152,11 @@ class FitResult:
     run: Run
     warnings: tuple[str, ...] = field(default=())
     notes: tuple[str, ...] = field(default=())
-    weights_detail: dict = field(default_factory=dict)
+    weights_detail: WeightsDetail | None = None  # None: made by the pure core alone
     # Serving budgets (--parallel, --prompt-cache, --draft-model): named terms included in
-    # total_bytes, and a summary of the serving set-up (empty for a plain generate run).
+    # total_bytes, and the command and serving set-up (None: made by the pure core alone).
     extra_terms: tuple[Term, ...] = field(default=())
-    serving: dict = field(default_factory=dict)
+    serving: ServingSummary | None = None
     # Single arrays checked against the GPU's maxBufferLength (mlxfit.model.inputs.Buffer), largest
     # first, and the limit (None when unknown).
     buffers: tuple[Any, ...] = field(default=())
@@ -201,6 +204,15 @@ class FitResult:
         """Fits in memory and no single array exceeds the GPU's largest buffer."""
         return self.fits and not self.oversize_buffers
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit fit --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.fit import fit_to_json
+
+        return json_object(fit_to_json(self))
+
 
 def fit_core(
     *,
@@ -217,7 +229,7 @@ def fit_core(
     usable_source: str,
     warnings: tuple[str, ...] = (),
     notes: tuple[str, ...] = (),
-    weights_detail: dict | None = None,
+    weights_detail: WeightsDetail | None = None,
     extra_terms: ExtraTerms | None = None,
     compute: ChipCompute | None = None,
 ) -> FitResult:
@@ -288,7 +300,7 @@ def fit_core(
         run=run,
         warnings=tuple(warn),
         notes=tuple(notes),
-        weights_detail=dict(weights_detail or {}),
+        weights_detail=weights_detail,
         extra_terms=t.extra,
         family_known=cfg.family_known,
         plan_source=cfg.plan_source,

@@ -80,6 +80,15 @@ class Machine:
             return ""
         return "big" if ("Max" in self.chip or "Ultra" in self.chip) else "small"
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit machine --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.machine import machine_doc
+
+        return json_object(machine_doc(self))
+
 
 # ---------------------------------------------------------------------------------------------
 # The table
@@ -499,3 +508,11 @@ def non_apple_machine(
     )
 
 
+def bare_machine(name: str, ram_bytes: int, usable_bytes: int, usable_source: str,
+                 bandwidth_gbs: float | None = None) -> Machine:
+    """A Machine from the figures a result carries, for a result made without one (the pure
+    core called directly): what it does not know (chip, GPU cores, macOS) is None."""
+    return Machine(name=name, chip=None, gpu_cores=None, ram_bytes=ram_bytes,
+                   bandwidth_gbs=bandwidth_gbs, usable_bytes=usable_bytes,
+                   usable_source=usable_source, is_apple_silicon=False, macos_major=None,
+                   unverified=False)

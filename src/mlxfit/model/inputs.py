@@ -6,12 +6,16 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.crosscheck import check_dims
 from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 from mlxfit.model.weights import is_lookup_table, is_vision, summarize_weights
+
+if TYPE_CHECKING:  # the type only: a conversion is planned above this layer
+    from mlxfit.verbs.convert_plan import ConversionPlan
 
 
 def activation_bytes(tensors: tuple[TensorInfo, ...] | list[TensorInfo]) -> int:
@@ -42,7 +46,7 @@ class ModelInputs:
     source_kind: str
     cfg: ModelConfig
     weights: WeightsRead
-    weights_detail: dict
+    weights_detail: WeightsDetail
     vision_bytes: int
     with_vision: bool
     source_notes: tuple[str, ...] = ()
@@ -58,7 +62,7 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
                      lookup_bytes=lookup, params=MatmulParams.of(w))
-    detail = {**weights_detail(w), "download_bytes": getattr(src, "download_bytes", None)}
+    detail = weights_detail(w, download_bytes=getattr(src, "download_bytes", None))
     return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
                        weights_detail=detail, vision_bytes=w.vision_bytes,
                        with_vision=with_vision, source_notes=tuple(src.notes))
@@ -69,25 +73,56 @@ def model_arrays(src, with_vision: bool = False) -> tuple:
     return weight_buffers(src.tensors, keep=lambda n: with_vision or not is_vision(n))
 
 
-def weights_detail(w) -> dict:
-    """The weights breakdown the report and JSON show (all exact, from headers)."""
-    return {
-        "total_bytes": w.total_bytes,
-        "by_dtype": dict(w.by_dtype),
-        "expert_bytes": w.expert_bytes,
-        "vision_bytes": w.vision_bytes,
-        "vision_counted": w.with_vision,
-        "embedding_bytes": w.embedding_bytes,
-        "lm_head_bytes": w.lm_head_bytes,
-        "tied_embeddings": w.tied_embeddings,
-        "param_count": w.param_count,
-        "n_tensors": w.n_tensors,
-        "quantization": None if w.quant_mode is None else {
-            "mode": w.quant_mode, "bits": w.quant_bits, "group_size": w.quant_group_size,
-            "overrides": len(w.quant_overrides),
-            "bits_per_weight": round(w.bits_per_weight, 4) if w.bits_per_weight else None,
-        },
-    }
+@dataclass(frozen=True)
+class WeightsQuantization:
+    """The checkpoint's own quantization, from its config and headers."""
+
+    mode: str  # "affine", "mxfp4", ...
+    bits: int | None
+    group_size: int | None
+    overrides: int  # modules with their own bits/group size
+    bits_per_weight: float | None  # rounded to 4 decimals; None when unknown
+
+
+@dataclass(frozen=True)
+class WeightsDetail:
+    """The weights breakdown the report and JSON show (all exact, from headers); the JSON's
+    "weights" object is render.fit.weights_to_json."""
+
+    total_bytes: int
+    by_dtype: dict[str, int]
+    expert_bytes: int
+    vision_bytes: int
+    vision_counted: bool
+    embedding_bytes: int
+    lm_head_bytes: int
+    tied_embeddings: bool
+    param_count: int
+    n_tensors: int
+    quantization: WeightsQuantization | None
+    download_bytes: int | None = None  # a Hub or catalog model's download; None if unknown
+    conversion: ConversionPlan | None = None  # the conversion sized (--q-bits ...), if any
+
+
+def weights_detail(w, download_bytes: int | None = None) -> WeightsDetail:
+    """A WeightsSummary's breakdown as the report and JSON show it."""
+    return WeightsDetail(
+        total_bytes=w.total_bytes,
+        by_dtype=dict(w.by_dtype),
+        expert_bytes=w.expert_bytes,
+        vision_bytes=w.vision_bytes,
+        vision_counted=w.with_vision,
+        embedding_bytes=w.embedding_bytes,
+        lm_head_bytes=w.lm_head_bytes,
+        tied_embeddings=w.tied_embeddings,
+        param_count=w.param_count,
+        n_tensors=w.n_tensors,
+        quantization=None if w.quant_mode is None else WeightsQuantization(
+            mode=w.quant_mode, bits=w.quant_bits, group_size=w.quant_group_size,
+            overrides=len(w.quant_overrides),
+            bits_per_weight=round(w.bits_per_weight, 4) if w.bits_per_weight else None),
+        download_bytes=download_bytes,
+    )
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from mlxfit.estimate.memory import Run, Term
-from mlxfit.hardware.resolve import Machine
+if TYPE_CHECKING:  # types only: the results' to_dict() import this package
+    from mlxfit.estimate.memory import Run, Term
+    from mlxfit.hardware.resolve import Machine
+    from mlxfit.verbs.convert_plan import ConversionPlan
 
 # The version of every verb's --json object (fit, matrix, pick, machine, cluster, measure,
 # calibrate, models, families). Schema 2: docs/json.md, "Changes from schema 1".
@@ -34,16 +36,6 @@ def machine_to_json(m: Machine) -> dict[str, Any]:
     }
 
 
-def bare_machine(name: str, ram_bytes: int, usable_bytes: int, usable_source: str,
-                 bandwidth_gbs: float | None = None) -> Machine:
-    """A Machine from the figures a result carries, for a result made without one (the pure
-    core called directly): what it does not know (chip, GPU cores, macOS) is None."""
-    return Machine(name=name, chip=None, gpu_cores=None, ram_bytes=ram_bytes,
-                   bandwidth_gbs=bandwidth_gbs, usable_bytes=usable_bytes,
-                   usable_source=usable_source, is_apple_silicon=False, macos_major=None,
-                   unverified=False)
-
-
 def run_to_json(run: Run) -> dict[str, Any]:
     """The one run object: mlx-lm's parameter names (mlx_lm.generate's flags with "_"), plus
     mlxfit's ctx, gen and backend."""
@@ -62,6 +54,35 @@ def run_to_json(run: Run) -> dict[str, Any]:
 def term_to_json(t: Term) -> dict[str, Any]:
     """A term as every "terms" list gives it: name, bytes, formula, inputs."""
     return {"name": t.name, "bytes": t.bytes, "formula": t.formula, "inputs": dict(t.inputs)}
+
+
+def conversion_to_json(c: ConversionPlan | None) -> dict[str, Any] | None:
+    """The one "quantization_plan" object (fit, matrix and its --quants, cluster): the conversion
+    sized, or None when none is."""
+    if c is None:
+        return None
+    return {
+        "label": c.label,
+        "command": c.command,
+        "family": c.family,
+        "family_rules_verified": c.family_rules_verified,
+        "quantize": c.quantize,
+        "mode": c.mode,
+        "bits": c.bits,
+        "group_size": c.group_size,
+        "quant_predicate": c.quant_predicate,
+        "dtype": c.dtype,
+        "quantized_modules": c.quantized_modules,
+        "float_modules": c.float_modules,
+        "weight_bytes": c.weight_bytes,
+        "disk_bytes": c.disk_bytes,
+        "disk_bytes_uncertainty": c.disk_bytes_uncertainty,
+        "shards": c.shards,
+        "n_tensors": c.n_tensors,
+        "total_parameters": c.total_parameters,
+        "bits_per_weight": c.bits_per_weight,
+        "config_quantization": c.config_quantization,
+    }
 
 
 def time_term_to_json(t: Any) -> dict[str, Any]:
@@ -98,3 +119,14 @@ def rounded(x: Any) -> Any:
 def dumps(doc: dict[str, Any]) -> str:
     """A verb's JSON object as printed on stdout: floats rounded, indented."""
     return json.dumps(rounded(doc), indent=2, default=str)
+
+
+def json_object(doc: dict[str, Any]) -> dict[str, Any]:
+    """The object ``dumps(doc)`` prints, read back: what a result's ``to_dict()`` returns, so
+    it equals ``json.loads`` of the verb's --json output (floats rounded, values JSON's)."""
+    return json.loads(dumps(doc))
+
+
+def plain_json_object(doc: dict[str, Any]) -> dict[str, Any]:
+    """As json_object, for a verb that prints its object unrounded (`families --json`)."""
+    return json.loads(json.dumps(doc, indent=2))

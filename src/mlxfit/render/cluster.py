@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from mlxfit.hardware.resolve import bare_machine
 from mlxfit.render import (
     SCHEMA_VERSION,
-    bare_machine,
+    conversion_to_json,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -16,8 +17,13 @@ from mlxfit.render import (
 )
 from mlxfit.render.fit import render_conversion
 from mlxfit.render.text import esc
-from mlxfit.verbs.cluster.hosts import HostMachine
-from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
+
+if TYPE_CHECKING:  # the results' types only: their to_dict() imports this module
+    from collections.abc import Sequence
+    from pathlib import Path
+
+    from mlxfit.verbs.cluster.hosts import HostMachine
+    from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
 
 
 def _host_machine(h: HostMachine | HostPlan) -> dict[str, Any]:
@@ -65,11 +71,11 @@ def plan_to_json(p: Plan, hosts: tuple[HostMachine, ...] = ()) -> dict[str, Any]
     }
 
 
-def cluster_to_json(r: ClusterResult) -> dict[str, Any]:
+def cluster_to_json(r: ClusterResult, written: Sequence[Path | str] = ()) -> dict[str, Any]:
     """The chosen plan's verdict, largest safe context and speed are at the top; every plan
-    considered is in "plans"."""
+    considered is in "plans"; "written" (last) lists the files --write wrote, when any."""
     p = r.plan
-    return {
+    doc: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "model": r.model, "source": r.source_kind, "mlx_lm_module": r.mlx_lm_module,
         "run": run_to_json(r.run), "context_tokens": r.context_tokens,
@@ -87,9 +93,12 @@ def cluster_to_json(r: ClusterResult) -> dict[str, Any]:
         "hosts": [{"rank": h.rank, "name": h.label, "machine": _host_machine(h)}
                   for h in r.hosts],
         "plans": [plan_to_json(q, r.hosts) for q in r.plans],
-        "quantization_plan": r.quantization_plan,
+        "quantization_plan": conversion_to_json(r.quantization_plan),
         "warnings": list(r.warnings), "notes": list(r.notes),
     }
+    if written:
+        doc["written"] = [str(w) for w in written]
+    return doc
 
 
 def _gb(n: float) -> str:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxfit.render import SCHEMA_VERSION
-from mlxfit.verbs.families import FamiliesResult
+
+if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
+    from mlxfit.verbs.families import FamiliesResult
 
 
 def families_to_json(r: FamiliesResult) -> dict[str, Any]:

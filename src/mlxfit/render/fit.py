@@ -4,12 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlxfit.estimate.solve import FitResult
-from mlxfit.hardware.resolve import Machine
+from mlxfit.hardware.resolve import bare_machine
 from mlxfit.model.caches import grows_in_steps
 from mlxfit.render import (
     SCHEMA_VERSION,
-    bare_machine,
+    conversion_to_json,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -19,9 +18,14 @@ from mlxfit.render import (
 )
 from mlxfit.render.text import esc
 
-if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
+if TYPE_CHECKING:  # types only: advice and the chart are on demand, FitResult.to_dict()
+    from mlxfit.estimate.serving import ServingSummary
+    from mlxfit.estimate.solve import FitResult  # imports this module
+    from mlxfit.hardware.resolve import Machine
+    from mlxfit.model.inputs import WeightsDetail
     from mlxfit.verbs.advise import Advice
     from mlxfit.verbs.chart import ChartData
+    from mlxfit.verbs.convert_plan import ConversionPlan
 
 
 def gb(n: float) -> str:
@@ -65,14 +69,14 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "peak_phase": r.peak_phase,
         "terms": [term_to_json(t) for t in r.terms],
         "speed_terms": [term_to_json(t) for t in r.speed_terms],
-        "weights": r.weights_detail,
+        "weights": weights_to_json(r.weights_detail),
         # The conversion sized, when --q-bits/--q-mode/... are given (issue 17).
-        "quantization_plan": r.weights_detail.get("conversion"),
+        "quantization_plan": conversion_to_json(_conversion(r)),
         "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
-        "command": r.serving.get("command"),
-        "serving": {k: v for k, v in r.serving.items() if k != "command"} or None,
+        "command": r.serving.command if r.serving is not None else None,
+        "serving": serving_to_json(r.serving),
         # The serving terms (--parallel, --prompt-cache, --draft-model), also in "terms".
         "serving_terms": [term_to_json(t) for t in r.extra_terms],
         "max_buffer_bytes": r.max_buffer_bytes,
@@ -86,6 +90,61 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "advice": _advice_json(r.advice),
         "chart": _chart_json(r.chart),
     }
+
+
+def _conversion(r: FitResult) -> ConversionPlan | None:
+    return r.weights_detail.conversion if r.weights_detail is not None else None
+
+
+def weights_to_json(d: WeightsDetail | None) -> dict[str, Any]:
+    """The "weights" object: the breakdown from the headers, "conversion" (the plan, as
+    "quantization_plan") only when a conversion is sized; {} for a result of the pure core."""
+    if d is None:
+        return {}
+    q = d.quantization
+    doc: dict[str, Any] = {
+        "total_bytes": d.total_bytes,
+        "by_dtype": dict(d.by_dtype),
+        "expert_bytes": d.expert_bytes,
+        "vision_bytes": d.vision_bytes,
+        "vision_counted": d.vision_counted,
+        "embedding_bytes": d.embedding_bytes,
+        "lm_head_bytes": d.lm_head_bytes,
+        "tied_embeddings": d.tied_embeddings,
+        "param_count": d.param_count,
+        "n_tensors": d.n_tensors,
+        "quantization": None if q is None else {
+            "mode": q.mode, "bits": q.bits, "group_size": q.group_size,
+            "overrides": q.overrides, "bits_per_weight": q.bits_per_weight,
+        },
+        "download_bytes": d.download_bytes,
+    }
+    if d.conversion is not None:
+        doc["conversion"] = conversion_to_json(d.conversion)
+    return doc
+
+
+def serving_to_json(sv: ServingSummary | None) -> dict[str, Any] | None:
+    """The "serving" object: the set-up (mlx_lm.server or a speculative generate) and the
+    batched decode estimate; None for a plain generate run. The command is "command"."""
+    if sv is None:
+        return None
+    doc: dict[str, Any] = {}
+    if sv.mode is not None:
+        doc.update({
+            "mode": sv.mode,
+            "parallel": sv.parallel,
+            "prefill_batch": sv.prefill_batch,
+            "prompt_cache": sv.prompt_cache,
+            "prompt_cache_default": sv.prompt_cache_default,
+            "batched": sv.batched,
+            "draft_model": sv.draft_model,
+            "num_draft_tokens": sv.num_draft_tokens,
+            "prefill_step_size": sv.prefill_step_size,
+        })
+    if sv.batched_decode is not None:
+        doc["batched_decode"] = sv.batched_decode.to_dict()
+    return doc or None
 
 
 def _advice_json(a: Any) -> dict[str, Any] | None:
@@ -115,21 +174,23 @@ def _kv_growth(r: FitResult) -> str:
     return "mlx-lm's 256-token steps"
 
 
-def _weights_note(d: dict[str, Any]) -> str:
+def _weights_note(d: WeightsDetail | None) -> str:
     parts = ["exact from headers"]
-    q = d.get("quantization")
+    if d is None:
+        return parts[0]
+    q = d.quantization
     if q:
-        bpw = f", {q['bits_per_weight']:.2f} bits/weight" if q.get("bits_per_weight") else ""
-        parts.append(f"{q['mode']} {q['bits']}-bit g{q['group_size']}{bpw}")
-    elif d.get("by_dtype"):
-        parts.append("/".join(k.lower() for k in d["by_dtype"]))
-    if d.get("expert_bytes"):
-        parts.append(f"experts {gb(d['expert_bytes'])}")
-    n = d.get("param_count")
+        bpw = f", {q.bits_per_weight:.2f} bits/weight" if q.bits_per_weight else ""
+        parts.append(f"{q.mode} {q.bits}-bit g{q.group_size}{bpw}")
+    elif d.by_dtype:
+        parts.append("/".join(k.lower() for k in d.by_dtype))
+    if d.expert_bytes:
+        parts.append(f"experts {gb(d.expert_bytes)}")
+    n = d.param_count
     if n:
         parts.append(f"{n / 1e9:.2f}B params" if n >= 1e8 else f"{n / 1e6:.1f}M params")
-    if d.get("download_bytes") is not None:
-        parts.append(f"download {gb(d['download_bytes'])}")
+    if d.download_bytes is not None:
+        parts.append(f"download {gb(d.download_bytes)}")
     return "; ".join(parts)
 
 
@@ -145,7 +206,7 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     unverified = "" if r.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"
     console.print(f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] "
                   f"at {r.context_tokens:,} tokens: {verdict}{unverified}")
-    render_conversion(r.weights_detail.get("conversion"), console)
+    render_conversion(_conversion(r), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")
     t.add_column("GB (10^9 B)", justify="right")
@@ -198,16 +259,16 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
         render_advice(r.advice, console)
 
 
-def render_conversion(plan: dict[str, Any] | None, console: Any) -> None:
-    """The lines saying which conversion is sized (verbs.convert_plan.plan_to_json)."""
+def render_conversion(plan: ConversionPlan | None, console: Any) -> None:
+    """The lines saying which conversion is sized (verbs.convert_plan.ConversionPlan)."""
     if not plan:
         return
-    console.print(f"as `{esc(plan['command'])}` would write it:", soft_wrap=True)
-    console.print(f"  converted weights {gb(plan['weight_bytes'])}, "
-                  f"{plan['bits_per_weight']:.3f} bits per weight, disk "
-                  f"{gb(plan['disk_bytes'])} in {plan['shards']} shard"
-                  f"{'s' * (plan['shards'] != 1)}; {plan['quantized_modules']} modules quantized, "
-                  f"{plan['float_modules']} left in float", soft_wrap=True)
+    console.print(f"as `{esc(plan.command)}` would write it:", soft_wrap=True)
+    console.print(f"  converted weights {gb(plan.weight_bytes)}, "
+                  f"{plan.bits_per_weight:.3f} bits per weight, disk "
+                  f"{gb(plan.disk_bytes)} in {plan.shards} shard"
+                  f"{'s' * (plan.shards != 1)}; {plan.quantized_modules} modules quantized, "
+                  f"{plan.float_modules} left in float", soft_wrap=True)
 
 
 _EXTRA_WHAT = {
@@ -222,25 +283,27 @@ _EXTRA_WHAT = {
 
 def _render_serving(r: FitResult, console: Any) -> None:
     sv = r.serving
-    if sv.get("mode") == "mlx_lm.server":
-        how = "batched" if sv.get("batched") else "one request at a time"
-        cache = f"{sv['prompt_cache']} cached prompts"
-        if sv.get("prompt_cache_default"):
+    if sv is None:
+        return
+    if sv.mode == "mlx_lm.server":
+        how = "batched" if sv.batched else "one request at a time"
+        cache = f"{sv.prompt_cache} cached prompts"
+        if sv.prompt_cache_default:
             cache += " (mlx_lm.server's default --prompt-cache-size)"
-        console.print(f"serving: mlx_lm.server, {sv['parallel']} concurrent sequence(s) ({how}, "
-                      f"{sv['prefill_batch']} prefilled together), {cache}; each up to "
+        console.print(f"serving: mlx_lm.server, {sv.parallel} concurrent sequence(s) ({how}, "
+                      f"{sv.prefill_batch} prefilled together), {cache}; each up to "
                       f"{r.context_tokens:,} tokens")
-    if sv.get("draft_model"):
-        console.print(f"speculative decoding: draft {esc(sv['draft_model'])}, "
-                      f"{sv['num_draft_tokens']} draft tokens per step")
-    bd = sv.get("batched_decode")
+    if sv.draft_model:
+        console.print(f"speculative decoding: draft {esc(sv.draft_model)}, "
+                      f"{sv.num_draft_tokens} draft tokens per step")
+    bd = sv.batched_decode
     if bd:
-        console.print(f"batched decode ({bd['bound']}-bound at {bd['sequences']} sequences): "
-                      f"{bd['per_sequence_tps']:,.1f} tok/s per sequence, "
-                      f"{bd['aggregate_tps']:,.1f} tok/s in all")
-    if sv.get("command"):
-        console.print(f"[dim]mlx-lm: {esc(sv['command'])}[/]", soft_wrap=True)
-        if sv["command"].startswith("mlx_lm.generate"):
+        console.print(f"batched decode ({bd.bound}-bound at {bd.sequences} sequences): "
+                      f"{bd.per_sequence_tps:,.1f} tok/s per sequence, "
+                      f"{bd.aggregate_tps:,.1f} tok/s in all")
+    if sv.command:
+        console.print(f"[dim]mlx-lm: {esc(sv.command)}[/]", soft_wrap=True)
+        if sv.command.startswith("mlx_lm.generate"):
             console.print(f"[dim]  prompt.txt: the {r.run.ctx - r.run.gen:,}-token prompt this "
                           f"run was sized for; --max-tokens is your --gen "
                           f"({r.run.gen:,}, at least 1)[/]", soft_wrap=True)

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxfit._version import __version__
 from mlxfit.render import (
     SCHEMA_VERSION,
+    conversion_to_json,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -16,7 +17,9 @@ from mlxfit.render.fit import fit_machine, render_conversion
 from mlxfit.render.quants import quants_to_json, render_quants
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
-from mlxfit.verbs.matrix import MatrixResult, MatrixRow
+
+if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
+    from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
 def row_to_json(r: MatrixRow) -> dict[str, Any]:
@@ -60,7 +63,7 @@ def matrix_to_json(m: MatrixResult) -> dict[str, Any]:
         "family_known": m.family_known,
         "plan_source": m.plan_source,
         # Additive (issue 17): the conversion the rows size; --quants, one set per quant.
-        "quantization_plan": m.quantization_plan,
+        "quantization_plan": conversion_to_json(m.quantization_plan),
         "quants": quants_to_json(m.quants),
     }
 

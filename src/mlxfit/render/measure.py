@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxfit.render import SCHEMA_VERSION, machine_to_json, run_to_json
 from mlxfit.render.text import esc
-from mlxfit.verbs.measure.twin import Measurement
+
+if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
+    from mlxfit.verbs.measure.twin import Measurement
 
 
 def measurement_to_json(m: Measurement) -> dict:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from mlxfit._version import __version__
-from mlxfit.hardware.resolve import Machine
+from mlxfit.hardware.resolve import Machine, bare_machine
 from mlxfit.model.names import base_name
 from mlxfit.render import (
     SCHEMA_VERSION,
-    bare_machine,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -17,7 +16,9 @@ from mlxfit.render import (
 )
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
-from mlxfit.verbs.pick import Candidate, PickResult
+
+if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
+    from mlxfit.verbs.pick import Candidate, PickResult
 
 
 def candidate_to_json(c: Candidate) -> dict[str, Any]:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from mlxfit.render import tps_to_json
+from mlxfit.render import conversion_to_json, tps_to_json
 from mlxfit.render.text import esc
 
 
 def quants_to_json(quants: tuple) -> list[dict[str, Any]]:
     return [{
         "label": q.label,
-        "quantization_plan": q.plan,
+        "quantization_plan": conversion_to_json(q.plan),
         "weights_bytes": q.weights_bytes,
         "fits_count": q.n_fit,
         "rows": [{"name": r.name, "total_bytes": r.total_bytes, "fits": r.fits, "runs": r.runs,
@@ -59,5 +59,5 @@ def render_quants(m: Any, out: Any) -> None:
     out.print("[dim]cell: largest safe context (K = 1024 tokens) and decode tok/s where it runs at "
               f"{m.context_tokens:,} tokens; GB = 10^9 B of converted weights[/]")
     for q in m.quants:
-        out.print(f"[dim]{esc(q.label)}: `{esc(q.plan['command'])}` ({q.plan['bits_per_weight']:.3f} bits "
+        out.print(f"[dim]{esc(q.label)}: `{esc(q.plan.command)}` ({q.plan.bits_per_weight:.3f} bits "
                   "per weight)[/]", soft_wrap=True)

@@ -26,3 +26,8 @@ def esc(value: object) -> str:
     from rich.markup import escape
 
     return escape(controls(value))
+
+
+def runs(n: int, what: str = "run") -> str:
+    """'1 run', '2 runs': a count with its noun, plural-correct."""
+    return f"{n:,} {what}{'' if n == 1 else 's'}"

@@ -4,7 +4,7 @@ tensors and config, model/quantize.py), which the estimate then sizes like any o
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from mlxfit.errors import ConfigError, UsageError
@@ -82,35 +82,64 @@ def converted_source(src: ModelSource, recipe: QuantRecipe,
     return replace(src, config=config, tensors=plan.tensors, files=(), notes=notes), plan
 
 
-def plan_to_json(plan: QuantizationPlan, model_ref: str) -> dict[str, Any]:
-    """The ``quantization_plan`` object of the JSON reports."""
-    return {
-        "label": plan.recipe.label,
-        "command": plan.recipe.command(model_ref),
-        "family": plan.family,
-        "family_rules_verified": plan.verified,
-        "quantize": plan.recipe.quantize,
-        "mode": plan.mode if plan.recipe.quantize else None,
-        "bits": plan.bits if plan.recipe.quantize else None,
-        "group_size": plan.group_size if plan.recipe.quantize else None,
-        "quant_predicate": plan.recipe.predicate,
-        "dtype": SAFETENSORS_TO_MLX[plan.dtype] if plan.dtype else None,
-        "quantized_modules": plan.quantized_modules,
-        "float_modules": plan.float_modules,
-        "weight_bytes": plan.weight_bytes,
-        "disk_bytes": plan.disk_bytes,
-        "disk_bytes_uncertainty": plan.header_uncertainty_bytes,
-        "shards": plan.shards,
-        "n_tensors": len(plan.tensors),
-        "total_parameters": plan.total_parameters,
-        "bits_per_weight": round(plan.bits_per_weight, 4),
-        "config_quantization": plan.config.get("quantization"),
-    }
+@dataclass(frozen=True)
+class ConversionPlan:
+    """The conversion sized (--q-bits, --q-mode, ...): what ``mlx_lm.convert`` with these flags
+    would write. The JSON reports give it as "quantization_plan"
+    (render.conversion_to_json)."""
+
+    label: str  # "4bit", "mixed_3_6", "mxfp4", "bf16"
+    command: str  # the mlx_lm.convert command line
+    family: str  # mlx-lm's model module whose rules were followed
+    family_rules_verified: bool
+    quantize: bool
+    mode: str | None  # None for a --dtype-only conversion, as bits and group_size
+    bits: int | None
+    group_size: int | None
+    quant_predicate: str | None
+    dtype: str | None  # mlx's dtype name ("bfloat16"), None when the checkpoint's is kept
+    quantized_modules: int
+    float_modules: int
+    weight_bytes: int
+    disk_bytes: int
+    disk_bytes_uncertainty: int
+    shards: int
+    n_tensors: int
+    total_parameters: int
+    bits_per_weight: float  # rounded to 4 decimals
+    config_quantization: dict[str, Any] | None  # the config.json "quantization" block written
+
+
+def conversion_plan(plan: QuantizationPlan, model_ref: str) -> ConversionPlan:
+    """The plan as the reports give it: the command for ``model_ref``, figures rounded."""
+    q = plan.recipe.quantize
+    return ConversionPlan(
+        label=plan.recipe.label,
+        command=plan.recipe.command(model_ref),
+        family=plan.family,
+        family_rules_verified=plan.verified,
+        quantize=q,
+        mode=plan.mode if q else None,
+        bits=plan.bits if q else None,
+        group_size=plan.group_size if q else None,
+        quant_predicate=plan.recipe.predicate,
+        dtype=SAFETENSORS_TO_MLX[plan.dtype] if plan.dtype else None,
+        quantized_modules=plan.quantized_modules,
+        float_modules=plan.float_modules,
+        weight_bytes=plan.weight_bytes,
+        disk_bytes=plan.disk_bytes,
+        disk_bytes_uncertainty=plan.header_uncertainty_bytes,
+        shards=plan.shards,
+        n_tensors=len(plan.tensors),
+        total_parameters=plan.total_parameters,
+        bits_per_weight=round(plan.bits_per_weight, 4),
+        config_quantization=plan.config.get("quantization"),
+    )
 
 
 def predicted_quants(src: ModelSource, recipes: tuple[QuantRecipe, ...],
-                     model_ref: str) -> list[tuple[str, ModelSource, dict[str, Any]]]:
-    """(name, converted source, plan JSON) per recipe for an unquantized ``src``; none for a
+                     model_ref: str) -> list[tuple[str, ModelSource, ConversionPlan]]:
+    """(name, converted source, plan) per recipe for an unquantized ``src``; none for a
     quantized one or one mlx-lm's converter would refuse. The name is "<model> as <label>"."""
     if not recipes or src.config.get("quantization") is not None:
         return []
@@ -121,5 +150,5 @@ def predicted_quants(src: ModelSource, recipes: tuple[QuantRecipe, ...],
         except (ConfigError, UsageError):  # e.g. a recipe on a model without down_proj
             continue
         out.append((f"{model_ref} as {r.label}", replace(conv, name=f"{model_ref} as {r.label}"),
-                    plan_to_json(plan, model_ref)))
+                    conversion_plan(plan, model_ref)))
     return out

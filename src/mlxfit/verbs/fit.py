@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.batched import batched_step
 from mlxfit.estimate.command_buffers import parse_mlx_env
 from mlxfit.estimate.compute import predicted_ttft
 from mlxfit.estimate.kernels import kernel_note
@@ -15,7 +16,6 @@ from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
     Serving,
     all_buffers,
-    batched_decode,
     check_serving,
     command_line,
     extra_terms_fn,
@@ -41,8 +41,8 @@ from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.convert_plan import (
     CONVERTED_PATH,
+    conversion_plan,
     converted_source,
-    plan_to_json,
     quant_recipe,
 )
 from mlxfit.verbs.edges import (
@@ -108,7 +108,7 @@ def fit(
 
     ``q_bits``, ``q_group_size``, ``q_mode``, ``quant_predicate``, ``dtype``: mlx_lm.convert's
     flags; an unquantized model is then sized as convert would write it
-    (mlxfit.verbs.convert_plan), the plan in ``weights_detail["conversion"]``.
+    (mlxfit.verbs.convert_plan), the plan in ``weights_detail.conversion``.
     ``plan``: "auto", "table" or "mlx-lm": where the per-layer cache plan comes from
     (mlxfit.verbs.plan).
 
@@ -171,7 +171,7 @@ def sized_source(src, recipe: QuantRecipe | None, model_ref: str,
         return src, model_inputs(src, with_vision=with_vision)
     src, plan = converted_source(src, recipe, model_ref)
     inputs = model_inputs(src, with_vision=with_vision)
-    detail = {**inputs.weights_detail, "conversion": plan_to_json(plan, model_ref)}
+    detail = replace(inputs.weights_detail, conversion=conversion_plan(plan, model_ref))
     return src, replace(inputs, weights_detail=detail)
 
 
@@ -226,13 +226,13 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     run2, warns = validate_serving(inputs.cfg, run, serving)
     r = fit_inputs(inputs, run2, m, cal, extra_terms=extra_terms_fn(inputs.cfg, cal, serving),
                    extra_warnings=tuple(warns))
-    info = summary(serving, run2, inputs.cfg)
-    info["command"] = command_line(model_ref or inputs.name, run2, serving)
-    extra_warn: list[str] = []
+    bd = None
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
-        info["batched_decode"] = batched_decode(
-            inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name, serving.sequences,
-            compute=compute_for(m))
+        bd = batched_step(inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name,
+                          serving.sequences, compute=compute_for(m))
+    info = summary(serving, run2, inputs.cfg, command_line(model_ref or inputs.name, run2,
+                                                            serving), bd)
+    extra_warn: list[str] = []
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "
                           "depends on how many draft tokens are accepted")

@@ -12,6 +12,7 @@ import fnmatch
 import re
 import sys
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlxfit.errors import MachineError, MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, run_from
@@ -27,7 +28,7 @@ from mlxfit.mlx_lm_defaults import (
 from mlxfit.model.inputs import model_arrays
 from mlxfit.settings import DEFAULT_MACOS
 from mlxfit.sources.resolve import resolve_model
-from mlxfit.verbs.convert_plan import quant_recipe, quant_recipes
+from mlxfit.verbs.convert_plan import ConversionPlan, quant_recipe, quant_recipes
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -65,7 +66,7 @@ class QuantRows:
     """One --quants entry: the model as mlx_lm.convert would write it, on every SKU shown."""
 
     label: str  # "4bit", "mixed_3_6", "mxfp4"
-    plan: dict  # verbs.convert_plan.plan_to_json
+    plan: ConversionPlan
     weights_bytes: int
     rows: tuple[MatrixRow, ...]
 
@@ -94,12 +95,21 @@ class MatrixResult:
     plan_source: str = "table"
     # --quants: the same SKUs for each conversion (verbs.convert_plan), in the order asked
     quants: tuple[QuantRows, ...] = ()
-    quantization_plan: dict | None = None  # the conversion the rows size (--q-bits ...)
+    quantization_plan: ConversionPlan | None = None  # the conversion the rows size (--q-bits ...)
 
     @property
     def n_fit(self) -> int:
         """Rows where the model runs (fits, and no array over maxBufferLength)."""
         return sum(r.runs for r in self.rows)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit matrix --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.matrix import matrix_to_json
+
+        return json_object(matrix_to_json(self))
 
 
 def _family(table: SkuTable, chip: str) -> str:
@@ -234,7 +244,7 @@ def matrix(
         q_rows = _rows(q_inputs, model_arrays(q_src, with_vision), run, ordered, cal, t, here,
                        model)
         quant_rows.append(QuantRows(
-            label=rc.label, plan=q_inputs.weights_detail["conversion"],
+            label=rc.label, plan=q_inputs.weights_detail.conversion,
             weights_bytes=q_inputs.weights.total_bytes,
             rows=tuple(r for r in q_rows if r.runs) if only_fits else tuple(q_rows)))
 
@@ -265,7 +275,7 @@ def matrix(
         skus_considered=len(rows), rows=tuple(shown),
         this_machine=here.name if here is not None else None,
         warnings=plan_warnings + tuple(common), notes=tuple(notes), quants=tuple(quant_rows),
-        quantization_plan=inputs.weights_detail.get("conversion"),
+        quantization_plan=inputs.weights_detail.conversion,
         family_known=inputs.cfg.family_known, plan_source=inputs.cfg.plan_source,
     )
 

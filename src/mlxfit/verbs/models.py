@@ -8,13 +8,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from mlxfit.model.inputs import ModelInputs, model_inputs
 from mlxfit.settings import from_environ
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.hf_cache import hf_hub_cache_dir
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
-from mlxfit.verbs.convert_plan import predicted_quants, quant_recipes
+from mlxfit.verbs.convert_plan import ConversionPlan, predicted_quants, quant_recipes
 from mlxfit.verbs.pick import Skipped, quant_label, scan_cache
 
 
@@ -43,19 +44,28 @@ class ModelsResult:
     cache_dir: str
     skipped: tuple[Skipped, ...] = ()  # cached repos that are not loadable models, and why
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit models --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.models import models_to_json
+
+        return json_object(models_to_json(self))
+
 
 def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool,
-         convert: dict | None = None) -> ModelRow:
-    """``convert``: the quantization_plan JSON of a predicted conversion (its label is the
+         convert: ConversionPlan | None = None) -> ModelRow:
+    """``convert``: the plan of a predicted conversion (its label is the
     quant: "mixed_3_6" says more than the 4 bits its config block names)."""
     cfg, w = inputs.cfg, inputs.weights_detail
     return ModelRow(model=inputs.name, source=source, revision=revision, family=cfg.family,
                     model_type=cfg.model_type,
-                    quant=convert["label"] if convert else quant_label(w),
+                    quant=convert.label if convert else quant_label(w),
                     weights_bytes=inputs.weights.total_bytes,
-                    param_count=int(w.get("param_count") or 0),
+                    param_count=int(w.param_count or 0),
                     context_limit=cfg.max_position, downloaded=downloaded,
-                    convert_command=convert["command"] if convert else None)
+                    convert_command=convert.command if convert else None)
 
 
 def matches(row: ModelRow, query: str | None) -> bool:

@@ -36,7 +36,7 @@ from mlxfit.mlx_lm_defaults import (
     DEFAULT_PREFILL_STEP_SIZE,
     DEFAULT_QUANTIZED_KV_START,
 )
-from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
+from mlxfit.model.inputs import ModelInputs, WeightsDetail, model_arrays, model_inputs
 from mlxfit.model.mlx_extra import require_mlx
 from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
@@ -297,13 +297,23 @@ class PickResult:
         here: the question has an answer (exit 0)."""
         return self.chosen is not None or any(c.runs for c in self.catalog or ())
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit pick --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.pick import pick_to_json
 
-def quant_label(weights_detail: dict[str, Any]) -> str:
-    q = weights_detail.get("quantization")
+        return json_object(pick_to_json(self))
+
+
+def quant_label(weights_detail: WeightsDetail | None) -> str:
+    if weights_detail is None:
+        return "?"
+    q = weights_detail.quantization
     if q:
-        return f"{q['bits']}-bit" if q["mode"] == "affine" else str(q["mode"])
-    by = weights_detail.get("by_dtype") or {}
-    return next(iter(by), "?").lower()
+        return f"{q.bits}-bit" if q.mode == "affine" else str(q.mode)
+    return next(iter(weights_detail.by_dtype or {}), "?").lower()
 
 
 def pick(

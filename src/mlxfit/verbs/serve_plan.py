@@ -10,6 +10,7 @@ What mlx_lm.server does is in docs/serving.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
@@ -88,6 +89,15 @@ class ServePlan:
     notes: tuple[str, ...] = field(default=())
     machine: Machine | None = None  # the machine planned for (the JSON's machine object)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit serve-plan --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.serve_plan import serve_plan_to_json
+
+        return json_object(serve_plan_to_json(self))
+
 
 def _table_sizes(n_max: int, users: int | None) -> list[int]:
     sizes = {1, n_max, n_max + 1}
@@ -164,12 +174,12 @@ def serve_plan(
     rows = []
     for size in _table_sizes(n_table, users):
         rr = at(size, k)
-        bd = rr.serving.get("batched_decode") if size > 1 else None
+        bd = rr.serving.batched_decode if size > 1 and rr.serving is not None else None
         if size == 1 and rr.fits and rr.predicted_decode_tps:
             agg = per_user = rr.predicted_decode_tps
             bound = "memory"
         elif bd:
-            agg, per_user, bound = bd["aggregate_tps"], bd["per_sequence_tps"], bd["bound"]
+            agg, per_user, bound = bd.aggregate_tps, bd.per_sequence_tps, bd.bound
         else:
             agg = per_user = bound = None
         rows.append(PlanRow(size, rr.total_bytes, rr.runs, agg, per_user, bound))

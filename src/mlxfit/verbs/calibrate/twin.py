@@ -39,6 +39,7 @@ from mlxfit.records import (
     merge_repeats,
     results_path,
 )
+from mlxfit.render.text import runs
 from mlxfit.settings import parse_toml, read_toml, user_calibration
 from mlxfit.verbs.calibrate.fitting import (
     jacobian_columns,
@@ -126,11 +127,6 @@ def undetermined(samples: list[Sample], cal: Calibration, backend: str,
         "fitting "
         f"them all would score 0 % whatever they are; measure more runs (other contexts, "
         f"prefill steps, models) or fit fewer (--param). Each run informs: {per}{more}")
-
-
-def runs(n: int, what: str = "run") -> str:
-    """'1 run', '2 runs': a count with its noun, plural-correct."""
-    return f"{n:,} {what}{'' if n == 1 else 's'}"
 
 
 def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
@@ -283,6 +279,15 @@ class CalibrationResult:
             cal = replace(cal, decode=replace(cal.decode, **{k: self.decode.new[k]
                                                              for k in self.decode.fitted}))
         return cal
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit calibrate --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.calibrate import result_to_json
+
+        return json_object(result_to_json(self))
 
 
 # --------------------------------------------------------------------------- the user file

@@ -12,6 +12,7 @@ from typing import Any
 
 from mlxfit.estimate.memory import Run, Term
 from mlxfit.verbs.cluster.hosts import HostMachine, Link
+from mlxfit.verbs.convert_plan import ConversionPlan
 
 # --------------------------------------------------------------------------- results
 
@@ -92,8 +93,8 @@ class ClusterResult:
     notes: tuple[str, ...] = ()
     model_path: str = ""  # what to pass to mlx-lm's --model
     single_safetensors: bool = False  # no model.safetensors.index.json: sharded_load fails
-    # The conversion sized (--q-bits ...): verbs.convert_plan.plan_to_json; None otherwise.
-    quantization_plan: dict | None = None
+    # The conversion sized (--q-bits ...); None otherwise.
+    quantization_plan: ConversionPlan | None = None
 
     @property
     def plan(self) -> Plan | None:
@@ -106,3 +107,12 @@ class ClusterResult:
     def fits(self) -> bool:
         p = self.plan
         return bool(p and p.supported and p.fits)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit cluster --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.cluster import cluster_to_json
+
+        return json_object(cluster_to_json(self))

@@ -126,7 +126,7 @@ def cluster(
     src, inputs = sized_source(given, recipe, model, with_vision)
     inputs, plan_warnings, plan_notes = with_plan(inputs, src.config, plan, run)
     converted = recipe is not None
-    conversion = inputs.weights_detail.get("conversion")
+    conversion = inputs.weights_detail.conversion
     cfg = inputs.cfg
     machines = resolve_hosts(specs, macos)
     # The run on the hosts' GPUs (verbs.edges.run_on, as fit takes it from its machine) when

@@ -116,6 +116,15 @@ class Measurement:
                 return t
         raise KeyError(name)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The object `mlxfit measure --json` prints (schema_version included), built by the
+        renderer the CLI calls."""
+        # render/ sits above the core: only a library call's to_dict() imports it
+        from mlxfit.render import json_object
+        from mlxfit.render.measure import measurement_to_json
+
+        return json_object(measurement_to_json(self))
+
 
 def slow_on_cpu(backend: str, config: dict, wdtype: str, params: int | None) -> str:
     """Why this run will be slow on MLX's CPU backend, or "". Measured on mlxfit's 2-core x86
@@ -266,7 +275,7 @@ def measure(
         inputs = model_inputs(src)
         refuse_unsupported(inputs.cfg, run)
         check_fits_here(inputs, run, cal, m, force)
-        params = int(inputs.weights_detail.get("param_count") or 0)
+        params = int(inputs.weights_detail.param_count or 0)
     slow = slow_on_cpu(backend, config, wdtype, params)
     if slow:  # said now, before minutes of silence, and kept in the report
         warnings.append(slow)

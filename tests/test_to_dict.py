@@ -1,0 +1,116 @@
+"""Every verb's Python result gives the JSON its CLI prints: ``mlxfit.<verb>(...).to_dict()``
+equals ``json.loads`` of ``mlxfit <verb> ... --json`` (same keys, same values, schema_version
+included), because both are built by the one render function (docs/json.md)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from st_helpers import LLAMA64, LLAMA128, M4PRO, invoke
+
+import mlxfit
+from mlxfit.calibration.load import load_calibration
+from mlxfit.estimate.memory import Run
+from mlxfit.estimate.solve import totals_at
+from mlxfit.model.parse import parse_config
+
+Q8B = "mlx-community/Qwen3-8B-4bit"
+Q8B_BF16 = "mlx-community/Qwen3-8B-bf16"
+GEMMA12 = "mlx-community/gemma-3-12b-it-4bit"
+
+
+def _cli(*args: str) -> dict:
+    r = invoke(*args, "--json")
+    assert r.exit_code in (0, 1), r.output
+    return json.loads(r.stdout)
+
+
+FITS = {
+    "plain": ((Q8B,), {"ctx": 32768}, ("--ctx", "32k")),
+    "advise": ((GEMMA12,), {"ctx": 131072, "advise": True}, ("--ctx", "128k", "--advise")),
+    "does not fit": ((GEMMA12,), {"ctx": 131072}, ("--ctx", "128k")),
+    "parallel": ((Q8B,), {"ctx": 16384, "parallel": 4}, ("--ctx", "16k", "--parallel", "4")),
+    "q-bits": ((Q8B_BF16,), {"ctx": 8192, "q_bits": 4}, ("--q-bits", "4")),
+    "draft": ((Q8B,), {"ctx": 8192, "draft_model": "mlx-community/Qwen3-0.6B-4bit"},
+              ("--draft-model", "mlx-community/Qwen3-0.6B-4bit")),
+}
+
+
+@pytest.mark.parametrize("case", list(FITS))
+def test_fit_to_dict_is_the_cli_json(case):
+    args, kw, flags = FITS[case]
+    # advise="auto" is the CLI's default: the advice comes when it does not fit
+    r = mlxfit.fit(*args, machine=M4PRO, **{"advise": "auto", **kw})
+    assert r.to_dict() == _cli("fit", *args, *flags, "--machine", M4PRO)
+
+
+def test_fit_to_dict_carries_advice_serving_and_the_conversion():
+    d = mlxfit.fit(GEMMA12, 131072, machine=M4PRO, advise=True).to_dict()
+    assert d["schema_version"] == 2 and d["advice"]["options"]
+    d = mlxfit.fit(Q8B, 16384, machine=M4PRO, parallel=4).to_dict()
+    assert d["serving"]["parallel"] == 4
+    d = mlxfit.fit(Q8B_BF16, 8192, machine=M4PRO, q_bits=4).to_dict()
+    assert d["quantization_plan"]["command"].endswith("-q --q-bits 4")
+    assert d["weights"]["conversion"] == d["quantization_plan"]
+
+
+def test_matrix_to_dict_is_the_cli_json():
+    r = mlxfit.matrix(Q8B, 32768, chips="M4*")
+    assert r.to_dict() == _cli("matrix", Q8B, "--ctx", "32k", "--chips", "M4*")
+
+
+def test_pick_to_dict_is_the_cli_json():
+    r = mlxfit.pick(16384, catalog=True, machine=M4PRO)
+    assert r.to_dict() == _cli("pick", "--catalog", "--ctx", "16k", "--machine", M4PRO)
+
+
+def test_serve_plan_to_dict_is_the_cli_json():
+    r = mlxfit.serve_plan(Q8B, 32768, machine=M4PRO)
+    assert r.to_dict() == _cli("serve-plan", Q8B, "--ctx", "32k", "--machine", M4PRO)
+
+
+def test_cluster_to_dict_is_the_cli_json():
+    hosts = ["M4 Max 64GB", "M4 Pro 48GB"]
+    r = mlxfit.cluster(Q8B, hosts, 32768)
+    assert r.to_dict() == _cli("cluster", Q8B, "--host", hosts[0], "--host", hosts[1],
+                               "--ctx", "32k")
+
+
+def test_machine_to_dict_is_the_cli_json():
+    assert mlxfit.machine(M4PRO).to_dict() == _cli("machine", M4PRO)
+
+
+def test_models_to_dict_is_the_cli_json():
+    assert mlxfit.models().to_dict() == _cli("models")
+    assert mlxfit.models("qwen3").to_dict() == _cli("models", "qwen3")
+
+
+def test_families_to_dict_is_the_cli_json():
+    assert mlxfit.families().to_dict() == _cli("families")
+
+
+def _record(config: dict, ctx: int, step: int) -> dict:
+    """A CPU measurement record as `mlxfit measure --save` writes it, peak as predicted."""
+    cal = load_calibration()
+    run = Run(ctx=ctx, gen=1, prefill_step_size=step, backend="cpu")
+    t = totals_at(parse_config(config, act_bytes=4), 10_000_000, run, cal)
+    return {
+        "config": config, "ctx": ctx, "gen_tokens": 1, "prefill_step_size": step,
+        "kv_bits": None, "kv_group_size": 64, "quantized_kv_start": 5000, "max_kv_size": None,
+        "act_bytes": 4, "dtype": "float32", "backend": "cpu", "predicted": {"backend": "cpu"},
+        "active_before_load_bytes": 16, "active_after_load_bytes": 10_000_016,
+        "weights_measured_bytes": 10_000_000, "peak_bytes": int(t.total * 1.1) + 16,
+        "cache_bytes_end": t.kv + t.state, "state_bytes_end": t.state,
+    }
+
+
+def test_calibrate_to_dict_is_the_cli_json(tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "cfg"))
+    recs = [_record(c, ctx, step) for c in (LLAMA64, LLAMA128)
+            for ctx, step in ((300, 2048), (1100, 512), (2100, 2048), (4096, 512))]
+    path = tmp_path / "m.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    r = mlxfit.calibrate(path)
+    assert r.to_dict() == _cli("calibrate", "--from", str(path))

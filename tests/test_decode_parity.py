@@ -82,7 +82,7 @@ def _every_verb(model: str, cal) -> dict[str, float]:
         "calibrate": _calibrate_tps(_record(src, inputs, r.run, m), cal),
         "chart": chart[CTX],
         "cluster": cluster.plan.predicted_decode_tps,
-        "batched_1": batched["per_sequence_tps"],
+        "batched_1": batched.per_sequence_tps,
     }
 
 
@@ -147,8 +147,8 @@ def test_served_batched_estimate_takes_the_ultra_factors():
     plain = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, "M3 Max",
                               2, compute=chip)
     got = r.serving.batched_decode.aggregate_tps
-    assert got == pytest.approx(two["aggregate_tps"], rel=1e-12)
-    assert got < plain["aggregate_tps"]
+    assert got == pytest.approx(two.aggregate_tps, rel=1e-12)
+    assert got < plain.aggregate_tps
 
 
 # --------------------------------------------------------------------------- weights read

@@ -26,12 +26,6 @@ TWINS = ("fit", "matrix", "pick", "cluster", "measure", "calibrate", "machine", 
 HEAVY_THIRD_PARTY = {"rich", "huggingface_hub", "mlx", "mlx_lm", "matplotlib", "psutil", "numpy",
                      "safetensors", "atheris", "typer", "click", "subprocess", "platform",
                      "importlib"}
-# A result's to_dict() builds its verb's --json object with the renderer the CLI calls: render/
-# sits above the core, so the core imports it only inside that method (a library call, not a run).
-RENDERERS = {"mlxfit.render", "mlxfit.render.fit", "mlxfit.render.matrix", "mlxfit.render.pick",
-             "mlxfit.render.serve_plan", "mlxfit.render.cluster", "mlxfit.render.machine",
-             "mlxfit.render.models", "mlxfit.render.families", "mlxfit.render.calibrate",
-             "mlxfit.render.measure"}
 ON_DEMAND = {"mlxfit.verbs.advise", "mlxfit.verbs.chart", "mlxfit.render.chart",
              "mlxfit.sources.hub.fetch",
              "mlxfit.model.oracle"}  # needs the measure extra: --plan mlx-lm only
@@ -46,17 +40,10 @@ MODULES = {_module_name(p): p for p in sorted(PKG.rglob("*.py"))}
 
 
 def _imports(path: Path, mod: str):
-    """(imported module, line, is function-local) for every import statement in the file.
-    Imports under ``if TYPE_CHECKING:`` never run, so they close no circle and are skipped."""
+    """(imported module, line, is function-local) for every import statement in the file,
+    those under ``if TYPE_CHECKING:`` included: a type a module names is a dependency too."""
     is_pkg = path.name == "__init__.py"
     tree = ast.parse(path.read_text())
-    typing_only = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for sub in node.body:
-                for inner in ast.walk(sub):
-                    if isinstance(inner, (ast.Import, ast.ImportFrom)):
-                        typing_only.add(inner.lineno)
     local_lines = set()
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -64,9 +51,6 @@ def _imports(path: Path, mod: str):
                 if isinstance(sub, (ast.Import, ast.ImportFrom)):
                     local_lines.add(sub.lineno)
     for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in typing_only and isinstance(
-                node, (ast.Import, ast.ImportFrom)):
-            continue
         if isinstance(node, ast.Import):
             for a in node.names:
                 yield a.name, node.lineno, node.lineno in local_lines
@@ -136,15 +120,6 @@ def test_no_import_circles_counting_function_local_imports():
     assert _cycles(_graph()) == []
 
 
-def _in_to_dict(path: Path, line: int) -> bool:
-    """The import sits inside a method named to_dict."""
-    for node in ast.walk(ast.parse(path.read_text())):
-        if (isinstance(node, ast.FunctionDef) and node.name == "to_dict"
-                and node.lineno <= line <= (node.end_lineno or node.lineno)):
-            return True
-    return False
-
-
 def _has_reason(lines: list[str], line: int) -> bool:
     """A comment on the import, on another import of the same block, or just above the block."""
     k = line - 1
@@ -168,8 +143,7 @@ def test_function_local_imports_are_only_the_allowed_kinds():
             if not local:
                 continue
             top = target.split(".")[0]
-            allowed = ((top in HEAVY_THIRD_PARTY and top != "mlxfit") or target in ON_DEMAND
-                       or (target in RENDERERS and _in_to_dict(path, line)))
+            allowed = (top in HEAVY_THIRD_PARTY and top != "mlxfit") or target in ON_DEMAND
             if not allowed:
                 bad.append(f"{mod}:{line} imports {target}")
                 continue

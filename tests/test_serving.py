@@ -162,18 +162,18 @@ def test_batched_decode_estimate():
     chip = compute_for(machine_for(BIG))  # fit passes the chip's compute: FLOPs add per sequence
     one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1,
                          compute=chip)
-    assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
+    assert one.per_sequence_tps == pytest.approx(r.predicted_decode_tps, rel=1e-12)
     four = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 4,
                           compute=chip)
-    assert four["per_sequence_tps"] < one["per_sequence_tps"]
-    assert four["aggregate_tps"] == pytest.approx(4 * four["per_sequence_tps"])
+    assert four.per_sequence_tps < one.per_sequence_tps
+    assert four.aggregate_tps == pytest.approx(4 * four.per_sequence_tps)
     # Weights are read once per step for all four (dense: no expert union): at 8K tokens the
     # four KV reads, three tokens' FLOPs and the batched path still leave ~2x the single stream.
-    assert four["weights_seconds"] == one["weights_seconds"]
-    assert four["aggregate_tps"] > 1.9 * one["per_sequence_tps"]
+    assert four.weights_seconds == one.weights_seconds
+    assert four.aggregate_tps > 1.9 * one.per_sequence_tps
     served = mlxfit.fit(Q8B, 8192, machine=BIG, parallel=4, prompt_cache=0)
     assert served.serving.batched_decode.aggregate_tps == pytest.approx(
-        four["aggregate_tps"])
+        four.aggregate_tps)
 
 
 def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
@@ -187,10 +187,10 @@ def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
     inp = model_inputs(resolve_model(model))
     cal = load_calibration()
     one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, machine, 1)
-    assert one["per_sequence_tps"] == pytest.approx(r.predicted_decode_tps, rel=1e-12)
+    assert one.per_sequence_tps == pytest.approx(r.predicted_decode_tps, rel=1e-12)
     # The same bandwidth under a non-Ultra name: neither Ultra factor applies.
     plain = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, "M3 Max", 1)
-    assert plain["per_sequence_tps"] > one["per_sequence_tps"]
+    assert plain.per_sequence_tps > one.per_sequence_tps
 
 
 def test_moe_batched_decode_reads_more_experts():
@@ -204,8 +204,8 @@ def test_moe_batched_decode_reads_more_experts():
     eight = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 8)
     # 8 tokens x top-8 of 128 experts: 1 - (1 - 8/128)^8 = 40.3% of the experts read.
     frac = 1 - (1 - 8 / 128) ** 8
-    expected = one["weights_read_bytes"] + int(inp.weights.expert_bytes * (frac - 8 / 128))
-    assert eight["weights_read_bytes"] == expected
+    expected = one.weights_read_bytes + int(inp.weights.expert_bytes * (frac - 8 / 128))
+    assert eight.weights_read_bytes == expected
 
 
 # --------------------------------------------------------------------------- buffers

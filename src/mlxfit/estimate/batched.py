@@ -23,7 +23,6 @@ changes the batched one the same way.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
 
 from mlxfit.calibration.constants import Backend, Calibration
 from mlxfit.estimate.compute import ChipCompute, format_efficiency, matmul_params_per_token
@@ -193,17 +192,6 @@ class BatchedStep:
     def bound(self) -> str:
         """"compute" once the batch's FLOPs take longer than its bytes."""
         return "compute" if self.compute_seconds > self.memory_seconds else "memory"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"sequences": self.sequences, "step_seconds": self.step_seconds,
-                "per_sequence_tps": self.per_sequence_tps, "aggregate_tps": self.aggregate_tps,
-                "weights_seconds": self.weights_seconds, "kv_seconds": self.kv_seconds,
-                "matmul_seconds": self.matmul_seconds,
-                "attention_seconds": self.attention_seconds,
-                "fixed_seconds": self.fixed_seconds, "batch_seconds": self.batch_seconds,
-                "bound": self.bound,
-                "weights_read_bytes": self.weights_read_bytes,
-                "kv_read_bytes": self.kv_read_bytes}
 
 
 def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,

@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass, replace
-from typing import Any
 
 from mlxfit.calibration.constants import Backend, Calibration
 from mlxfit.errors import UsageError
@@ -42,6 +41,7 @@ from mlxfit.estimate.memory import (
     attn_unfused,
     peak_phase,
 )
+from mlxfit.estimate.serving_summary import ServingSummary
 from mlxfit.estimate.solve import ExtraTerms, largest_true, run_at
 from mlxfit.mlx_lm_defaults import DEFAULT_KV_GROUP_SIZE, DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.model.config import ModelConfig
@@ -252,12 +252,12 @@ def extra_terms_fn(cfg: ModelConfig, cal: Calibration, serving: Serving) -> Extr
 
 def batched_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                    cal: Calibration, machine_name: str, sequences: int, *,
-                   compute: ChipCompute | None = None) -> dict[str, Any]:
+                   compute: ChipCompute | None = None) -> BatchedStep:
     """One batched decode step of ``sequences`` sequences (``batched.batched_step``: weights
     once, every sequence's KV, the compute that grows with the batch) as the report shows it.
     One sequence is exactly fit's decode estimate while memory-bound."""
     return batched_step(cfg, run, w, bandwidth_gbs, cal, machine_name, sequences,
-                        compute=compute).to_dict()
+                        compute=compute)
 
 
 # --------------------------------------------------------------------------- buffers
@@ -357,25 +357,6 @@ def max_context_within_buffer(cfg: ModelConfig, run: Run, cal: Calibration, serv
         return all(b.bytes <= limit for b in all_buffers(cfg, run_at(run, n), cal, serving, ()))
 
     return largest_true(ok, hi)
-
-
-@dataclass(frozen=True)
-class ServingSummary:
-    """How a fit is run, as the report and JSON show it (render.fit.serving_to_json): the
-    mlx-lm command, the serving set-up (``mode`` None for a plain generate run, whose other
-    set-up fields are then not shown) and the batched decode estimate, when there is one."""
-
-    command: str
-    mode: str | None = None  # "mlx_lm.server" | "mlx_lm.generate"; None: no serving set-up
-    parallel: int = 1
-    prefill_batch: int = 1
-    prompt_cache: int = 0
-    prompt_cache_default: bool = False
-    batched: bool = False
-    draft_model: str | None = None
-    num_draft_tokens: int | None = None
-    prefill_step_size: int | None = None
-    batched_decode: BatchedStep | None = None  # sequences > 1 on a machine with a bandwidth
 
 
 def summary(serving: Serving, run: Run, cfg: ModelConfig, command: str,

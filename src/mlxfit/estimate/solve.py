@@ -7,17 +7,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, ClassVar
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.estimate.compute import ChipCompute, predicted_ttft, watchdog_warning
 from mlxfit.estimate.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
+from mlxfit.estimate.serving_summary import ServingSummary
 from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.json_result import JsonResult
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsDetail, WeightsRead
-
-if TYPE_CHECKING:  # the type only: serving.py builds on this module
-    from mlxfit.estimate.serving import ServingSummary
 
 # Used when config.json has no max_position_embeddings: the solver needs an upper bound.
 DEFAULT_MAX_CONTEXT = 131072
@@ -128,7 +127,8 @@ def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calib
 
 
 @dataclass(frozen=True)
-class FitResult:
+class FitResult(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.fit:fit_to_json"
     model: str
     source_kind: str
     machine_name: str
@@ -204,14 +204,6 @@ class FitResult:
         """Fits in memory and no single array exceeds the GPU's largest buffer."""
         return self.fits and not self.oversize_buffers
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit fit --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.fit import fit_to_json
-
-        return json_object(fit_to_json(self))
 
 
 def fit_core(

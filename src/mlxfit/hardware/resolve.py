@@ -22,10 +22,11 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from mlxfit.errors import MachineError
 from mlxfit.hardware.skus import SkuTable, chip_compute_figures, sku_table_or_default
+from mlxfit.json_result import JsonResult
 from mlxfit.settings import DEFAULT_MACOS
 
 GIB = 2**30
@@ -38,7 +39,8 @@ MACHINE_HINT = "pass --machine (e.g. --machine 'M4 Pro 24GB')"
 
 
 @dataclass(frozen=True)
-class Machine:
+class Machine(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.machine:machine_doc"
     name: str  # "M4 Pro 24GB", "M3 Max 30-core 36GB" when the RAM size alone does not tell the bin
     chip: str | None  # a key of the SKU table ("M4 Pro"), None when not known for certain
     gpu_cores: int | None
@@ -80,14 +82,6 @@ class Machine:
             return ""
         return "big" if ("Max" in self.chip or "Ultra" in self.chip) else "small"
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit machine --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.machine import machine_doc
-
-        return json_object(machine_doc(self))
 
 
 # ---------------------------------------------------------------------------------------------

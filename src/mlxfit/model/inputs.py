@@ -6,16 +6,13 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.crosscheck import check_dims
 from mlxfit.model.parse import parse_config
+from mlxfit.model.quantize import ConversionPlan
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 from mlxfit.model.weights import is_lookup_table, is_vision, summarize_weights
-
-if TYPE_CHECKING:  # the type only: a conversion is planned above this layer
-    from mlxfit.verbs.convert_plan import ConversionPlan
 
 
 def activation_bytes(tensors: tuple[TensorInfo, ...] | list[TensorInfo]) -> int:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # types only: the results' to_dict() import this package
     from mlxfit.estimate.memory import Run, Term
     from mlxfit.hardware.resolve import Machine
-    from mlxfit.verbs.convert_plan import ConversionPlan
+    from mlxfit.model.quantize import ConversionPlan
 
 # The version of every verb's --json object (fit, matrix, pick, machine, cluster, measure,
 # calibrate, models, families). Schema 2: docs/json.md, "Changes from schema 1".

@@ -19,13 +19,14 @@ from mlxfit.render import (
 from mlxfit.render.text import esc
 
 if TYPE_CHECKING:  # types only: advice and the chart are on demand, FitResult.to_dict()
-    from mlxfit.estimate.serving import ServingSummary
+    from mlxfit.estimate.batched import BatchedStep
+    from mlxfit.estimate.serving_summary import ServingSummary
     from mlxfit.estimate.solve import FitResult  # imports this module
     from mlxfit.hardware.resolve import Machine
     from mlxfit.model.inputs import WeightsDetail
+    from mlxfit.model.quantize import ConversionPlan
     from mlxfit.verbs.advise import Advice
     from mlxfit.verbs.chart import ChartData
-    from mlxfit.verbs.convert_plan import ConversionPlan
 
 
 def gb(n: float) -> str:
@@ -143,7 +144,7 @@ def serving_to_json(sv: ServingSummary | None) -> dict[str, Any] | None:
             "prefill_step_size": sv.prefill_step_size,
         })
     if sv.batched_decode is not None:
-        doc["batched_decode"] = sv.batched_decode.to_dict()
+        doc["batched_decode"] = batched_step_to_json(sv.batched_decode)
     return doc or None
 
 
@@ -379,3 +380,16 @@ def chart_to_json(d: ChartData) -> dict[str, Any]:
                     "decode_tps": round(p.decode_tps, 2) if p.decode_tps is not None else None,
                     "ttft_s": seconds_to_json(p.ttft_s), "fits": p.fits} for p in d.points],
     }
+
+
+def batched_step_to_json(b: BatchedStep) -> dict[str, Any]:
+    """One batched decode step (``serving.batched_decode``) as fit's JSON shows it."""
+    return {"sequences": b.sequences, "step_seconds": b.step_seconds,
+            "per_sequence_tps": b.per_sequence_tps, "aggregate_tps": b.aggregate_tps,
+            "weights_seconds": b.weights_seconds, "kv_seconds": b.kv_seconds,
+            "matmul_seconds": b.matmul_seconds,
+            "attention_seconds": b.attention_seconds,
+            "fixed_seconds": b.fixed_seconds, "batch_seconds": b.batch_seconds,
+            "bound": b.bound,
+            "weights_read_bytes": b.weights_read_bytes,
+            "kv_read_bytes": b.kv_read_bytes}

@@ -4,12 +4,13 @@ tensors and config, model/quantize.py), which the estimate then sizes like any o
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 from mlxfit.errors import ConfigError, UsageError
 from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.quantize import (
+    ConversionPlan,
     QuantizationPlan,
     QuantRecipe,
     check_recipe,
@@ -80,34 +81,6 @@ def converted_source(src: ModelSource, recipe: QuantRecipe,
              f"{plan.bits_per_weight:.3f} bits per weight")
     notes = (sized, *plan.notes, *src.notes)
     return replace(src, config=config, tensors=plan.tensors, files=(), notes=notes), plan
-
-
-@dataclass(frozen=True)
-class ConversionPlan:
-    """The conversion sized (--q-bits, --q-mode, ...): what ``mlx_lm.convert`` with these flags
-    would write. The JSON reports give it as "quantization_plan"
-    (render.conversion_to_json)."""
-
-    label: str  # "4bit", "mixed_3_6", "mxfp4", "bf16"
-    command: str  # the mlx_lm.convert command line
-    family: str  # mlx-lm's model module whose rules were followed
-    family_rules_verified: bool
-    quantize: bool
-    mode: str | None  # None for a --dtype-only conversion, as bits and group_size
-    bits: int | None
-    group_size: int | None
-    quant_predicate: str | None
-    dtype: str | None  # mlx's dtype name ("bfloat16"), None when the checkpoint's is kept
-    quantized_modules: int
-    float_modules: int
-    weight_bytes: int
-    disk_bytes: int
-    disk_bytes_uncertainty: int
-    shards: int
-    n_tensors: int
-    total_parameters: int
-    bits_per_weight: float  # rounded to 4 decimals
-    config_quantization: dict[str, Any] | None  # the config.json "quantization" block written
 
 
 def conversion_plan(plan: QuantizationPlan, model_ref: str) -> ConversionPlan:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import ClassVar
 
+from mlxfit.json_result import JsonResult
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.families import (
     FAMILIES,
@@ -39,19 +40,13 @@ class FamilyRow:
 
 
 @dataclass(frozen=True)
-class FamiliesResult:
+class FamiliesResult(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.families:families_to_json"
+    JSON_ROUNDED: ClassVar[bool] = False
     rows: tuple[FamilyRow, ...]
     not_text_lm: dict[str, str]
     not_supported: dict[str, str]
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit families --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import plain_json_object
-        from mlxfit.render.families import families_to_json
-
-        return plain_json_object(families_to_json(self))
 
 
 def cache_kinds(cfg: ModelConfig) -> tuple[str, ...]:

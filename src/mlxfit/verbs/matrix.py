@@ -12,7 +12,7 @@ import fnmatch
 import re
 import sys
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 from mlxfit.errors import MachineError, MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, run_from
@@ -20,15 +20,17 @@ from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.probe import probe_machine
 from mlxfit.hardware.resolve import GIB, Machine, all_skus
 from mlxfit.hardware.skus import SkuTable, load_sku_table
+from mlxfit.json_result import JsonResult
 from mlxfit.mlx_lm_defaults import (
     DEFAULT_KV_GROUP_SIZE,
     DEFAULT_PREFILL_STEP_SIZE,
     DEFAULT_QUANTIZED_KV_START,
 )
 from mlxfit.model.inputs import model_arrays
+from mlxfit.model.quantize import ConversionPlan
 from mlxfit.settings import DEFAULT_MACOS
 from mlxfit.sources.resolve import resolve_model
-from mlxfit.verbs.convert_plan import ConversionPlan, quant_recipe, quant_recipes
+from mlxfit.verbs.convert_plan import quant_recipe, quant_recipes
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -76,7 +78,8 @@ class QuantRows:
 
 
 @dataclass(frozen=True)
-class MatrixResult:
+class MatrixResult(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.matrix:matrix_to_json"
     model: str
     source_kind: str
     context_tokens: int
@@ -102,14 +105,6 @@ class MatrixResult:
         """Rows where the model runs (fits, and no array over maxBufferLength)."""
         return sum(r.runs for r in self.rows)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit matrix --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.matrix import matrix_to_json
-
-        return json_object(matrix_to_json(self))
 
 
 def _family(table: SkuTable, chip: str) -> str:

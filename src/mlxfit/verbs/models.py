@@ -8,14 +8,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
+from mlxfit.json_result import JsonResult
 from mlxfit.model.inputs import ModelInputs, model_inputs
+from mlxfit.model.quantize import ConversionPlan
 from mlxfit.settings import from_environ
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.hf_cache import hf_hub_cache_dir
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
-from mlxfit.verbs.convert_plan import ConversionPlan, predicted_quants, quant_recipes
+from mlxfit.verbs.convert_plan import predicted_quants, quant_recipes
 from mlxfit.verbs.pick import Skipped, quant_label, scan_cache
 
 
@@ -37,21 +39,14 @@ class ModelRow:
 
 
 @dataclass(frozen=True)
-class ModelsResult:
+class ModelsResult(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.models:models_to_json"
     query: str | None
     rows: tuple[ModelRow, ...]  # matching rows: downloaded first, then the catalog, by name
     total: int  # rows before the query
     cache_dir: str
     skipped: tuple[Skipped, ...] = ()  # cached repos that are not loadable models, and why
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit models --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.models import models_to_json
-
-        return json_object(models_to_json(self))
 
 
 def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool,

@@ -25,12 +25,13 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.solve import FitResult
 from mlxfit.hardware.resolve import Machine
+from mlxfit.json_result import JsonResult
 from mlxfit.mlx_lm_defaults import (
     DEFAULT_KV_GROUP_SIZE,
     DEFAULT_PREFILL_STEP_SIZE,
@@ -263,7 +264,8 @@ class Candidate:
 
 
 @dataclass(frozen=True)
-class PickResult:
+class PickResult(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.pick:pick_to_json"
     chosen: str | None  # repo id, or None
     rule: str  # "default" | "coexist" | "fits" | "none"
     reason: str
@@ -297,14 +299,6 @@ class PickResult:
         here: the question has an answer (exit 0)."""
         return self.chosen is not None or any(c.runs for c in self.catalog or ())
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit pick --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.pick import pick_to_json
-
-        return json_object(pick_to_json(self))
 
 
 def quant_label(weights_detail: WeightsDetail | None) -> str:

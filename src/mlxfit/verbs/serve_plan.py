@@ -10,7 +10,7 @@ What mlx_lm.server does is in docs/serving.md.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import ClassVar
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
@@ -25,6 +25,7 @@ from mlxfit.estimate.serving import (
 )
 from mlxfit.estimate.solve import FitResult, largest_true
 from mlxfit.hardware.resolve import Machine
+from mlxfit.json_result import JsonResult
 from mlxfit.mlx_lm_defaults import DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.model.inputs import model_arrays, model_inputs
 from mlxfit.sources.resolve import resolve_model
@@ -62,7 +63,8 @@ class PlanRow:
 
 
 @dataclass(frozen=True)
-class ServePlan:
+class ServePlan(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.serve_plan:serve_plan_to_json"
     model: str
     machine_name: str
     usable_bytes: int
@@ -89,14 +91,6 @@ class ServePlan:
     notes: tuple[str, ...] = field(default=())
     machine: Machine | None = None  # the machine planned for (the JSON's machine object)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit serve-plan --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.serve_plan import serve_plan_to_json
-
-        return json_object(serve_plan_to_json(self))
 
 
 def _table_sizes(n_max: int, users: int | None) -> list[int]:

@@ -25,12 +25,13 @@ import statistics
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.json_result import JsonResult
 from mlxfit.records import (
     NoMeasurements,
     Sample,
@@ -39,7 +40,6 @@ from mlxfit.records import (
     merge_repeats,
     results_path,
 )
-from mlxfit.render.text import runs
 from mlxfit.settings import parse_toml, read_toml, user_calibration
 from mlxfit.verbs.calibrate.fitting import (
     jacobian_columns,
@@ -122,7 +122,7 @@ def undetermined(samples: list[Sample], cal: Calibration, backend: str,
     more = f"; ... {len(samples) - 6} more" if len(samples) > 6 else ""
     verb = "determines" if len(samples) == 1 else "determine"
     return (
-        f"{runs(len(samples), 'distinct run')} {verb} {rank} of the {len(informed)} "
+        f"{len(samples):,} distinct run{'' if len(samples) == 1 else 's'} {verb} {rank} of the {len(informed)} "
         f"constants {'it' if len(samples) == 1 else 'they'} inform ({', '.join(informed)}): "
         "fitting "
         f"them all would score 0 % whatever they are; measure more runs (other contexts, "
@@ -254,7 +254,8 @@ class DecodeFit:
 
 
 @dataclass(frozen=True)
-class CalibrationResult:
+class CalibrationResult(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.calibrate:result_to_json"
     source: str  # the measurements file
     calibration: str  # what the old figures came from
     backends: tuple[BackendFit, ...]
@@ -280,14 +281,6 @@ class CalibrationResult:
                                                              for k in self.decode.fitted}))
         return cal
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit calibrate --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.calibrate import result_to_json
-
-        return json_object(result_to_json(self))
 
 
 # --------------------------------------------------------------------------- the user file

@@ -8,11 +8,12 @@ planner (``mlxfit.verbs.cluster.plan``), the writers (``mlxfit.render.cluster_la
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from mlxfit.estimate.memory import Run, Term
+from mlxfit.json_result import JsonResult
+from mlxfit.model.quantize import ConversionPlan
 from mlxfit.verbs.cluster.hosts import HostMachine, Link
-from mlxfit.verbs.convert_plan import ConversionPlan
 
 # --------------------------------------------------------------------------- results
 
@@ -74,7 +75,8 @@ class Plan:
 
 
 @dataclass(frozen=True)
-class ClusterResult:
+class ClusterResult(JsonResult):
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.cluster:cluster_to_json"
     model: str
     source_kind: str
     mlx_lm_module: str
@@ -108,11 +110,3 @@ class ClusterResult:
         p = self.plan
         return bool(p and p.supported and p.fits)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit cluster --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.cluster import cluster_to_json
-
-        return json_object(cluster_to_json(self))

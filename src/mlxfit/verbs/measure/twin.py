@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from mlxfit._version import __version__
 from mlxfit.errors import MlxfitError, UsageError
@@ -42,6 +42,7 @@ from mlxfit.estimate.compute import predicted_ttft
 from mlxfit.estimate.memory import Run, run_from, run_machine_fields
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.json_result import JsonResult
 from mlxfit.mlx_lm_defaults import (
     DEFAULT_KV_GROUP_SIZE,
     DEFAULT_PREFILL_STEP_SIZE,
@@ -91,8 +92,9 @@ from mlxfit.verbs.measure.run import (
 
 
 @dataclass(frozen=True)
-class Measurement:
+class Measurement(JsonResult):
     """What ``mlxfit measure`` reports: one real mlx-lm run beside mlxfit's prediction of it."""
+    JSON_RENDERER: ClassVar[str] = "mlxfit.render.measure:measurement_to_json"
 
     model: str
     source_kind: str  # folder | hf-cache | catalog | hub | config
@@ -116,14 +118,6 @@ class Measurement:
                 return t
         raise KeyError(name)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The object `mlxfit measure --json` prints (schema_version included), built by the
-        renderer the CLI calls."""
-        # render/ sits above the core: only a library call's to_dict() imports it
-        from mlxfit.render import json_object
-        from mlxfit.render.measure import measurement_to_json
-
-        return json_object(measurement_to_json(self))
 
 
 def slow_on_cpu(backend: str, config: dict, wdtype: str, params: int | None) -> str:

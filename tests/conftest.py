@@ -1,12 +1,16 @@
 """Test isolation: no test reaches the network or writes to the real caches by default.
 
 The Hub tests point HF_ENDPOINT at their own 127.0.0.1 server and undo HF_HUB_OFFLINE.
-Also test_measure_cpu's table of predicted vs measured, printed in the terminal summary.
+The Hub tests share their environment and server fixtures (env, server) here. Also
+test_measure_cpu's table of predicted vs measured, printed in the terminal summary.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from hub_server import FakeHub
 
 
 @pytest.fixture(autouse=True)
@@ -76,3 +80,35 @@ def format_table(results: list[dict]) -> str:
         lines.append(f"\n{len(errs)} cases: |peak error| median "
                      f"{100 * statistics.median(errs):.1f} %, max {100 * errs[-1]:.1f} %")
     return "\n".join(lines)
+
+
+# The Hub tests' environment and server (test_hub, test_trust_hub, test_trust_cache).
+
+
+@pytest.fixture
+def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """No real cache, token or offline flag leaks in; retries back off in milliseconds."""
+    import huggingface_hub.constants as hfc
+
+    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
+                "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HOME", "HUGGINGFACE_HUB_CACHE",
+                "XDG_CACHE_HOME", "HF_OIDC_RESOURCE", "HF_HUB_DOWNLOAD_TIMEOUT"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "mlxfit-cache"))
+    # huggingface_hub froze these at import, perhaps while another test had set them.
+    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(hfc, "HF_TOKEN_PATH", str(tmp_path / "stored-token"))
+    monkeypatch.setenv("MLXFIT_HUB_BACKOFF_SECONDS", "0.005")
+    monkeypatch.setenv("MLXFIT_HUB_MAX_WAIT_SECONDS", "0.02")
+    return tmp_path
+
+
+@pytest.fixture
+def server(env: Path, monkeypatch: pytest.MonkeyPatch):
+    from huggingface_hub.utils import close_session
+
+    with FakeHub() as s:
+        monkeypatch.setenv("HF_ENDPOINT", s.url)
+        yield s
+        close_session()  # drop pooled keep-alive connections to this server

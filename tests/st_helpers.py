@@ -412,3 +412,33 @@ def cache_catalog_model(cache: Path, repo_id: str, *, as_id: str | None = None,
     return make_hf_cache(cache, rid, {"config.json": json.dumps(e.config).encode(),
                                       "model.safetensors": spec},
                          commit=commit or hashlib.sha1(rid.encode()).hexdigest())
+
+
+def qwen_tiny(root: Path, *, n_shards: int = 3, index: bool = True, kv_config: bool = True,
+              width: int = 1024) -> Path:
+    """A Qwen3-0.6B-shaped model cut to two layers, sharded, with its real config."""
+    cfg = config_dict("Qwen__Qwen3-0.6B")
+    cfg["num_hidden_layers"] = 2
+    tensors = {"model.embed_tokens.weight": ("BF16", [151936, width]),
+               "model.norm.weight": ("BF16", [width])}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        tensors.update({p + "self_attn.q_proj.weight": ("BF16", [2048, width]),
+                        p + "self_attn.k_proj.weight": ("BF16", [1024, width]),
+                        p + "self_attn.v_proj.weight": ("BF16", [1024, width]),
+                        p + "self_attn.o_proj.weight": ("BF16", [width, 2048]),
+                        p + "mlp.up_proj.weight": ("BF16", [3072, width]),
+                        p + "mlp.gate_proj.weight": ("BF16", [3072, width]),
+                        p + "mlp.down_proj.weight": ("BF16", [width, 3072]),
+                        p + "input_layernorm.weight": ("BF16", [width])})
+    names = list(tensors)
+    shards: dict = {}
+    for s in range(n_shards):
+        fname = (f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors" if n_shards > 1
+                 else "model.safetensors")
+        shards[fname] = {n: tensors[n] for n in names[s::n_shards]}
+    make_folder(root, cfg, shards, index=index)
+    if kv_config:
+        (root / "kv_config.json").write_text(json.dumps({"kv_bits": 8, "kv_group_size": 64}))
+    (root / "README.md").write_text("# tiny\n")
+    return root

@@ -22,9 +22,9 @@ from st_helpers import (
     ON_M4PRO,
     config_dict,
     invoke,
-    make_folder,
     make_hf_cache,
     make_qwen3_8b_bf16,
+    qwen_tiny,
     write_raw,
 )
 
@@ -42,25 +42,6 @@ SENTINEL = "hf_SENTINELtokenZZZ0123456789abcdef"
 # --- environment ------------------------------------------------------------------------------
 
 
-@pytest.fixture
-def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No real cache, token or offline flag leaks in; retries back off in milliseconds."""
-    import huggingface_hub.constants as hfc
-
-    for var in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE",
-                "HF_HUB_DISABLE_IMPLICIT_TOKEN", "HF_HOME", "HUGGINGFACE_HUB_CACHE",
-                "XDG_CACHE_HOME", "HF_OIDC_RESOURCE", "HF_HUB_DOWNLOAD_TIMEOUT"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
-    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "mlxfit-cache"))
-    # huggingface_hub froze these at import, perhaps while another test had set them.
-    monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", False)
-    monkeypatch.setattr(hfc, "HF_TOKEN_PATH", str(tmp_path / "stored-token"))
-    monkeypatch.setenv("MLXFIT_HUB_BACKOFF_SECONDS", "0.005")
-    monkeypatch.setenv("MLXFIT_HUB_MAX_WAIT_SECONDS", "0.02")
-    return tmp_path
-
-
 def with_hub(**kw) -> Settings:
     """The settings of the environment as it is now, with these HubSettings fields changed."""
     s = from_environ()
@@ -70,47 +51,7 @@ def with_hub(**kw) -> Settings:
 RETRIES = HubSettings().retries
 
 
-@pytest.fixture
-def server(env: Path, monkeypatch: pytest.MonkeyPatch):
-    from huggingface_hub.utils import close_session
-
-    with FakeHub() as s:
-        monkeypatch.setenv("HF_ENDPOINT", s.url)
-        yield s
-        close_session()  # drop pooled keep-alive connections to this server
-
-
 # --- models -----------------------------------------------------------------------------------
-
-
-def qwen_tiny(root: Path, *, n_shards: int = 3, index: bool = True, kv_config: bool = True,
-              width: int = 1024) -> Path:
-    """A Qwen3-0.6B-shaped model cut to two layers, sharded, with its real config."""
-    cfg = config_dict("Qwen__Qwen3-0.6B")
-    cfg["num_hidden_layers"] = 2
-    tensors = {"model.embed_tokens.weight": ("BF16", [151936, width]),
-               "model.norm.weight": ("BF16", [width])}
-    for i in range(2):
-        p = f"model.layers.{i}."
-        tensors.update({p + "self_attn.q_proj.weight": ("BF16", [2048, width]),
-                        p + "self_attn.k_proj.weight": ("BF16", [1024, width]),
-                        p + "self_attn.v_proj.weight": ("BF16", [1024, width]),
-                        p + "self_attn.o_proj.weight": ("BF16", [width, 2048]),
-                        p + "mlp.up_proj.weight": ("BF16", [3072, width]),
-                        p + "mlp.gate_proj.weight": ("BF16", [3072, width]),
-                        p + "mlp.down_proj.weight": ("BF16", [width, 3072]),
-                        p + "input_layernorm.weight": ("BF16", [width])})
-    names = list(tensors)
-    shards: dict = {}
-    for s in range(n_shards):
-        fname = (f"model-{s + 1:05d}-of-{n_shards:05d}.safetensors" if n_shards > 1
-                 else "model.safetensors")
-        shards[fname] = {n: tensors[n] for n in names[s::n_shards]}
-    make_folder(root, cfg, shards, index=index)
-    if kv_config:
-        (root / "kv_config.json").write_text(json.dumps({"kv_bits": 8, "kv_group_size": 64}))
-    (root / "README.md").write_text("# tiny\n")
-    return root
 
 
 def qwen3_8b_bf16(root: Path, n_shards: int = 4) -> Path:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from hub_server import FakeHub
-from test_hub import env, qwen_tiny, server  # noqa: F401 (fixtures)
+from st_helpers import qwen_tiny
 
 from mlxfit.errors import SourceError
 from mlxfit.sources.hub import fetch as mhub
@@ -47,7 +47,7 @@ def listing(root: Path) -> dict[str, tuple[int, int]]:
 
 
 @pytest.fixture
-def cached(server: FakeHub, tmp_path: Path):  # noqa: F811
+def cached(server: FakeHub, tmp_path: Path):
     """A model fetched once: (entry file, canary file, listing of everything outside the cache)."""
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
     resolve_model("acme/tiny")
@@ -92,7 +92,7 @@ HOSTILE = {
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_hostile_entry_is_refused_and_writes_nothing(cached, case: str, tmp_path: Path,
-                                                     server: FakeHub,  # noqa: F811
+                                                     server: FakeHub,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     entry, canary = cached
     edit(entry, lambda d: HOSTILE[case](d, canary))

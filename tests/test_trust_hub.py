@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 from hub_server import FakeHub
-from st_helpers import M4PRO
-from test_hub import env, qwen_tiny, server  # noqa: F401 (fixtures)
+from st_helpers import M4PRO, qwen_tiny
 
 from mlxfit.sources.resolve import resolve_model
 
@@ -49,8 +48,8 @@ def cache_files(env_dir: Path) -> list[Path]:
 # --- deadlines --------------------------------------------------------------------------------
 
 
-def test_slow_drip_hits_the_request_deadline(server: FakeHub, tmp_path: Path,  # noqa: F811
-                                             env: Path) -> None:  # noqa: F811
+def test_slow_drip_hits_the_request_deadline(server: FakeHub, tmp_path: Path,
+                                             env: Path) -> None:
     """One byte every 0.2 s never trips the 10 s read timeout; the 1.5 s request deadline ends
     it. The child's timeout (20 s) is the bound a hang would cross."""
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
@@ -62,8 +61,8 @@ def test_slow_drip_hits_the_request_deadline(server: FakeHub, tmp_path: Path,  #
     assert not [p for p in cache_files(env) if p.name.endswith(".json.gz")]
 
 
-def test_slow_drip_hits_the_fetch_deadline(server: FakeHub, tmp_path: Path,  # noqa: F811
-                                           env: Path) -> None:  # noqa: F811
+def test_slow_drip_hits_the_fetch_deadline(server: FakeHub, tmp_path: Path,
+                                           env: Path) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
     server.fault("/cdn/", range_start=8, drip=0.2)
     r = cli("fit", "acme/tiny", "--machine", M4PRO, timeout=20,
@@ -72,7 +71,7 @@ def test_slow_drip_hits_the_fetch_deadline(server: FakeHub, tmp_path: Path,  # n
     assert "did not finish within 1 s" in msg or "limit 1 s" in msg, msg
 
 
-def test_headers_dripped_forever_hit_the_fetch_deadline(server: FakeHub,  # noqa: F811
+def test_headers_dripped_forever_hit_the_fetch_deadline(server: FakeHub,
                                                         tmp_path: Path) -> None:
     """The model info's headers, a byte every 0.2 s: no read times out, the fetch deadline
     (1.5 s here) ends it; the model-info request runs on a daemon thread for this."""
@@ -84,7 +83,7 @@ def test_headers_dripped_forever_hit_the_fetch_deadline(server: FakeHub,  # noqa
     assert "did not finish within 1.5 s" in msg, msg
 
 
-def test_206_held_open_says_so(server: FakeHub, tmp_path: Path) -> None:  # noqa: F811
+def test_206_held_open_says_so(server: FakeHub, tmp_path: Path) -> None:
     """Headers and half the body, then silence: not "did not answer"."""
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
     server.fault("/cdn/", range_start=8, hold=5)
@@ -102,8 +101,8 @@ runpy.run_module("mlxfit", run_name="__main__")
 """
 
 
-def test_ctrl_c_ends_within_a_second_and_caches_nothing(server: FakeHub, tmp_path: Path,  # noqa: F811
-                                                        env: Path) -> None:  # noqa: F811
+def test_ctrl_c_ends_within_a_second_and_caches_nothing(server: FakeHub, tmp_path: Path,
+                                                        env: Path) -> None:
     """A real SIGINT to a real child while 3 shard reads drip: it exits 130 within 1 s (the
     wait's timeout), leaving no cache entry and no temporary file."""
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
@@ -142,7 +141,7 @@ def model_info(siblings: list[dict]) -> bytes:
     return json.dumps({"id": "acme/big", "sha": SHA, "siblings": siblings}).encode()
 
 
-def test_a_hundred_thousand_shards_are_refused_before_any_is_read(server: FakeHub) -> None:  # noqa: F811
+def test_a_hundred_thousand_shards_are_refused_before_any_is_read(server: FakeHub) -> None:
     names = [{"rfilename": f"model-{i:06d}-of-100000.safetensors", "size": 10**9}
              for i in range(1, 100_001)] + [{"rfilename": "config.json", "size": 100}]
     server.fault("/api/models/acme/big", status=200, body=model_info(names))
@@ -153,7 +152,7 @@ def test_a_hundred_thousand_shards_are_refused_before_any_is_read(server: FakeHu
 
 
 @pytest.mark.parametrize("size", [2**64, 2**53 + 1])
-def test_shard_size_past_2_to_the_53(server: FakeHub, size: int) -> None:  # noqa: F811
+def test_shard_size_past_2_to_the_53(server: FakeHub, size: int) -> None:
     names = [{"rfilename": "model.safetensors", "size": size},
              {"rfilename": "config.json", "size": 100}]
     server.fault("/api/models/acme/big", status=200, body=model_info(names))
@@ -164,9 +163,9 @@ def test_shard_size_past_2_to_the_53(server: FakeHub, size: int) -> None:  # noq
 # --- secrets ----------------------------------------------------------------------------------
 
 
-def test_credentials_in_hf_endpoint_are_never_shown_nor_stored(server: FakeHub,  # noqa: F811
+def test_credentials_in_hf_endpoint_are_never_shown_nor_stored(server: FakeHub,
                                                                tmp_path: Path,
-                                                               env: Path) -> None:  # noqa: F811
+                                                               env: Path) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
     secret = "pa55SECRETword"
     ep = server.url.replace("http://", f"http://mirroruser:{secret}@")
@@ -196,7 +195,7 @@ def test_credentials_in_hf_endpoint_are_never_shown_nor_stored(server: FakeHub, 
 # --- messages ---------------------------------------------------------------------------------
 
 
-def test_verbose_counts_bytes_sent_past_the_ranges(tmp_path: Path, env: Path,  # noqa: F811
+def test_verbose_counts_bytes_sent_past_the_ranges(tmp_path: Path, env: Path,
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """A server that ignores Range sends tensor data we never asked for: --verbose must not
     claim "no tensor data" then."""

@@ -16,7 +16,7 @@ from mlxfit.estimate.serving_summary import ServingSummary
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.json_result import JsonResult
 from mlxfit.model.config import ModelConfig
-from mlxfit.model.inputs import WeightsDetail, WeightsRead
+from mlxfit.model.inputs import Buffer, WeightsDetail, WeightsRead
 
 # Used when config.json has no max_position_embeddings: the solver needs an upper bound.
 DEFAULT_MAX_CONTEXT = 131072
@@ -159,7 +159,7 @@ class FitResult(JsonResult):
     serving: ServingSummary | None = None
     # Single arrays checked against the GPU's maxBufferLength (mlxfit.model.inputs.Buffer), largest
     # first, and the limit (None when unknown).
-    buffers: tuple[Any, ...] = field(default=())
+    buffers: tuple[Buffer, ...] = field(default=())
     max_buffer_bytes: int | None = None
     # The cache plan's origin (ModelConfig.plan_source): "table", "mlx-lm <version>" or an
     # unverified plain-transformer estimate (family_known False).

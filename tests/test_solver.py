@@ -128,7 +128,7 @@ def test_cycle_skipping_capacity_equals_update_by_update():
     mlx-lm's KVCache rule update by update, for steps on and off the 256 grid."""
     import random
 
-    from mlxfit.estimate.cache_sim import capacity_after_equal_updates, kv_capacity_after_updates
+    from mlxfit.model.cache_growth import capacity_after_equal_updates, kv_capacity_after_updates
 
     rng = random.Random(7)
     cases = [(rng.randint(0, 600), rng.randint(1, 1500)) for _ in range(400)]

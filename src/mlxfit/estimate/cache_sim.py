@@ -11,20 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-# The KVCache growth arithmetic lives beside the cache kinds; STEP and the update simulators
-# stay importable from here, where the schedule's callers have always found them.
-from mlxfit.model.cache_growth import (
-    STEP,
-    capacity_after_equal_updates,
-    compressed_rows,
-    kv_capacity_after_updates,
-)
+from mlxfit.model.cache_growth import compressed_rows
 
 if TYPE_CHECKING:
     from mlxfit.model.config import Attn
-
-__all__ = ["STEP", "Chunk", "Schedule", "capacity_after_equal_updates",
-           "kv_capacity_after_updates"]
 
 
 @dataclass(frozen=True)

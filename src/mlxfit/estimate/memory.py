@@ -547,7 +547,7 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
     copy = 0.0
     for a, _ in attn_groups(cfg, run):
         # The step that last grew (or trimmed) the cache held the old buffer beside the new.
-        earlier = cs.Schedule(max(run.ctx - cs.STEP, 1), 0, s.prefill_step_size)
+        earlier = cs.Schedule(max(run.ctx - growth.STEP, 1), 0, s.prefill_step_size)
         if a.cache.resized_last_after_prefill:
             before = layer_bytes_prefill(a, s, s.chunks()[2], quant, run, cfg.act_bytes)
         else:

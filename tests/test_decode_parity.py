@@ -25,7 +25,7 @@ import pytest
 
 import mlxfit
 from mlxfit.calibration.load import load_calibration
-from mlxfit.estimate import serving as sv
+from mlxfit.estimate.batched import batched_step
 from mlxfit.estimate.memory import Run
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.model.inputs import model_inputs
@@ -75,7 +75,7 @@ def _every_verb(model: str, cal) -> dict[str, float]:
     chart = {p.ctx: p.decode_tps for p in r.chart.points}
     cluster = mlxfit.cluster(model, [ULTRA], CTX, calibration=cal)
     assert cluster.chosen == "single"
-    batched = sv.batched_decode(inputs.cfg, r.run, inputs.weights, m.bandwidth_gbs, cal, m.name, 1)
+    batched = batched_step(inputs.cfg, r.run, inputs.weights, m.bandwidth_gbs, cal, m.name, 1)
     return {
         "fit": r.predicted_decode_tps,
         "measure": measure_tps,
@@ -136,15 +136,15 @@ def test_the_ultra_factor_and_the_fused_dims_change_the_prediction():
 
 
 def test_served_batched_estimate_takes_the_ultra_factors():
-    """fit_served's batched estimate (parallel 2) is batched_decode with the machine's name
+    """fit_served's batched estimate (parallel 2) is batched_step with the machine's name
     (and its compute: the second sequence's matmul FLOPs add to the step)."""
     cal = load_calibration()
     r = mlxfit.fit(QWEN7, CTX, machine=ULTRA, parallel=2, prompt_cache=0, calibration=cal)
     inputs = model_inputs(resolve_model(QWEN7))
     chip = compute_for(machine_for(ULTRA))
-    two = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, ULTRA, 2,
+    two = batched_step(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, ULTRA, 2,
                             compute=chip)
-    plain = sv.batched_decode(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, "M3 Max",
+    plain = batched_step(inputs.cfg, r.run, inputs.weights, r.bandwidth_gbs, cal, "M3 Max",
                               2, compute=chip)
     got = r.serving.batched_decode.aggregate_tps
     assert got == pytest.approx(two.aggregate_tps, rel=1e-12)

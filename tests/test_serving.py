@@ -16,7 +16,8 @@ from st_helpers import runner
 import mlxfit
 from mlxfit.cli.app import app
 from mlxfit.errors import UsageError
-from mlxfit.estimate.serving import SERVER_PROMPT_CACHE_SIZE, batched_decode
+from mlxfit.estimate.batched import batched_step
+from mlxfit.estimate.serving import SERVER_PROMPT_CACHE_SIZE
 from mlxfit.model.inputs import model_inputs, weight_buffers
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.render.fit import fit_to_json
@@ -160,10 +161,10 @@ def test_batched_decode_estimate():
 
     cal = load_calibration()
     chip = compute_for(machine_for(BIG))  # fit passes the chip's compute: FLOPs add per sequence
-    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1,
+    one = batched_step(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1,
                          compute=chip)
     assert one.per_sequence_tps == pytest.approx(r.predicted_decode_tps, rel=1e-12)
-    four = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 4,
+    four = batched_step(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 4,
                           compute=chip)
     assert four.per_sequence_tps < one.per_sequence_tps
     assert four.aggregate_tps == pytest.approx(4 * four.per_sequence_tps)
@@ -186,10 +187,10 @@ def test_one_batched_sequence_is_fits_decode_on_an_ultra_with_wide_gqa():
 
     inp = model_inputs(resolve_model(model))
     cal = load_calibration()
-    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, machine, 1)
+    one = batched_step(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, machine, 1)
     assert one.per_sequence_tps == pytest.approx(r.predicted_decode_tps, rel=1e-12)
     # The same bandwidth under a non-Ultra name: neither Ultra factor applies.
-    plain = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, "M3 Max", 1)
+    plain = batched_step(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, "M3 Max", 1)
     assert plain.per_sequence_tps > one.per_sequence_tps
 
 
@@ -200,8 +201,8 @@ def test_moe_batched_decode_reads_more_experts():
 
     inp = model_inputs(resolve_model("mlx-community/Qwen3-30B-A3B-4bit"))
     cal = load_calibration()
-    one = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1)
-    eight = batched_decode(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 8)
+    one = batched_step(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 1)
+    eight = batched_step(inp.cfg, r.run, inp.weights, r.bandwidth_gbs, cal, r.machine_name, 8)
     # 8 tokens x top-8 of 128 experts: 1 - (1 - 8/128)^8 = 40.3% of the experts read.
     frac = 1 - (1 - 8 / 128) ** 8
     expected = one.weights_read_bytes + int(inp.weights.expert_bytes * (frac - 8 / 128))

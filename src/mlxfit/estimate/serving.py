@@ -31,8 +31,7 @@ from dataclasses import dataclass, replace
 
 from mlxfit.calibration.constants import Backend, Calibration
 from mlxfit.errors import UsageError
-from mlxfit.estimate.batched import BatchedStep, batched_peak_phase, batched_step, seq_cache_bytes
-from mlxfit.estimate.compute import ChipCompute
+from mlxfit.estimate.batched import BatchedStep, batched_peak_phase, seq_cache_bytes
 from mlxfit.estimate.memory import (
     Phase,
     Run,
@@ -45,7 +44,7 @@ from mlxfit.estimate.serving_summary import ServingSummary
 from mlxfit.estimate.solve import ExtraTerms, largest_true, run_at
 from mlxfit.mlx_lm_defaults import DEFAULT_KV_GROUP_SIZE, DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.model.config import ModelConfig
-from mlxfit.model.inputs import Buffer, WeightsRead
+from mlxfit.model.inputs import Buffer
 
 # mlx_lm.server defaults (server.py argparse) and generate's draft default.
 SERVER_PROMPT_CONCURRENCY = 8
@@ -245,19 +244,6 @@ def extra_terms_fn(cfg: ModelConfig, cal: Calibration, serving: Serving) -> Extr
         return serving_terms(cfg, run, phase, cal.backend(run.backend), serving)
 
     return terms
-
-
-# --------------------------------------------------------------------------- speed
-
-
-def batched_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   cal: Calibration, machine_name: str, sequences: int, *,
-                   compute: ChipCompute | None = None) -> BatchedStep:
-    """One batched decode step of ``sequences`` sequences (``batched.batched_step``: weights
-    once, every sequence's KV, the compute that grows with the batch) as the report shows it.
-    One sequence is exactly fit's decode estimate while memory-bound."""
-    return batched_step(cfg, run, w, bandwidth_gbs, cal, machine_name, sequences,
-                        compute=compute)
 
 
 # --------------------------------------------------------------------------- buffers

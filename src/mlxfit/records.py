@@ -105,7 +105,6 @@ def compare_terms(rec: dict, *, weights: int, kv: int, state: int, transient: in
     return tuple(terms)
 
 
-
 @dataclass(frozen=True)
 class Sample:
     """One measured run, ready to predict."""

@@ -249,8 +249,6 @@ def extra_terms_fn(cfg: ModelConfig, cal: Calibration, serving: Serving) -> Extr
 # --------------------------------------------------------------------------- buffers
 
 
-
-
 def run_buffers(cfg: ModelConfig, run: Run, be: Backend, serving: Serving) -> list[Buffer]:
     """The largest arrays a run allocates, one per kind: an unfused attention score matrix of
     the last prefill chunks (MLA: pe_scores and the rebuilt per-head K/V), one layer's cached

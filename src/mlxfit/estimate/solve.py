@@ -205,7 +205,6 @@ class FitResult(JsonResult):
         return self.fits and not self.oversize_buffers
 
 
-
 def fit_core(
     *,
     model: str,

@@ -20,14 +20,6 @@ from mlxfit.verbs.cluster.results import ClusterResult
 # --------------------------------------------------------------------------- JSON
 
 
-
-
-
-
-
-
-
-
 # --------------------------------------------------------------------------- launch files
 
 SPLIT_SCRIPT = "mlxfit_pipeline_split.py"

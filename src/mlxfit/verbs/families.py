@@ -48,7 +48,6 @@ class FamiliesResult(JsonResult):
     not_supported: dict[str, str]
 
 
-
 def cache_kinds(cfg: ModelConfig) -> tuple[str, ...]:
     """The cache kinds of a parsed config's layers, in mlx-lm's class names."""
     kinds = set()

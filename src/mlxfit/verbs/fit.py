@@ -159,10 +159,6 @@ def fit(
     return r
 
 
-
-
-
-
 def sized_source(src, recipe: QuantRecipe | None, model_ref: str,
                  with_vision: bool = False):
     """(source, ModelInputs) of the model as given, or as mlx_lm.convert would write it with
@@ -204,17 +200,9 @@ def fit_inputs(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     return replace(r, machine=m)
 
 
-
-
 # --------------------------------------------------------------------------- serving, advice,
 # chart: one generation's fit plus the serving terms and the single-buffer check (serving.py),
 # the advisor's evaluator (advise.py) and the chart series (chart.py).
-
-
-
-
-
-
 
 
 def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
@@ -355,14 +343,10 @@ def ttft_of(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration) -> floa
     return None if p is None else p.ttft_s
 
 
-
-
 def weights_summary(model: str, revision: str | None = None, with_vision: bool = False):
     """The exact weights breakdown of a model (no machine, no context)."""
     src = resolve_model(model, revision=revision)
     return src, summarize_weights(src.tensors, src.config, with_vision=with_vision)
-
-
 
 
 # --------------------------------------------------------------------------- the other verbs

@@ -106,7 +106,6 @@ class MatrixResult(JsonResult):
         return sum(r.runs for r in self.rows)
 
 
-
 def _family(table: SkuTable, chip: str) -> str:
     fam = table["chips"][chip].get("family")
     return fam if isinstance(fam, str) and fam else chip.split()[0]

@@ -48,7 +48,6 @@ class ModelsResult(JsonResult):
     skipped: tuple[Skipped, ...] = ()  # cached repos that are not loadable models, and why
 
 
-
 def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool,
          convert: ConversionPlan | None = None) -> ModelRow:
     """``convert``: the plan of a predicted conversion (its label is the

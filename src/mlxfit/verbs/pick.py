@@ -300,7 +300,6 @@ class PickResult(JsonResult):
         return self.chosen is not None or any(c.runs for c in self.catalog or ())
 
 
-
 def quant_label(weights_detail: WeightsDetail | None) -> str:
     if weights_detail is None:
         return "?"

@@ -92,7 +92,6 @@ class ServePlan(JsonResult):
     machine: Machine | None = None  # the machine planned for (the JSON's machine object)
 
 
-
 def _table_sizes(n_max: int, users: int | None) -> list[int]:
     sizes = {1, n_max, n_max + 1}
     k = 2

@@ -25,8 +25,6 @@ _LOGIN = "log in with `hf auth login` or set HF_TOKEN"
 _OFFLINE_HINT = "HF_HUB_OFFLINE=1 works for models already cached"
 
 
-
-
 @dataclass
 class _Body:
     data: bytes

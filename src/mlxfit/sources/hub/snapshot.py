@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from mlxfit.sources.source import ModelSource
 
 
-
-
 # --- rebuilding a ModelSource from a snapshot -------------------------------------------------
 
 

@@ -63,41 +63,13 @@ FIT_PARAMS: tuple[str, ...] = (
 DECODE_PARAMS: tuple[str, ...] = ("eta", "fixed_s")
 
 
-
-
 # --------------------------------------------------------------------------- records
-
-
-
-
-
-
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------- prediction
 
 
-
-
-
-
-
-
 # --------------------------------------------------------------------------- least squares
-
-
-
-
-
-
-
-
 
 
 def fittable(cal: Calibration, backend: str, params: tuple[str, ...] = FIT_PARAMS
@@ -142,8 +114,6 @@ def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
     vals, active = least_squares(lambda v: relative_residuals(samples, cal, backend, v), start,
                                  max_iter=max_iter)
     return vals, active, tuple(k for k in params if k not in active)
-
-
 
 
 def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
@@ -280,7 +250,6 @@ class CalibrationResult(JsonResult):
             cal = replace(cal, decode=replace(cal.decode, **{k: self.decode.new[k]
                                                              for k in self.decode.fitted}))
         return cal
-
 
 
 # --------------------------------------------------------------------------- the user file

@@ -88,9 +88,6 @@ from mlxfit.verbs.measure.run import (
 # --------------------------------------------------------------------------- the results file
 
 
-
-
-
 @dataclass(frozen=True)
 class Measurement(JsonResult):
     """What ``mlxfit measure`` reports: one real mlx-lm run beside mlxfit's prediction of it."""
@@ -117,7 +114,6 @@ class Measurement(JsonResult):
             if t.name == name:
                 return t
         raise KeyError(name)
-
 
 
 def slow_on_cpu(backend: str, config: dict, wdtype: str, params: int | None) -> str:

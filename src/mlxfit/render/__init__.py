@@ -9,7 +9,7 @@ import json
 import math
 from typing import TYPE_CHECKING, Any
 
-if TYPE_CHECKING:  # types only: the results' to_dict() import this package
+if TYPE_CHECKING:  # annotations only: kept off every verb's start-up (cli.app imports dumps)
     from mlxfit.estimate.memory import Run, Term
     from mlxfit.hardware.resolve import Machine
     from mlxfit.model.quantize import ConversionPlan

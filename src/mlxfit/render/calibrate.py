@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION
 from mlxfit.render.text import esc, runs
-
-if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
-    from mlxfit.verbs.calibrate.twin import CalibrationResult, ErrorStats
+from mlxfit.verbs.calibrate.twin import CalibrationResult, ErrorStats
 
 
 def result_to_json(r: CalibrationResult) -> dict[str, Any]:

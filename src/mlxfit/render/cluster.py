@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from mlxfit.hardware.resolve import bare_machine
 from mlxfit.render import (
@@ -17,13 +19,8 @@ from mlxfit.render import (
 )
 from mlxfit.render.fit import render_conversion
 from mlxfit.render.text import esc
-
-if TYPE_CHECKING:  # the results' types only: their to_dict() imports this module
-    from collections.abc import Sequence
-    from pathlib import Path
-
-    from mlxfit.verbs.cluster.hosts import HostMachine
-    from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
+from mlxfit.verbs.cluster.hosts import HostMachine
+from mlxfit.verbs.cluster.results import ClusterResult, HostPlan, Plan
 
 
 def _host_machine(h: HostMachine | HostPlan) -> dict[str, Any]:

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION
-
-if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
-    from mlxfit.verbs.families import FamiliesResult
+from mlxfit.verbs.families import FamiliesResult
 
 
 def families_to_json(r: FamiliesResult) -> dict[str, Any]:

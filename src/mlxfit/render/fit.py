@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from mlxfit.hardware.resolve import bare_machine
+from mlxfit.estimate.batched import BatchedStep
+from mlxfit.estimate.serving_summary import ServingSummary
+from mlxfit.estimate.solve import FitResult
+from mlxfit.hardware.resolve import Machine, bare_machine
 from mlxfit.model.caches import grows_in_steps
+from mlxfit.model.inputs import WeightsDetail
+from mlxfit.model.quantize import ConversionPlan
 from mlxfit.render import (
     SCHEMA_VERSION,
     conversion_to_json,
@@ -18,13 +23,7 @@ from mlxfit.render import (
 )
 from mlxfit.render.text import esc
 
-if TYPE_CHECKING:  # types only: advice and the chart are on demand, FitResult.to_dict()
-    from mlxfit.estimate.batched import BatchedStep
-    from mlxfit.estimate.serving_summary import ServingSummary
-    from mlxfit.estimate.solve import FitResult  # imports this module
-    from mlxfit.hardware.resolve import Machine
-    from mlxfit.model.inputs import WeightsDetail
-    from mlxfit.model.quantize import ConversionPlan
+if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
     from mlxfit.verbs.chart import ChartData
 

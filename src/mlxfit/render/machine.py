@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from mlxfit.hardware.resolve import Machine
 from mlxfit.render import SCHEMA_VERSION, machine_to_json
 from mlxfit.render.text import esc
-
-if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
-    from mlxfit.hardware.resolve import Machine
 
 
 def machine_doc(m: Machine) -> dict[str, Any]:

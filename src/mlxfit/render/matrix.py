@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlxfit._version import __version__
 from mlxfit.render import (
@@ -17,9 +17,7 @@ from mlxfit.render.fit import fit_machine, render_conversion
 from mlxfit.render.quants import quants_to_json, render_quants
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
-
-if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
-    from mlxfit.verbs.matrix import MatrixResult, MatrixRow
+from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
 def row_to_json(r: MatrixRow) -> dict[str, Any]:

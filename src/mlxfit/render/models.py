@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
-
-if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
-    from mlxfit.verbs.models import ModelRow, ModelsResult
+from mlxfit.verbs.models import ModelRow, ModelsResult
 
 
 def row_to_json(r: ModelRow) -> dict[str, Any]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlxfit._version import __version__
 from mlxfit.hardware.resolve import Machine, bare_machine
@@ -16,9 +16,7 @@ from mlxfit.render import (
 )
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
-
-if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
-    from mlxfit.verbs.pick import Candidate, PickResult
+from mlxfit.verbs.pick import Candidate, PickResult
 
 
 def candidate_to_json(c: Candidate) -> dict[str, Any]:

@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from mlxfit.hardware.resolve import bare_machine
 from mlxfit.render import SCHEMA_VERSION, machine_to_json, tps_to_json
 from mlxfit.render.fit import fit_to_json, gb
 from mlxfit.render.text import esc
-
-if TYPE_CHECKING:  # the result's type only: its to_dict() imports this module
-    from mlxfit.verbs.serve_plan import ServePlan
+from mlxfit.verbs.serve_plan import ServePlan
 
 
 def _secs(s: float | None) -> float | None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: kept off every verb's start-up (cli.app imports dumps)
@@ -58,31 +59,8 @@ def term_to_json(t: Term) -> dict[str, Any]:
 
 def conversion_to_json(c: ConversionPlan | None) -> dict[str, Any] | None:
     """The one "quantization_plan" object (fit, matrix and its --quants, cluster): the conversion
-    sized, or None when none is."""
-    if c is None:
-        return None
-    return {
-        "label": c.label,
-        "command": c.command,
-        "family": c.family,
-        "family_rules_verified": c.family_rules_verified,
-        "quantize": c.quantize,
-        "mode": c.mode,
-        "bits": c.bits,
-        "group_size": c.group_size,
-        "quant_predicate": c.quant_predicate,
-        "dtype": c.dtype,
-        "quantized_modules": c.quantized_modules,
-        "float_modules": c.float_modules,
-        "weight_bytes": c.weight_bytes,
-        "disk_bytes": c.disk_bytes,
-        "disk_bytes_uncertainty": c.disk_bytes_uncertainty,
-        "shards": c.shards,
-        "n_tensors": c.n_tensors,
-        "total_parameters": c.total_parameters,
-        "bits_per_weight": c.bits_per_weight,
-        "config_quantization": c.config_quantization,
-    }
+    sized, or None when none is. ConversionPlan's fields are the JSON's keys, in their order."""
+    return None if c is None else asdict(c)
 
 
 def time_term_to_json(t: Any) -> dict[str, Any]:

@@ -255,7 +255,7 @@ def test_the_flags_act_on_each_kind_as_on_its_mlx_lm_class():
     # make_prompt_cache(max_kv_size=...) gives a model without make_cache a RotatingKVCache of
     # that size per layer; --max-kv-size leaves the windowed kinds as they are.
     class Model:  # mlx-lm reads only len(model.layers) here
-        layers = [None, None]
+        layers = (None, None)
 
     made = c.make_prompt_cache(Model(), max_kv_size=700)
     assert {type(x).__name__ for x in made} == {Full().under_max_kv_size(700).mlx_lm_class}

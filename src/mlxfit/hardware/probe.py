@@ -131,7 +131,8 @@ def probe_machine(
             n = int(ram_probe())
         except Exception as e:  # noqa: BLE001 - psutil missing or failing: one clear error below
             raise MachineError(
-                f"cannot read this machine's RAM ({type(e).__name__}); {MACHINE_HINT} or --memory-budget"
+                f"cannot read this machine's RAM ({type(e).__name__}); {MACHINE_HINT} or "
+                "--memory-budget"
             ) from None
         if n <= 0:
             raise MachineError(

@@ -27,7 +27,8 @@ def llama(c: Ctx) -> list[Layer]:
     window = c.f.int("sliding_window", 0) if c.f.has("sliding_window") else None
     if c.f.has("sliding_window") and types is None:
         c.warnings.append(
-            "sliding_window without layer_types: mlx-lm's llama.py keeps a full cache on every layer"
+            "sliding_window without layer_types: mlx-lm's llama.py keeps a full cache on every "
+            "layer"
         )
     return sliding_by_types(c, types, window)
 

@@ -1,10 +1,10 @@
 """The cache-plan oracle: what mlx-lm's own caches hold for a config, read without evaluating.
 
-MLX is lazy. The model built by mlx-lm's own classes (``load_model``'s ``get_model_classes`` + ``ModelArgs.from_dict``,
-the machinery ``mlx_lm.utils.load_model`` uses, without weights) at the config's real dimensions
-allocates nothing until something is evaluated; ``make_prompt_cache`` plus the model's forward
-pass over a prompt chunked exactly as ``generate_step`` does it (``prefill_step_size`` tokens at
-a time for the first P-1, then one token per step; ``maybe_quantize_kv_cache`` after every call)
+MLX is lazy. The model built by mlx-lm's own classes (``load_model``'s ``get_model_classes``
+and ``ModelArgs.from_dict``, the machinery ``mlx_lm.utils.load_model`` uses, without weights)
+at the config's real dimensions allocates nothing until something is evaluated;
+``make_prompt_cache`` plus the model's forward pass over a prompt chunked exactly as
+``generate_step`` does it (``prefill_step_size`` tokens at a time for the first P-1, then one token per step; ``maybe_quantize_kv_cache`` after every call)
 leaves cache objects whose arrays have their real shapes and dtypes. Nothing is ever passed to
 ``mx.eval``: the bytes come from the shapes.
 

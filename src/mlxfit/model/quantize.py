@@ -430,4 +430,5 @@ class ConversionPlan:
     config_quantization: dict[str, Any] | None  # the config.json "quantization" block written
 
 
-__all__ = ["ConversionPlan", "QuantRecipe", "QuantizationPlan", "Tensors", "check_recipe", "plan_conversion"]
+__all__ = ["ConversionPlan", "QuantRecipe", "QuantizationPlan", "Tensors", "check_recipe",
+           "plan_conversion"]

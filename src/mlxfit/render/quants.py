@@ -59,5 +59,5 @@ def render_quants(m: Any, out: Any) -> None:
     out.print("[dim]cell: largest safe context (K = 1024 tokens) and decode tok/s where it runs at "
               f"{m.context_tokens:,} tokens; GB = 10^9 B of converted weights[/]")
     for q in m.quants:
-        out.print(f"[dim]{esc(q.label)}: `{esc(q.plan.command)}` ({q.plan.bits_per_weight:.3f} bits "
-                  "per weight)[/]", soft_wrap=True)
+        out.print(f"[dim]{esc(q.label)}: `{esc(q.plan.command)}` "
+                  f"({q.plan.bits_per_weight:.3f} bits per weight)[/]", soft_wrap=True)

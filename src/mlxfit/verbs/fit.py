@@ -218,8 +218,8 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     if serving.sequences > 1 and m.bandwidth_gbs and r.fits:
         bd = batched_step(inputs.cfg, run2, inputs.weights, m.bandwidth_gbs, cal, m.name,
                           serving.sequences, compute=compute_for(m))
-    info = summary(serving, run2, inputs.cfg, command_line(model_ref or inputs.name, run2,
-                                                            serving), bd)
+    command = command_line(model_ref or inputs.name, run2, serving)
+    info = summary(serving, run2, inputs.cfg, command, bd)
     extra_warn: list[str] = []
     if serving.draft is not None:
         extra_warn.append("decode speed is the main model's alone: the speculative speed-up "

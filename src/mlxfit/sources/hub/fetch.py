@@ -220,8 +220,8 @@ def fetch_model(
             write_ref(repo_dir, revision, commit)
             return to_source(cached, HubTransfer(http.requests, http.bytes, True, commit,
                                                   cached.fetched_at))
-        snap = fetch_snapshot(http, info, bar.shards(), max_workers or hub.max_workers, hub.max_json_bytes,
-                      hub.max_shards)
+        snap = fetch_snapshot(http, info, bar.shards(), max_workers or hub.max_workers,
+                              hub.max_json_bytes, hub.max_shards)
         bar.stop()
         header_bytes = sum(len(raw) for _, _, raw in snap.shards)
         transfer = HubTransfer(http.requests, http.bytes, False, commit, snap.fetched_at,

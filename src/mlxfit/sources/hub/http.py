@@ -337,7 +337,8 @@ def require_hf_http() -> None:
     try:
         import huggingface_hub.utils._http  # noqa: F401
     except (ImportError, ValueError, TypeError) as e:
-        raise SourceError(f"cannot use huggingface_hub to read the Hub: {short_reason(e)}") from None
+        raise SourceError(
+            f"cannot use huggingface_hub to read the Hub: {short_reason(e)}") from None
 
 
 def short_reason(e: BaseException) -> str:

@@ -94,7 +94,8 @@ def undetermined(samples: list[Sample], cal: Calibration, backend: str,
     more = f"; ... {len(samples) - 6} more" if len(samples) > 6 else ""
     verb = "determines" if len(samples) == 1 else "determine"
     return (
-        f"{len(samples):,} distinct run{'' if len(samples) == 1 else 's'} {verb} {rank} of the {len(informed)} "
+        f"{len(samples):,} distinct run{'' if len(samples) == 1 else 's'} {verb} {rank} of the "
+        f"{len(informed)} "
         f"constants {'it' if len(samples) == 1 else 'they'} inform ({', '.join(informed)}): "
         "fitting "
         f"them all would score 0 % whatever they are; measure more runs (other contexts, "

@@ -453,7 +453,8 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
                  tensors: Sequence[TensorInfo], hosts: Sequence[HostMachine], run: Run,
                  cal: Calibration, link: Link, strategy: str = "auto",
                  with_vision: bool = False, notes: Sequence[str] = (),
-                 warnings: Sequence[str] = (), model_path: str = "", single_safetensors: bool = False,
+                 warnings: Sequence[str] = (), model_path: str = "",
+                 single_safetensors: bool = False,
                  params: MatmulParams | None = None) -> ClusterResult:
     """The pure planner: every figure of the report from its inputs."""
     if strategy not in STRATEGIES:

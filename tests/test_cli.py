@@ -18,8 +18,6 @@ from st_helpers import (
 )
 
 import mlxfit
-from mlxfit.render import dumps
-from mlxfit.render.fit import fit_to_json
 
 
 def qwen3_8b_bf16_folder(root: Path) -> Path:
@@ -58,8 +56,8 @@ def test_cli_json_equals_library_result():
     r = invoke("fit", "mlx-community/Qwen3-30B-A3B-4bit", "--ctx", "16384",
                "--machine", "M4 Max 64GB", "--json")
     lib = mlxfit.fit("mlx-community/Qwen3-30B-A3B-4bit", 16384, machine="M4 Max 64GB")
-    # The CLI prints the library's result through the one JSON writer (render.dumps).
-    assert json.loads(r.output) == json.loads(dumps(fit_to_json(lib)))
+    # The CLI prints the library's result through the one JSON writer: the result's to_dict().
+    assert json.loads(r.output) == lib.to_dict()
 
 
 def test_does_not_fit_exits_1_and_gives_no_speed():

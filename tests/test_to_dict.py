@@ -114,3 +114,33 @@ def test_calibrate_to_dict_is_the_cli_json(tmp_path: Path, monkeypatch):
     path.write_text("".join(json.dumps(r) + "\n" for r in recs))
     r = mlxfit.calibrate(path)
     assert r.to_dict() == _cli("calibrate", "--from", str(path))
+
+
+def test_to_json_is_the_text_the_cli_prints():
+    r = mlxfit.fit(Q8B, 32768, machine=M4PRO, advise="auto")
+    out = invoke("fit", Q8B, "--ctx", "32k", "--machine", M4PRO, "--json")
+    assert json.loads(r.to_json()) == json.loads(out.stdout)
+    assert r.to_json().strip() == out.stdout.strip()
+
+
+def test_twins_take_sizes_as_the_cli_spells_them():
+    # F13: "32k" and "16GB" are what users type; the twin reads them as the CLI does.
+    by_string = mlxfit.fit(Q8B, "32k", machine=M4PRO, memory_budget_gb="16GB")
+    by_number = mlxfit.fit(Q8B, 32768, machine=M4PRO, memory_budget_gb=16)
+    assert by_string.to_dict() == by_number.to_dict()
+    assert mlxfit.serve_plan(Q8B, "16k", machine=M4PRO).to_dict() == \
+        mlxfit.serve_plan(Q8B, 16384, machine=M4PRO).to_dict()
+    assert mlxfit.matrix(Q8B, "8k", chips="M4 Pro").to_dict() == \
+        mlxfit.matrix(Q8B, 8192, chips="M4 Pro").to_dict()
+
+
+@pytest.mark.parametrize(("kw", "param"), [
+    ({"ctx": "32kk"}, "ctx"), ({"ctx": 3.5}, "ctx"), ({"ctx": "9" * 400 + "k"}, "ctx"),
+    ({"memory_budget_gb": "16 parsecs"}, "memory_budget_gb"),
+    ({"memory_budget_gb": [16]}, "memory_budget_gb"),
+])
+def test_twins_refuse_a_bad_size_naming_the_parameter(kw, param):
+    with pytest.raises(mlxfit.errors.UsageError) as e:
+        mlxfit.fit(Q8B, **{"ctx": 8192, **kw}, machine=M4PRO)
+    assert e.value.param == param
+    assert len(str(e.value)) < 200

@@ -8,6 +8,7 @@ the way ``cli/app.py`` loads a verb by name, and no import edge points up the la
 from __future__ import annotations
 
 import importlib
+import json
 from typing import Any, ClassVar
 
 
@@ -25,3 +26,8 @@ class JsonResult:
         doc = getattr(importlib.import_module(module), name)(self)
         render = importlib.import_module("mlxfit.render")
         return (render.json_object if self.JSON_ROUNDED else render.plain_json_object)(doc)
+
+    def to_json(self) -> str:
+        """The text ``mlxfit <verb> --json`` prints: ``to_dict()`` indented as the CLI writes
+        it, so a script may call the twin or the CLI and parse the same document."""
+        return json.dumps(self.to_dict(), indent=2)

@@ -23,6 +23,7 @@ from mlxfit.mlx_lm_defaults import (
 from mlxfit.model import cache_growth as growth
 from mlxfit.model.caches import Full
 from mlxfit.model.config import Attn, ModelConfig
+from mlxfit.units import tokens
 
 
 @dataclass(frozen=True)
@@ -69,13 +70,20 @@ class Term:
     inputs: dict[str, Any] = field(default_factory=dict)
 
 
-def run_from(*, ctx: int, gen: int = 0, prefill_step_size: int = DEFAULT_PREFILL_STEP_SIZE,
+def run_from(*, ctx: int | str, gen: int | str = 0,
+             prefill_step_size: int | str = DEFAULT_PREFILL_STEP_SIZE,
              kv_bits: int | None = None, kv_group_size: int = DEFAULT_KV_GROUP_SIZE,
-             quantized_kv_start: int = DEFAULT_QUANTIZED_KV_START,
-             max_kv_size: int | None = None,
+             quantized_kv_start: int | str = DEFAULT_QUANTIZED_KV_START,
+             max_kv_size: int | str | None = None,
              backend: str = "metal") -> Run:
     """The Run of the twins' parameters (mlx-lm's names), checked by ``check_run``: the one
-    builder every verb (and a measurement record, ``run_from_record``) goes through."""
+    builder every verb (and a measurement record, ``run_from_record``) goes through. Token
+    counts may be given as the CLI takes them ("32k"): mlxfit.units.tokens."""
+    ctx, gen, prefill_step_size, quantized_kv_start = (
+        tokens(v, name) for v, name in ((ctx, "ctx"), (gen, "gen"),
+                                        (prefill_step_size, "prefill_step_size"),
+                                        (quantized_kv_start, "quantized_kv_start")))
+    max_kv_size = None if max_kv_size is None else tokens(max_kv_size, "max_kv_size")
     run = Run(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
               kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
               max_kv_size=max_kv_size, backend=backend)

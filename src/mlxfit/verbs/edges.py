@@ -23,11 +23,14 @@ from mlxfit.hardware.resolve import (
 from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
 from mlxfit.settings import DEFAULT_MACOS, MACOS_MAJORS, user_calibration
 from mlxfit.sources.resolve import resolve_model
+from mlxfit.units import gigabytes
 
 
 def check_machine_params(memory_budget_gb: float | None = None, macos: int | None = None,
                          wired_limit_mb: int | None = None) -> None:
     """The machine parameters' ranges (UsageError naming the parameter), before any probe."""
+    if memory_budget_gb is not None:
+        memory_budget_gb = gigabytes(memory_budget_gb)  # "16GB" as the CLI takes it
     if memory_budget_gb is not None and (
             isinstance(memory_budget_gb, bool) or not memory_budget_gb > 0
             or memory_budget_gb > 1e6):
@@ -61,7 +64,7 @@ def machine_for(machine: str | None, memory_budget_gb: float | None = None,
     else:
         m = probe_machine(macos_major=macos)
     if memory_budget_gb is not None:
-        m = machine_with_budget(m, int(memory_budget_gb * 1e9))
+        m = machine_with_budget(m, int(gigabytes(memory_budget_gb) * 1e9))
     return m
 
 

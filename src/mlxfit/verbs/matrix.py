@@ -262,7 +262,7 @@ def matrix(
 
     shown = [r for r in rows if r.runs] if only_fits else rows
     return MatrixResult(
-        model=inputs.name, source_kind=inputs.source_kind, context_tokens=ctx, run=run,
+        model=inputs.name, source_kind=inputs.source_kind, context_tokens=run.ctx, run=run,
         weights_bytes=inputs.weights.total_bytes,
         context_limit=rows[0].result.context_limit if rows else 0,
         macos_major=macos_major, chips_filter=chips, only_fits=only_fits,

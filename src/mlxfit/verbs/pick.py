@@ -417,7 +417,7 @@ def pick(
         cat_rows = [c for c in cat_rows if c.runs]
     return PickResult(
         chosen=options[choice.index].model if choice.index is not None else None,
-        rule=choice.rule, reason=reason, context_tokens=ctx, machine_name=m.name,
+        rule=choice.rule, reason=reason, context_tokens=run.ctx, machine_name=m.name,
         ram_bytes=m.ram_bytes, usable_bytes=usable, usable_source=m.usable_source,
         coexist_fraction=settings.coexist_fraction,
         coexist_fraction_from=settings.coexist_fraction_from, coexist_bytes=coexist,

@@ -161,9 +161,9 @@ def serve_plan(
             warnings.append(f"no room for cached prompts at {n} concurrent requests: each costs "
                             f"{per / 1e9:.2f} GB; plan fewer requests to keep some")
         if users and n < users and batched:
-            warnings.append(f"--users {users} does not fit at {ctx:,} tokens: {n} do")
+            warnings.append(f"--users {users} does not fit at {run.ctx:,} tokens: {n} do")
     elif n_max == 0:
-        warnings.append(f"not even one {ctx:,}-token request fits on {m.name}")
+        warnings.append(f"not even one {run.ctx:,}-token request fits on {m.name}")
     rows = []
     for size in _table_sizes(n_table, users):
         rr = at(size, k)
@@ -191,7 +191,7 @@ def serve_plan(
     elif n:
         command = command_line(model, run, Serving(parallel=1, prompt_cache=k))
     return ServePlan(
-        model=inputs.name, machine_name=m.name, usable_bytes=m.usable_bytes, ctx=ctx,
+        model=inputs.name, machine_name=m.name, usable_bytes=m.usable_bytes, ctx=run.ctx,
         users=users, concurrency=n, max_concurrency=n_table, batched=batched, result=r,
         prompt_cache_size=k, prompt_cache_bytes=cap if batched and n else None,
         bytes_per_cached_prompt=per,

@@ -220,10 +220,11 @@ def measure(
     """
     # Every parameter is checked before mlx is asked for or the model resolved. The run's
     # backend is the one MLX runs on, known once mlx is imported.
-    check_tokens(ctx, gen, prefill_step_size)
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size)
+    ctx, gen, prefill_step_size = run.ctx, run.gen, run.prefill_step_size  # "32k" -> 32768
+    check_tokens(ctx, gen, prefill_step_size)
     if dtype is not None and dtype not in MLX_FLOAT_DTYPES:
         raise UsageError(f"dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}",
                          param="dtype")

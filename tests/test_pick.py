@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from st_helpers import M4PRO, make_hf_cache, runner, write_sparse
+from st_helpers import M4PRO, invoke, make_hf_cache, runner, write_sparse
 
 from mlxfit.cli.app import app
 from mlxfit.errors import MachineError, UsageError
@@ -189,7 +189,7 @@ def test_default_model_is_qwen3_8b_4bit_and_in_the_catalog():
 def test_pick_default_when_downloaded(tmp_path):
     for rid in (QWEN8, QWEN30, QWEN4):
         cache_model(hub(tmp_path), rid)
-    p = pick(8192, machine=M4PRO)
+    p = pick(8192, machine=M4PRO, default_model=QWEN8)
     assert (p.chosen, p.rule) == (QWEN8, "default")
     assert [c.model for c in p.candidates] == [QWEN30, QWEN8, QWEN4]  # largest first
     c = by_model(p)
@@ -275,8 +275,38 @@ def test_bad_settings_file(tmp_path, text, msg):
 
 def test_missing_settings_file_means_builtins(tmp_path):
     s = load_settings(tmp_path / "nope.toml")
-    assert (s.default_model, s.coexist_fraction, s.default_model_from) == (
-        DEFAULT_MODEL, 0.6, "built-in")
+    assert (s.default_model, s.coexist_fraction, s.default_model_from) == (None, 0.6, "none")
+
+
+def test_no_default_model_unless_the_user_sets_one(tmp_path):
+    # ux-3 F16: mlxfit's own default (what `fit` sizes when no model is named) is not the
+    # user's choice: without one, the largest that fits the coexist budget wins.
+    for rid in (QWEN8, QWEN30, QWEN4):
+        cache_model(hub(tmp_path), rid)
+    p = pick(8192, machine=M4PRO)  # 30B is over the coexist budget: 8B is the largest within
+    assert (p.chosen, p.rule, p.default_model) == (QWEN8, "coexist", None)
+    assert not any(c.is_default for c in p.candidates)
+    assert "default model" not in p.reason
+    cfg = tmp_path / "config.toml"
+    cfg.write_text(f'[pick]\ndefault_model = "{QWEN4}"\n')
+    assert pick(8192, machine=M4PRO, config_path=cfg).rule == "default"
+    off = pick(8192, machine=M4PRO, config_path=cfg, no_default_model=True)
+    assert (off.chosen, off.rule, off.default_model) == (QWEN8, "coexist", None)
+    with pytest.raises(UsageError, match="contradict"):
+        pick(8192, machine=M4PRO, default_model=QWEN8, no_default_model=True)
+
+
+def test_no_default_model_flag(tmp_path):
+    for rid in (QWEN8, QWEN4):
+        cache_model(hub(tmp_path), rid)
+    r = invoke("pick", "--machine", M4PRO, "--default-model", QWEN4, "--json")
+    assert json.loads(r.stdout)["chosen"] == QWEN4, r.output
+    r = invoke("pick", "--machine", M4PRO, "--no-default-model", "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert (d["chosen"], d["default_model"]) == (QWEN8, None)
+    text = invoke("pick", "--machine", M4PRO).stdout
+    assert "no default model" in text and "(default)" not in text
 
 
 @pytest.mark.parametrize("kw", [{"ctx": 0}, {"coexist_fraction": 0.0},
@@ -406,7 +436,7 @@ def test_half_downloaded_model(tmp_path):
     (snap / "model-00002-of-00003.safetensors").unlink()  # as an interrupted download leaves it
     snap30 = cache_model(hub(tmp_path), QWEN30, shards=3, index=False)
     (snap30 / "model-00003-of-00003.safetensors").unlink()  # and without an index
-    p = pick(8192, machine=M4PRO)
+    p = pick(8192, machine=M4PRO, default_model=QWEN8)
     assert p.chosen == QWEN4  # the default is not usable: the largest within budget
     assert p.reason.startswith(f"the default model {QWEN8} is in the cache but skipped (broken)")
     reasons = {s.model: s.reason for s in p.skipped}

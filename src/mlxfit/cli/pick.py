@@ -45,7 +45,8 @@ def pick_cmd(
     machine: MachineOpt = None,
     memory_budget: MemoryBudgetOpt = None,
     macos: MacosOpt = None,
-    default_model: str | None = typer.Option(None, "--default-model", help="Replaces [pick] default_model of ~/.config/mlxfit/config.toml."),
+    default_model: str | None = typer.Option(None, "--default-model", help="The model to load first when it is downloaded and fits (replaces [pick] default_model of ~/.config/mlxfit/config.toml; none by default)."),
+    no_default_model: bool = typer.Option(False, "--no-default-model", help="Ignore [pick] default_model: go by size alone."),
     coexist_fraction: float | None = typer.Option(None, "--coexist-fraction", help="Share of RAM an auto-pick may take (default 0.6)."),
     prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
     kv_bits: KvBitsOpt = None,
@@ -68,7 +69,7 @@ def pick_cmd(
     try:
         check_format(fmt)
         p = pick(ctx, catalog=catalog, machine=machine, memory_budget_gb=memory_budget,
-                 macos=macos, default_model=default_model,
+                 macos=macos, default_model=default_model, no_default_model=no_default_model,
                  coexist_fraction=coexist_fraction, prefill_step_size=prefill_step_size,
                  kv_bits=kv_bits, kv_group_size=kv_group_size,
                  quantized_kv_start=quantized_kv_start, max_kv_size=max_kv_size,

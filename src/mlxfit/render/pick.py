@@ -138,8 +138,10 @@ def render_pick(p: Any, out: Any) -> None:
     out.print(f"  usable {_gb(p.usable_bytes)} GB ({esc(p.usable_source)}); coexist budget "
               f"{_gb(p.coexist_bytes)} GB ({p.coexist_fraction:g} of RAM, "
               f"{esc(p.coexist_fraction_from)})")
-    out.print(f"  default model {esc(p.default_model)} ({esc(p.default_model_from)}); "
-              f"cache {esc(p.cache_dir)}")
+    dm = (f"default model {esc(p.default_model)} ({esc(p.default_model_from)})"
+          if p.default_model is not None else
+          "no default model (--default-model or [pick] default_model sets one)")
+    out.print(f"  {dm}; cache {esc(p.cache_dir)}")
     if p.candidates:
         out.print(_table(p.candidates, "downloaded", catalog=False))
         for i, c in enumerate(p.candidates, 1):

@@ -39,7 +39,7 @@ from mlxfit.mlx_lm_defaults import (
 )
 from mlxfit.model.inputs import ModelInputs, WeightsDetail, model_arrays, model_inputs
 from mlxfit.model.mlx_extra import require_mlx
-from mlxfit.settings import DEFAULT_MODEL, Settings, config_table
+from mlxfit.settings import Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import missing_numbered_shards, read_config
 from mlxfit.sources.hf_cache import (
@@ -67,8 +67,8 @@ COEXIST_FRACTION = 0.6  # from the original tool (fit.ts COEXIST_FRACTION)
 
 @dataclass(frozen=True)
 class PickSettings:
-    default_model: str
-    default_model_from: str  # "built-in", the config file, or "argument"
+    default_model: str | None  # None: no default model set (the rule goes by size)
+    default_model_from: str  # "none", the config file, or "argument"
     coexist_fraction: float
     coexist_fraction_from: str
 
@@ -81,7 +81,9 @@ def load_settings(path: Path | None = None, *, settings: Settings | None = None)
     ~/.config/mlxfit): ``default_model = "org/name"`` and ``coexist_fraction = 0.6``. Other
     tables are other verbs' business and are ignored; a missing file means the built-in values."""
     p, table = config_table("pick", path, settings)
-    s = PickSettings(DEFAULT_MODEL, "built-in", COEXIST_FRACTION, "built-in")
+    # No default model unless the user names one: mlxfit's own default (the model `fit` sizes
+    # when none is named) is not the user's choice and must not win the pick (ux-3 F16).
+    s = PickSettings(None, "none", COEXIST_FRACTION, "built-in")
     unknown = sorted(set(table) - set(_KEYS))
     if unknown:
         raise UsageError(f"{p}: unknown key {unknown[0]!r} in [pick] (known: {', '.join(_KEYS)})")
@@ -94,6 +96,12 @@ def load_settings(path: Path | None = None, *, settings: Settings | None = None)
         s = replace(s, coexist_fraction=check_fraction(table["coexist_fraction"], str(p)),
                     coexist_fraction_from=str(p))
     return s
+
+
+def _is_default(model: str, settings: PickSettings) -> bool:
+    """Whether ``model`` is the user's default model (repo ids match case-insensitively)."""
+    dm = settings.default_model
+    return dm is not None and model.casefold() == dm.casefold()
 
 
 def check_fraction(v: Any, where: str) -> float:
@@ -277,7 +285,7 @@ class PickResult(JsonResult):
     coexist_fraction: float
     coexist_fraction_from: str
     coexist_bytes: int
-    default_model: str
+    default_model: str | None
     default_model_from: str
     cache_dir: str
     candidates: tuple[Candidate, ...]  # largest first
@@ -317,6 +325,7 @@ def pick(
     memory_budget_gb: float | None = None,
     macos: int | None = None,
     default_model: str | None = None,
+    no_default_model: bool = False,
     coexist_fraction: float | None = None,
     cache_dir: str | os.PathLike[str] | None = None,
     config_path: str | os.PathLike[str] | None = None,
@@ -334,7 +343,9 @@ def pick(
 ) -> PickResult:
     """The model to auto-load on this (or the named) Mac at ``ctx`` tokens, and why.
 
-    ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table;
+    ``default_model`` / ``coexist_fraction`` override config.toml's [pick] table (without
+    either there is no default model: the rule goes by size); ``no_default_model`` ignores the
+    table's default model;
     ``cache_dir`` replaces the Hugging Face cache found from the environment. The run
     parameters are ``fit``'s (mlx-lm's flags); ``only_fits`` keeps only the catalog rows that
     run here (the downloaded candidates are all kept: the rule's reasons name them);
@@ -354,6 +365,9 @@ def pick(
     recipes = pick_recipes(quants, q_bits, q_group_size, q_mode, quant_predicate, dtype)
     if default_model is not None and not default_model.strip():
         raise UsageError("default_model is empty", param="default_model")
+    if default_model is not None and no_default_model:
+        raise UsageError("default_model and no_default_model contradict each other: give one",
+                         param="no_default_model", also=("default_model",))
     if coexist_fraction is not None and (
             isinstance(coexist_fraction, bool) or not isinstance(coexist_fraction, (int, float))
             or not 0 < coexist_fraction <= 1):
@@ -363,6 +377,8 @@ def pick(
     if default_model is not None:
         settings = replace(settings, default_model=default_model.strip(),
                            default_model_from="argument")
+    if no_default_model:
+        settings = replace(settings, default_model=None, default_model_from="argument")
     if coexist_fraction is not None:
         settings = replace(settings, coexist_fraction=float(coexist_fraction),
                            coexist_fraction_from="argument")
@@ -394,7 +410,7 @@ def pick(
     options = [Option(ld.inputs.name, r.weights_bytes, r.total_bytes, r.runs,
                       r.runs and r.total_bytes <= coexist, _blocked(r)) for ld, r in evaluated]
     default_skip = next((s for s in skipped
-                         if s.model.casefold() == settings.default_model.casefold()), None)
+                         if _is_default(s.model, settings)), None)
     choice = choose(options, settings.default_model, usable, coexist, settings.coexist_fraction,
                     "is not downloaded" if default_skip is None
                     else f"is in the cache but skipped ({default_skip.kind})")
@@ -402,7 +418,7 @@ def pick(
     for (ld, r), opt, v in zip(evaluated, options, choice.verdicts):
         cands.append(_candidate(r, ld.revision, ld.location, opt.fits_coexist, v.chosen,
                                 v.budget, usable if v.budget == "usable" else coexist, v.reason,
-                                opt.model.casefold() == settings.default_model.casefold(),
+                                _is_default(opt.model, settings),
                                 ld.notes))
     cands.sort(key=lambda c: (-c.weights_bytes, c.model))
     reason = choice.reason
@@ -503,4 +519,4 @@ def _catalog_row(src: ModelSource, rid: str, run, m, cal, usable: int, coexist: 
                                   f"needs {_gb(r.total_bytes)} > the usable {_gb(usable)}")
     return _candidate(r, None, "built-in catalog", fc, False,
                       "coexist" if r.runs else "usable", coexist if r.runs else usable,
-                      why, rid.casefold() == settings.default_model.casefold(), ())
+                      why, _is_default(rid, settings), ())

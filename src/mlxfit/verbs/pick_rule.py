@@ -38,13 +38,15 @@ def gb(n: float) -> str:
     return f"{n / 1e9:,.2f} GB"
 
 
-def choose(options: Sequence[Option], default_model: str, usable: int, coexist: int,
+def choose(options: Sequence[Option], default_model: str | None, usable: int, coexist: int,
            coexist_fraction: float, default_absent: str = "is not downloaded") -> Choice:
     """The seed's chooseAutoModel, with a reason for every candidate. ``default_absent`` says
-    why the default is not among the options, when it is not."""
+    why the default is not among the options, when it is not. ``default_model`` None: no
+    default model is set, the rule goes by size alone."""
     n = len(options)
-    default_i = next((i for i, o in enumerate(options)
-                      if o.model.casefold() == default_model.casefold()), None)
+    default_i = None if default_model is None else next(
+        (i for i, o in enumerate(options) if o.model.casefold() == default_model.casefold()),
+        None)
     order = sorted(range(n), key=lambda i: (-options[i].weights_bytes, options[i].model))
     cx = f"the coexist budget ({coexist_fraction:g} of RAM, {gb(coexist)})"
     us = f"the usable {gb(usable)}"
@@ -118,9 +120,9 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
                       f"{small.model}, {no_fit(small)}")
     elif rule == "coexist":
         reason = f"{options[chosen].model} is the largest that fits {cx}"  # type: ignore[index]
-        if default_i is None:
+        if default_i is None and default_model is not None:
             reason = f"the default model {default_model} {default_absent}; " + reason
-        else:
+        elif default_i is not None:
             reason = "the default model does not fit; " + reason
     else:
         reason = (f"nothing fits {cx}; {options[chosen].model} "  # type: ignore[index]

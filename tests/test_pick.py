@@ -749,3 +749,41 @@ def test_pick_plan_mlx_lm_cross_checks_each_candidate(tmp_path):
     assert any(n.startswith("cross-checked: the family table matches") for n in got["notes"])
     assert (derived.result.kv_bytes, derived.result.state_bytes) == (
         tabled.result.kv_bytes, tabled.result.state_bytes)
+
+
+# ---------------------------------------------------------------------------------------------
+# ux-3 F18: GGUF repos named as such; a half-download of a catalog model still answers
+# ---------------------------------------------------------------------------------------------
+
+
+def test_gguf_only_repo_is_named_as_llama_cpp_format(tmp_path):
+    make_hf_cache(hub(tmp_path), "bartowski/Qwen3-8B-GGUF",
+                  {"Qwen3-8B-Q4_K_M.gguf": b"GGUF"}, commit="c" * 40)
+    r = invoke("fit", "bartowski/Qwen3-8B-GGUF", "--machine", M4PRO)
+    assert r.exit_code == 2
+    line = r.stderr.strip()
+    assert "\n" not in line and "GGUF" in line and "llama.cpp" in line and "MLX" in line
+    p = pick(8192, machine=M4PRO)
+    (s,) = p.skipped
+    assert s.kind == "not-a-model" and "GGUF" in s.reason
+
+
+def test_half_downloaded_catalog_model_is_sized_from_the_catalog(tmp_path):
+    snap = cache_model(hub(tmp_path), QWEN8, shards=3)
+    (snap / "model-00002-of-00003.safetensors").unlink()
+    r = invoke("fit", QWEN8, "--machine", M4PRO, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    assert d["source"] == "catalog"
+    assert any("half-downloaded" in n and "catalog" in n for n in d["notes"]), d["notes"]
+    full = json.loads(invoke("fit", QWEN8, "--machine", M4PRO, "--json",
+                             env={"HF_HUB_CACHE": str(tmp_path / "empty")}).stdout)
+    assert d["total_bytes"] == full["total_bytes"]
+
+
+def test_half_download_outside_the_catalog_says_how_many_are_missing(tmp_path):
+    snap = cache_model(hub(tmp_path), QWEN8, as_id="someone/own-model", shards=3)
+    (snap / "model-00002-of-00003.safetensors").unlink()
+    r = invoke("fit", "someone/own-model", "--machine", M4PRO)
+    assert r.exit_code == 2
+    assert "(1 of 3 missing: half-downloaded?)" in r.stderr, r.stderr

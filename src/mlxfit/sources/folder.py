@@ -25,8 +25,8 @@ def read_config(path: Path) -> dict[str, Any]:
     try:
         data = json.loads(read_regular(path, MAX_JSON_BYTES).decode("utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"{path}: missing (every model folder needs config.json)",
-                          file=str(path)) from None
+        raise ConfigError(f"{path}: missing (every model folder needs config.json)"
+                          + gguf_hint(path.parent), file=str(path)) from None
     except OSError as e:
         raise ConfigError(f"{path}: cannot read: {why(e)}", file=str(path)) from None
     except UnicodeDecodeError:
@@ -43,6 +43,19 @@ def read_config(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: must be a JSON object, got a {type(data).__name__}",
                           file=str(path))
     return data
+
+
+def gguf_hint(folder: Path) -> str:
+    """"; it holds GGUF files ..." when the folder is a llama.cpp repo, else "": a user who
+    fetched a GGUF conversion learns why it is not a model here and what to look for."""
+    try:
+        if not any(folder.glob("*.gguf")):
+            return ""
+    except OSError:
+        return ""
+    return ("; it holds GGUF files, llama.cpp's format: MLX (mlx-lm, LM Studio's MLX engine) "
+            "loads safetensors, so look for an MLX conversion of the model (e.g. on "
+            "mlx-community)")
 
 
 def _check_link(path: Path) -> None:
@@ -68,6 +81,7 @@ def _index_shards(folder: Path, index: Path) -> list[Path]:
     ):
         raise WeightsError(f"{index}: garbled index (no weight_map of tensor -> file)")
     shards: list[Path] = []
+    absent: list[str] = []
     for fname in dict.fromkeys(weight_map.values()):  # first-seen order, no duplicates
         rel = os.path.normpath(fname)
         # A hostile index must not send us reading arbitrary files outside the model folder.
@@ -76,8 +90,13 @@ def _index_shards(folder: Path, index: Path) -> list[Path]:
         shard = folder / rel
         _check_link(shard)
         if not shard.is_file():
-            raise WeightsError(f"missing shard {fname} listed in index {index}")
+            absent.append(fname)
+            continue
         shards.append(shard)
+    if absent:
+        n = len(absent) + len(shards)
+        raise WeightsError(f"missing shard {absent[0]} listed in index {index} ({len(absent)} "
+                           f"of {n} missing: half-downloaded?)")
     return shards
 
 
@@ -111,7 +130,7 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
         found = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
         raise WeightsError(
             f"no model*.safetensors in {folder} (found: {found or 'nothing else'})"
-        )
+            + gguf_hint(folder))
     _check_numbered_shards(folder, shards)
     return shards, notes
 

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import difflib
 import os
+from dataclasses import replace
 from pathlib import Path
 
-from mlxfit.errors import HubUnreachable, SourceError
+from mlxfit.errors import HubUnreachable, SourceError, WeightsError
 from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import load_folder, unreadable_error
@@ -109,6 +110,15 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
         if revision is None or s.hub.offline:
             raise
         found = None
+    except WeightsError as e:
+        # A half-downloaded (or damaged) snapshot of a model the catalog knows: the catalog's
+        # headers are the same files, so the answer does not wait for the download (ux-3 F18).
+        found = _from_catalog(spec, None, s.catalog_dir) if revision is None else None
+        if found is None:
+            raise
+        found = replace(found, notes=found.notes + (
+            f"the Hugging Face cache's copy cannot be read ({e}): sized from the built-in "
+            "catalog's headers of the same repo",))
     found = found or _from_catalog(spec, revision, s.catalog_dir)
     if found is not None:
         return found

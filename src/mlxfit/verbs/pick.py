@@ -159,6 +159,9 @@ def _load_snapshot(repo_id: str, snap: Path) -> _Loaded | Skipped:
     if "config.json" not in files:
         if weights:
             return skip("broken", "safetensors without config.json (download incomplete?)")
+        if any(f.endswith(".gguf") for f in files):
+            return skip("not-a-model", "GGUF files only (llama.cpp's format; MLX loads "
+                                       "safetensors: look for an MLX conversion)")
         return skip("not-a-model", "no config.json and no safetensors")
     try:
         config = read_config(snap / "config.json")

@@ -46,12 +46,17 @@ def test_models_lists_the_catalog_and_the_cache(hub):
     d = _json("models", codes=(0,))
     assert d["schema_version"] == 2 and d["query"] is None
     ids = [m["model"] for m in d["models"]]
-    assert d["total"] == len(ids) == len(catalog_ids()) + 2
+    # ux-3 F11: a cached catalog model is one row (the downloaded copy), not two
+    assert d["total"] == len(ids) == len(catalog_ids()) + 1
+    assert len(set(ids)) == len(ids)
     cached = [m for m in d["models"] if m["source"] == "hf-cache"]
     assert [m["model"] for m in cached] == ["acme/my-qwen", Q4B]  # downloaded first
     assert all(m["downloaded"] and len(m["revision"]) == 40 for m in cached)
-    (cat4b,) = [m for m in d["models"] if m["model"] == Q4B and m["source"] == "catalog"]
-    assert cat4b["downloaded"] is True
+    assert [m["in_catalog"] for m in cached] == [False, True]
+    assert not any(m["downloaded"] for m in d["models"] if m["source"] == "catalog")
+    text = invoke("models", Q4B).stdout
+    rows = [ln for ln in text.splitlines() if ln.startswith(Q4B)]
+    assert len(rows) == 1 and "cache, in catalog" in rows[0]
     my = cached[0]
     fit = _json("fit", Q8B, *ON_M4PRO)
     assert (my["family"], my["model_type"], my["quant"], my["weights_bytes"],
@@ -66,6 +71,27 @@ def test_models_query_matches_every_word():
         assert "qwen3" in (m["model"] + m["family"]).lower() and m["quant"] == "4-bit"
     r = invoke("models", "no-such-model-anywhere")
     assert r.exit_code == 0 and "0 of" in r.stdout and "nothing matches" in r.stdout
+
+
+def test_models_query_matches_whole_words():
+    # ux-3 F11: "8B" is Qwen3-8B's size, not the 8bit in "gemma-3-27b-it-8bit"
+    ids = [m["model"] for m in _json("models", "8B", codes=(0,))["models"]]
+    assert "mlx-community/Qwen3-8B-4bit" in ids
+    assert not any(i.endswith("-8bit") and "-8B-" not in i for i in ids), ids
+    three = [m["model"] for m in _json("models", "3b", codes=(0,))["models"]]
+    assert "mlx-community/SmolLM3-3B-4bit" in three
+    assert not any("A3B" in i or "30B" in i for i in three), three
+    qwen = _json("models", "qwen", codes=(0,))["models"]  # a prefix of a name part still finds
+    assert any(m["model"] == "mlx-community/Qwen3-8B-4bit" for m in qwen)
+
+
+def test_models_context_of_a_config_that_leaves_the_default_out():
+    # gemma-3-12b's text_config omits max_position_embeddings (transformers' default, 131072):
+    # models and fit give the same limit, and fit no longer warns about the descriptor.
+    (g,) = _json("models", "gemma-3-12b", codes=(0,))["models"]
+    fit = _json("fit", "mlx-community/gemma-3-12b-it-4bit", *ON_M4PRO)
+    assert g["context_limit"] == fit["context_limit"] == 131072
+    assert not any("max_position_embeddings" in w for w in fit["warnings"])
 
 
 def test_models_formats_agree():
@@ -175,14 +201,14 @@ def test_pick_run_flags_are_fits(flags, hub):
 def test_pick_reasons_name_each_candidate(hub):
     for rid in (Q8B, Q4B, Q30):
         cache_catalog_model(hub, rid)
-    d = _json("pick", "--machine", "M4 Max 64GB", "--ctx", "32k")
+    d = _json("pick", "--machine", "M4 Max 64GB", "--ctx", "32k", "--default-model", Q8B)
     assert d["chosen"] == Q8B and d["rule"] == "default"
     others = [c for c in d["candidates"] if not c["chosen"]]
     assert len(others) == 2
     for c in others:  # each reason gives that candidate's own peak
         assert f"{c['total_bytes'] / 1e9:,.2f} GB" in c["reason"], c["reason"]
     assert len({c["reason"] for c in others}) == 2
-    r = invoke("pick", "--machine", "M4 Max 64GB", "--ctx", "32k")
+    r = invoke("pick", "--machine", "M4 Max 64GB", "--ctx", "32k", "--default-model", Q8B)
     n = next(i for i, c in enumerate(d["candidates"], 1) if c["chosen"])
     assert any(ln.startswith(f"> {n}") for ln in r.stdout.splitlines())
     assert f"  {n}. chosen" in r.stdout

@@ -68,6 +68,11 @@ def _experts(f: Fields) -> tuple[int, int]:
     return n, k
 
 
+# The max_position_embeddings default of transformers' text config classes that composite
+# (vision-language) configs nest: Gemma3TextConfig (transformers 4.50+, the model card's 128K).
+TEXT_CONFIG_CONTEXT_DEFAULTS = {"gemma3_text": 131072}
+
+
 def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
                  where: str = "config.json") -> ModelConfig:
     """Build the ModelConfig; ``act_bytes`` is the activation dtype width from the weights."""
@@ -146,6 +151,10 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     shared_inter = f.int("shared_expert_intermediate_size", 0) or shared_n * moe_inter
     intermediate = f.first_int(("intermediate_size", "block_ff_dim", "ffn_hidden_size"), 0)
     max_pos = f.int("max_position_embeddings", 0) or None
+    if max_pos is None and isinstance(config.get("text_config"), dict):
+        # transformers saves a composite model's text_config as its difference from the text
+        # class's defaults, so a trained context equal to the default is left out.
+        max_pos = TEXT_CONFIG_CONTEXT_DEFAULTS.get(str(config["text_config"].get("model_type")))
     tie = f.bool("tie_word_embeddings", bool(config.get("tie_word_embeddings", False)))
     if f.has("tie_embedding"):
         tie = f.bool("tie_embedding", tie)

@@ -14,7 +14,8 @@ def row_to_json(r: ModelRow) -> dict[str, Any]:
     return {"model": r.model, "source": r.source, "revision": r.revision, "family": r.family,
             "model_type": r.model_type, "quant": r.quant, "weights_bytes": r.weights_bytes,
             "param_count": r.param_count, "context_limit": r.context_limit,
-            "downloaded": r.downloaded, "convert_command": r.convert_command}
+            "downloaded": r.downloaded, "in_catalog": r.in_catalog,
+            "convert_command": r.convert_command}
 
 
 def models_to_json(m: ModelsResult) -> dict[str, Any]:
@@ -33,15 +34,15 @@ HEADERS = ("model", "source", "family", "quant", "weights GB", "params", "contex
 
 
 def _cells(r: ModelRow) -> list[str]:
-    src = ("cache" if r.source == "hf-cache" else "predicted (convert)" if r.convert_command
-           else "catalog, downloaded" if r.downloaded else "catalog")
+    src = (("cache, in catalog" if r.in_catalog else "cache") if r.source == "hf-cache"
+           else "predicted (convert)" if r.convert_command else "catalog")
     return [r.model, src, r.family, r.quant, f"{r.weights_bytes / 1e9:,.2f}",
             f"{r.param_count / 1e9:.2f}B" if r.param_count >= 1e8 else
             f"{r.param_count / 1e6:.1f}M", f"{r.context_limit:,}" if r.context_limit else "?"]
 
 
 CSV_HEADERS = ("model", "source", "revision", "family", "model_type", "quant", "weights_bytes",
-               "param_count", "context_limit", "downloaded", "convert_command")
+               "param_count", "context_limit", "downloaded", "in_catalog", "convert_command")
 
 
 def models_text(m: ModelsResult, fmt: str) -> str:
@@ -70,5 +71,5 @@ def render_models(m: ModelsResult, out: Any) -> None:
         out.print("[dim]GB = 10^9 B, the loaded weights exact from the headers; context = "
                   "max_position_embeddings; `mlxfit fit MODEL` sizes one[/]", soft_wrap=True)
     elif m.query:
-        out.print("nothing matches: every word of the query must be in the id, family, "
-                  "model_type or quant")
+        out.print("nothing matches: every word of the query must be a word of the id, "
+                  "family, model_type or quant (8B finds Qwen3-8B, not 8bit)")

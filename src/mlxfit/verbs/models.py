@@ -6,6 +6,7 @@ Offline by construction: the catalog ships with mlxfit and the cache is read as 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -32,7 +33,8 @@ class ModelRow:
     weights_bytes: int  # exact, from the safetensors headers (or the catalog's manifest)
     param_count: int
     context_limit: int | None  # max_position_embeddings; None when the config has none
-    downloaded: bool  # in the local cache (a catalog row: some revision of it is)
+    downloaded: bool  # in the local cache
+    in_catalog: bool = False  # the built-in catalog has this repo id (a cached row may too)
     # A predicted conversion of an unquantized catalog entry (--quants): the mlx_lm.convert
     # command that would write it; None for a model that exists.
     convert_command: str | None = None
@@ -49,7 +51,7 @@ class ModelsResult(JsonResult):
 
 
 def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: bool,
-         convert: ConversionPlan | None = None) -> ModelRow:
+         convert: ConversionPlan | None = None, in_catalog: bool = False) -> ModelRow:
     """``convert``: the plan of a predicted conversion (its label is the
     quant: "mixed_3_6" says more than the 4 bits its config block names)."""
     cfg, w = inputs.cfg, inputs.weights_detail
@@ -59,15 +61,24 @@ def _row(inputs: ModelInputs, source: str, revision: str | None, downloaded: boo
                     weights_bytes=inputs.weights.total_bytes,
                     param_count=int(w.param_count or 0),
                     context_limit=cfg.max_position, downloaded=downloaded,
-                    convert_command=convert.command if convert else None)
+                    in_catalog=in_catalog, convert_command=convert.command if convert else None)
+
+
+def _word(word: str) -> re.Pattern[str]:
+    """A query word as a whole word of the text: it starts where a name part starts and does
+    not stop inside a run of letters or of digits, so "8B" finds Qwen3-8B but not 8bit, "3b"
+    not A3B or 30B, while "qwen" still finds Qwen3 and "qwen3-8b" a run of parts."""
+    tail = "(?![a-z])" if word[-1].isalpha() else "(?![0-9])" if word[-1].isdigit() else ""
+    return re.compile(rf"(?<![a-z0-9]){re.escape(word)}{tail}")
 
 
 def matches(row: ModelRow, query: str | None) -> bool:
-    """Every word of the query is in the row's id, family, model_type or quant (any case)."""
+    """Every word of the query is a word of the row's id, family, model_type, quant or
+    source (any case; see ``_word``)."""
     if not query:
         return True
     text = f"{row.model} {row.family} {row.model_type} {row.quant} {row.source}".casefold()
-    return all(word in text for word in query.casefold().split())
+    return all(_word(word).search(text) for word in query.casefold().split())
 
 
 def models(query: str | None = None, *, cache_dir: str | Path | None = None,
@@ -80,7 +91,10 @@ def models(query: str | None = None, *, cache_dir: str | Path | None = None,
     settings = from_environ()
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_cache_dir(settings)
     loaded, skipped, _ = scan_cache(cache)
-    cached = [_row(ld.inputs, "hf-cache", ld.revision, True) for ld in loaded]
+    known = {rid.casefold() for rid in catalog_ids(settings.catalog_dir)}
+    # A cached repo the catalog also has is one row, the downloaded copy (ux-3 F11).
+    cached = [_row(ld.inputs, "hf-cache", ld.revision, True,
+                   in_catalog=ld.inputs.name.casefold() in known) for ld in loaded]
     have = {r.model.casefold() for r in cached}
     listed = []
     for rid in catalog_ids(settings.catalog_dir):
@@ -89,7 +103,8 @@ def models(query: str | None = None, *, cache_dir: str | Path | None = None,
             continue
         src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
-        listed.append(_row(model_inputs(src), "catalog", None, rid.casefold() in have))
+        if rid.casefold() not in have:
+            listed.append(_row(model_inputs(src), "catalog", None, False, in_catalog=True))
         for _, conv, plan in predicted_quants(src, recipes, e.repo_id):
             listed.append(_row(model_inputs(conv), "catalog", None, False, plan))
     every = sorted(cached, key=lambda r: r.model.casefold()) + listed

@@ -231,3 +231,17 @@ def test_models_quants_lists_each_unquantized_entry_as_convert_would_write_it():
     assert not any(k.startswith(f"{Q8B} as") for k in rows)  # already quantized: no conversion
     sizes = [rows[f"{bf16} as {lb}"]["weights_bytes"] for lb in ("mixed_3_6", "mxfp4", "4bit")]
     assert sizes == sorted(sizes) and sizes[-1] < rows[bf16]["weights_bytes"] / 3
+
+
+def test_catalog_fit_says_how_much_to_download():
+    # ux-3 F12: the download size is the pre-download question; the catalog knows the
+    # tensors, so the answer is "at least" their bytes (headers and towers add to it).
+    from mlxfit.sources.catalog import load_entry
+
+    d = _json("fit", Q8B, *ON_M4PRO)
+    w = d["weights"]
+    e = load_entry(Q8B)
+    assert w["download_bytes"] == sum(t.nbytes for t in e.tensors)
+    assert w["download_at_least"] is True
+    text = invoke("fit", Q8B, *ON_M4PRO).stdout
+    assert f"download at least {w['download_bytes'] / 1e9:,.2f} GB" in text

@@ -59,7 +59,8 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
                      lookup_bytes=lookup, params=MatmulParams.of(w))
-    detail = weights_detail(w, download_bytes=getattr(src, "download_bytes", None))
+    detail = weights_detail(w, download_bytes=getattr(src, "download_bytes", None),
+                            download_at_least=getattr(src, "download_at_least", False))
     return ModelInputs(name=src.name, source_kind=src.kind, cfg=cfg, weights=wr,
                        weights_detail=detail, vision_bytes=w.vision_bytes,
                        with_vision=with_vision, source_notes=tuple(src.notes))
@@ -98,10 +99,12 @@ class WeightsDetail:
     n_tensors: int
     quantization: WeightsQuantization | None
     download_bytes: int | None = None  # a Hub or catalog model's download; None if unknown
+    download_at_least: bool = False  # download_bytes is a lower bound (the catalog's)
     conversion: ConversionPlan | None = None  # the conversion sized (--q-bits ...), if any
 
 
-def weights_detail(w, download_bytes: int | None = None) -> WeightsDetail:
+def weights_detail(w, download_bytes: int | None = None,
+                   download_at_least: bool = False) -> WeightsDetail:
     """A WeightsSummary's breakdown as the report and JSON show it."""
     return WeightsDetail(
         total_bytes=w.total_bytes,
@@ -119,6 +122,7 @@ def weights_detail(w, download_bytes: int | None = None) -> WeightsDetail:
             overrides=len(w.quant_overrides),
             bits_per_weight=round(w.bits_per_weight, 4) if w.bits_per_weight else None),
         download_bytes=download_bytes,
+        download_at_least=download_at_least,
     )
 
 

@@ -118,6 +118,7 @@ def weights_to_json(d: WeightsDetail | None) -> dict[str, Any]:
             "overrides": q.overrides, "bits_per_weight": q.bits_per_weight,
         },
         "download_bytes": d.download_bytes,
+        "download_at_least": d.download_at_least,
     }
     if d.conversion is not None:
         doc["conversion"] = conversion_to_json(d.conversion)
@@ -190,7 +191,7 @@ def _weights_note(d: WeightsDetail | None) -> str:
     if n:
         parts.append(f"{n / 1e9:.2f}B params" if n >= 1e8 else f"{n / 1e6:.1f}M params")
     if d.download_bytes is not None:
-        parts.append(f"download {gb(d.download_bytes)}")
+        parts.append(f"download {'at least ' if d.download_at_least else ''}{gb(d.download_bytes)}")
     return "; ".join(parts)
 
 

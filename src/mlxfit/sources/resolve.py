@@ -36,6 +36,9 @@ def _from_catalog(spec: str, revision: str | None, directory: Path) -> ModelSour
         files=(),
         revision=None,
         notes=notes,
+        # The question before a download is how big it is (ux-3 F12): at least the tensors.
+        download_bytes=sum(t.nbytes for t in entry.tensors),
+        download_at_least=True,
     )
 
 

@@ -25,8 +25,10 @@ class ModelSource:
     notes: tuple[str, ...] = ()
     transfer: HubTransfer | None = None  # hub only: requests and bytes it took (for --verbose)
     # The safetensors shards' size on disk (what a download of the weights takes, vision or
-    # audio towers included even where mlx-lm drops them); None where unknown (the catalog).
+    # audio towers included even where mlx-lm drops them); None where unknown. The catalog's is
+    # a lower bound: its tensors' bytes, without the headers or a tower the repo may also hold.
     download_bytes: int | None = None
+    download_at_least: bool = False
 
 
 @dataclass(frozen=True)

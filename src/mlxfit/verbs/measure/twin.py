@@ -62,6 +62,7 @@ from mlxfit.records import (
 from mlxfit.sources.folder import read_config
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import ModelSource
+from mlxfit.units import tokens
 from mlxfit.verbs.edges import (
     calibration_for_user,
     calibration_note,
@@ -220,11 +221,12 @@ def measure(
     """
     # Every parameter is checked before mlx is asked for or the model resolved. The run's
     # backend is the one MLX runs on, known once mlx is imported.
+    ctx, gen, prefill_step_size = (tokens(v, name) for v, name in (  # "32k" -> 32768
+        (ctx, "ctx"), (gen, "gen"), (prefill_step_size, "prefill_step_size")))
+    check_tokens(ctx, gen, prefill_step_size)
     run = run_from(ctx=ctx, gen=gen, prefill_step_size=prefill_step_size, kv_bits=kv_bits,
                    kv_group_size=kv_group_size, quantized_kv_start=quantized_kv_start,
                    max_kv_size=max_kv_size)
-    ctx, gen, prefill_step_size = run.ctx, run.gen, run.prefill_step_size  # "32k" -> 32768
-    check_tokens(ctx, gen, prefill_step_size)
     if dtype is not None and dtype not in MLX_FLOAT_DTYPES:
         raise UsageError(f"dtype must be one of {', '.join(MLX_FLOAT_DTYPES)}, not {dtype!r}",
                          param="dtype")

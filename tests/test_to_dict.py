@@ -144,3 +144,27 @@ def test_twins_refuse_a_bad_size_naming_the_parameter(kw, param):
         mlxfit.fit(Q8B, **{"ctx": 8192, **kw}, machine=M4PRO)
     assert e.value.param == param
     assert len(str(e.value)) < 200
+
+
+def test_decode_speed_says_at_which_context():
+    # ux-3 F17: the decode speed is the last token's, with the whole context in the cache; the
+    # report says so and gives the speed near empty too (reviews quote that one).
+    r = mlxfit.fit(Q8B, 32768, machine=M4PRO)
+    short = mlxfit.fit(Q8B, 1024, machine=M4PRO)
+    assert r.predicted_decode_tps_short == pytest.approx(short.predicted_decode_tps, rel=1e-9)
+    assert r.predicted_decode_tps_short > r.predicted_decode_tps
+    text = invoke("fit", Q8B, "--ctx", "32k", "--machine", M4PRO).stdout
+    assert (f"{r.predicted_decode_tps:,.1f} tok/s with 32K in context "
+            f"({r.predicted_decode_tps_short:,.1f} tok/s at 1K)") in text
+    assert short.predicted_decode_tps_short is None
+    d = r.to_dict()
+    assert (d["predicted_decode_tps_short"], d["short_context"]) == (
+        round(r.predicted_decode_tps_short, 2), 1024)
+
+
+def test_a_long_time_to_first_token_reads_in_minutes():
+    r = mlxfit.fit("mlx-community/Llama-3.3-70B-Instruct-4bit", 32768, machine="M4 Pro 64GB")
+    assert r.predicted_ttft_s > 120
+    text = invoke("fit", "mlx-community/Llama-3.3-70B-Instruct-4bit", "--ctx", "32k",
+                  "--machine", "M4 Pro 64GB").stdout
+    assert f"{r.predicted_ttft_s:,.1f} s ({r.predicted_ttft_s / 60:,.1f} min)" in text

@@ -18,6 +18,10 @@ from mlxfit.json_result import JsonResult
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import Buffer, WeightsDetail, WeightsRead
 
+# The short context a decode speed is also given at (1K tokens: what reviews and benchmarks
+# quote, mlx_lm.benchmark's prompts are of that order).
+SHORT_CONTEXT = 1024
+
 # Used when config.json has no max_position_embeddings: the solver needs an upper bound.
 DEFAULT_MAX_CONTEXT = 131072
 
@@ -177,6 +181,10 @@ class FitResult(JsonResult):
     predicted_prefill_tps: float | None = None
     predicted_ttft_s: float | None = None
     prefill_terms: tuple[Any, ...] = field(default=())
+    # Decode speed depends on the context it reads (ux-3 F17): predicted_decode_tps is the last
+    # token's, with the whole context in the cache; this one at SHORT_CONTEXT tokens, as
+    # reviews quote it (None when the run is no longer than that, or has no speed).
+    predicted_decode_tps_short: float | None = None
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:
@@ -238,6 +246,7 @@ def fit_core(
 
     tps = None
     speed_terms: tuple[Term, ...] = ()
+    tps_short = None
     if bandwidth_gbs is None:
         warn.append("memory bandwidth unknown for this machine: no decode speed (pass --machine)")
     elif not memory_fits:
@@ -248,6 +257,10 @@ def fit_core(
         secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
         tps = 1.0 / secs
         speed_terms = tuple(st)
+        if run.ctx > SHORT_CONTEXT:
+            short_s, _ = predicted_decode_seconds(cfg, run_at(run, SHORT_CONTEXT), weights,
+                                                  bandwidth_gbs, cal, machine_name)
+            tps_short = 1.0 / short_s
     prompt = None
     if compute is not None and bandwidth_gbs is not None and fits:
         prompt = predicted_ttft(cfg, run, weights, bandwidth_gbs, compute, cal, machine_name)
@@ -298,5 +311,6 @@ def fit_core(
         beyond_context=beyond,
         predicted_prefill_tps=prompt.prefill_tps if prompt else None,
         predicted_ttft_s=prompt.ttft_s if prompt else None,
+        predicted_decode_tps_short=tps_short,
         prefill_terms=prompt.terms if prompt else (),
     )

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 from mlxfit.estimate.batched import BatchedStep
 from mlxfit.estimate.serving_summary import ServingSummary
-from mlxfit.estimate.solve import FitResult
+from mlxfit.estimate.solve import SHORT_CONTEXT, FitResult
 from mlxfit.hardware.resolve import Machine, bare_machine
 from mlxfit.model.caches import grows_in_steps
 from mlxfit.model.inputs import WeightsDetail
@@ -21,6 +21,7 @@ from mlxfit.render import (
     time_term_to_json,
     tps_to_json,
 )
+from mlxfit.render.figures import duration, tokens_short
 from mlxfit.render.text import esc
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
@@ -64,6 +65,8 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "max_safe_context": r.max_safe_context,
         "context_limit": r.context_limit,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
+        "predicted_decode_tps_short": tps_to_json(r.predicted_decode_tps_short),
+        "short_context": SHORT_CONTEXT,
         "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
         "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
         "peak_phase": r.peak_phase,
@@ -227,11 +230,14 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
                   f"(model limit {r.context_limit:,})")
     if r.predicted_decode_tps is not None:
-        console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
-                      f"at {r.bandwidth_gbs:g} GB/s")
+        short = (f" ({r.predicted_decode_tps_short:,.1f} tok/s at {tokens_short(SHORT_CONTEXT)})"
+                 if r.predicted_decode_tps_short is not None else "")
+        console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] with "
+                      f"{tokens_short(r.context_tokens)} in context{short}, at "
+                      f"{r.bandwidth_gbs:g} GB/s")
     if r.predicted_ttft_s is not None and r.predicted_prefill_tps is not None:
         console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/], time to "
-                      f"first token [bold]{r.predicted_ttft_s:,.1f} s[/] for "
+                      f"first token [bold]{duration(r.predicted_ttft_s)}[/] for "
                       f"{r.run.schedule().prompt:,} prompt tokens (prefill step "
                       f"{r.run.prefill_step_size})")
     _render_serving(r, console)

@@ -125,8 +125,9 @@ def render_matrix(m: Any, out: Any) -> None:
                 else f"peak {_gb(lo)}-{_gb(hi)} GB (base chips hold fewer pending ops)")
         out.print(f"[dim]GB = 10^9 B; {peak} at "
                   f"{m.context_tokens:,} tokens (weights {_gb(m.weights_bytes)} GB) on every SKU; "
-                  f"model limit {m.context_limit:,} tokens; TTFT = time to first token of the whole "
-                  f"prompt; tok/s and TTFT blank where it does not fit[/]")
+                  f"model limit {m.context_limit:,} tokens; tok/s = decode with all "
+                  f"{m.context_tokens:,} tokens in context (faster near empty); TTFT = time to "
+                  f"first token of the whole prompt; tok/s and TTFT blank where it does not fit[/]")
     if any(r.unverified for r in m.rows):
         out.print("[dim]* rests on a weak source in apple_skus.toml[/]")
     if any(r.fits and not r.runs for r in m.rows):
@@ -164,7 +165,8 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             f"{_gb(m.rows[0].total_bytes) if m.rows else '?'} GB; estimated by mlxfit "
             f"{__version__}): {m.n_fit} of {m.skus_considered} SKUs\n\n")
     foot = ("\n*runs*: the peak fits the GPU's usable memory; *max context*: the largest "
-            "context that fits; decode tok/s: predicted, blank where it does not run; GB = "
+            f"context that fits; decode tok/s: predicted with all {m.context_tokens:,} tokens in "
+            "context (faster near empty), blank where it does not run; GB = "
             "10^9 B" + ("; * a weakly sourced bandwidth" if any(r.unverified for r in m.rows)
                         else "") + ".\n")
     return head + markdown(("Mac", "GB/s", "runs", "max context", "decode tok/s"), cells,

@@ -169,7 +169,8 @@ def render_pick(p: Any, out: Any) -> None:
     if p.candidates or p.catalog:
         out.print("[dim]GB = 10^9 B; total = peak at the context; fits: yes = within the coexist "
                   "budget, usable = only within the usable memory, buffer = the total fits but "
-                  "one array exceeds the GPU's largest buffer[/]")
+                  "one array exceeds the GPU's largest buffer; tok/s = decode with the whole "
+                  "context in the cache (faster near empty)[/]")
     for w in p.warnings:
         if p.skipped and w.startswith("skipped "):
             continue  # listed under "skipped" already

@@ -119,9 +119,9 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
         found = _from_catalog(spec, None, s.catalog_dir) if revision is None else None
         if found is None:
             raise
-        found = replace(found, notes=found.notes + (
-            f"the Hugging Face cache's copy cannot be read ({e}): sized from the built-in "
-            "catalog's headers of the same repo",))
+        why = (f"the Hugging Face cache's copy cannot be read ({e}): sized from the built-in "
+               "catalog's headers of the same repo")
+        found = replace(found, notes=(*found.notes, why))
     found = found or _from_catalog(spec, revision, s.catalog_dir)
     if found is not None:
         return found

@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
-from st_helpers import runner
+from st_helpers import invoke, runner
 
 import mlxfit
 from mlxfit.cli.app import app
@@ -296,3 +296,28 @@ def test_cli_oversize_buffer_exits_one():
                             "--prefill-step-size", "50000"])
     assert r.exit_code == 1, r.output
     assert "LARGEST BUFFER" in r.output
+
+
+def test_serve_plan_puts_unmet_users_first_and_exits_1():
+    # ux-3 F14: the question asked (--users 8) is answered on line 1, and the exit code says it
+    args = ("serve-plan", "mlx-community/Qwen3-8B-4bit", "--ctx", "32k", "--machine",
+            "M2 Max 32GB")
+    r = invoke(*args, "--users", "8")
+    assert r.exit_code == 1
+    first = r.stdout.splitlines()[0]
+    assert "--users 8 does not fit" in first and "at most 4 concurrent" in first
+    d = json.loads(invoke(*args, "--users", "8", "--json").stdout)
+    assert (d["fits"], d["concurrency"], d["users"]) == (False, 4, 8)
+    ok = invoke(*args, "--users", "4")
+    assert ok.exit_code == 0 and "as asked (--users 4)" in ok.stdout.splitlines()[0]
+
+
+def test_serve_plan_memory_line_is_the_sum_it_prints():
+    r = invoke("serve-plan", "mlx-community/Qwen3-8B-4bit", "--ctx", "8k", "--users", "4",
+               "--machine", "M2 Max 32GB")
+    line = next(ln for ln in r.stdout.splitlines() if ln.startswith("memory at 4:"))
+    total, parts = line.split(" usable = ")
+    shown = [float(p.rsplit(" ", 2)[-2]) for p in parts.split(" + ")]
+    assert "cached prompts" in parts and "request caches" in parts and "transient" in parts
+    total_gb = float(total.split(": ")[1].split(" GB")[0])
+    assert abs(sum(shown) - total_gb) <= 0.005 * len(shown)

@@ -48,4 +48,4 @@ def serve_plan_cmd(
         print(dumps(serve_plan_to_json(p)))
     else:
         render_serve_plan(p, console())
-    raise typer.Exit(0 if p.concurrency else 1)
+    raise typer.Exit(0 if p.fits else 1)

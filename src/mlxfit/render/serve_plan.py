@@ -27,11 +27,13 @@ def serve_plan_to_json(p: ServePlan) -> dict[str, Any]:
         "batched": p.batched,
         "concurrency": p.concurrency,
         "max_concurrency": p.max_concurrency,
+        "fits": p.fits,
+        "runs": p.fits and p.result is not None and p.result.runs,
         "total_bytes": p.result.total_bytes if p.result is not None else None,
         "aggregate_tps": tps_to_json(p.aggregate_tps),
         "per_user_tps": tps_to_json(p.per_user_tps),
-        "ttft_seconds": _secs(p.ttft_seconds),
-        "ttft_batch_seconds": _secs(p.ttft_batch_seconds),
+        "predicted_ttft_s": _secs(p.ttft_seconds),
+        "predicted_ttft_batch_s": _secs(p.ttft_batch_seconds),
         "prompt_cache_size": p.prompt_cache_size,
         "prompt_cache_bytes": p.prompt_cache_bytes,
         "bytes_per_cached_prompt": p.bytes_per_cached_prompt,
@@ -46,8 +48,32 @@ def serve_plan_to_json(p: ServePlan) -> dict[str, Any]:
     }
 
 
+# PlanRow.bound -> what the table says: the step's time is set by reading bytes or by FLOPs.
+_SET_BY = {"memory": "bandwidth", "compute": "compute"}
+
+
 def _tps(v: float | None) -> str:
     return f"{v:,.1f}" if v is not None else "-"
+
+
+def _memory_line(p: ServePlan) -> str:
+    """The plan's peak as the sum it is: weights + the running requests' caches + the cached
+    prompts + the transient (+ recurrent state), each named."""
+    r = p.result
+    extra = {t.name: t.bytes for t in r.extra_terms}
+    caches = r.kv_bytes + extra.pop("parallel_kv", 0)  # the first request's + the others'
+    transient = r.transient_bytes + extra.pop("batched_transient", 0)
+    parts = [f"weights {gb(r.weights_bytes)}",
+             f"{p.concurrency} request cache{'s' if p.concurrency > 1 else ''} {gb(caches)}"]
+    if r.state_bytes:
+        parts.append(f"recurrent state {gb(r.state_bytes)}")
+    if "prompt_cache" in extra:
+        parts.append(f"{p.prompt_cache_size} cached prompt{'s' if p.prompt_cache_size > 1 else ''}"
+                     f" {gb(extra.pop('prompt_cache'))}")
+    parts += [f"{esc(name.replace('_', ' '))} {gb(b)}" for name, b in extra.items()]
+    parts.append(f"transient {gb(transient)}")
+    return (f"memory at {p.concurrency}: {gb(r.total_bytes)} of {gb(p.usable_bytes)} usable = "
+            + " + ".join(parts))
 
 
 def render_serve_plan(p: ServePlan, console: Any) -> None:
@@ -59,13 +85,16 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
                       f"one {p.ctx:,}-token request fits[/] ({gb(p.usable_bytes)} usable)")
     else:
         how = "batched" if p.batched else "one at a time"
-        console.print(f"[bold]{esc(p.model)}[/] on [bold]{esc(p.machine_name)}[/], {p.ctx:,}-token "
-                      f"requests: [bold green]{p.concurrency} concurrent[/] ({how})"
-                      + (f", as asked (--users {p.users})" if p.users == p.concurrency else ""))
-        r = p.result
-        console.print(f"memory at {p.concurrency}: {gb(r.total_bytes)} of {gb(p.usable_bytes)} "
-                      f"usable (weights {gb(r.weights_bytes)}, each request's cache "
-                      f"{gb(p.bytes_per_cached_prompt)})")
+        where = (f"[bold]{esc(p.model)}[/] on [bold]{esc(p.machine_name)}[/], {p.ctx:,}-token "
+                 "requests: ")
+        if not p.fits:  # the question asked comes first, not as the last warning (ux-3 F14)
+            console.print(where + f"[bold red]--users {p.users} does not fit[/]: at most "
+                          f"{p.concurrency} concurrent ({how}); the plan below is for "
+                          f"{p.concurrency}")
+        else:
+            console.print(where + f"[bold green]{p.concurrency} concurrent[/] ({how})"
+                          + (f", as asked (--users {p.users})" if p.users else ""))
+        console.print(_memory_line(p))
         console.print(f"decode with every request at {p.ctx:,} tokens: "
                       f"[bold]{_tps(p.aggregate_tps)} tok/s[/] in all, "
                       f"{_tps(p.per_user_tps)} tok/s per user")
@@ -85,16 +114,18 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for col, just in (("concurrent", "right"), ("GB (10^9 B)", "right"), ("fits", "left"),
                       ("tok/s in all", "right"), ("tok/s per user", "right"),
-                      ("bound", "left")):
+                      ("speed set by", "left")):
         t.add_column(col, justify=just)
     for row in p.rows:
         t.add_row(str(row.concurrency), gb(row.total_bytes).removesuffix(" GB"),
                   "yes" if row.fits else "[red]no[/]", _tps(row.aggregate_tps),
-                  _tps(row.per_user_tps), esc(row.bound or "-"))
+                  _tps(row.per_user_tps), _SET_BY.get(row.bound or "", "-"))
     console.print()
     console.print(t)
     console.print(f"[dim]each row: mlxfit fit MODEL --ctx {p.ctx} --parallel N "
-                  f"--prompt-cache {p.prompt_cache_size}[/]")
+                  f"--prompt-cache {p.prompt_cache_size}; the last row is the first count that "
+                  "does not fit; speed set by: what one decode step waits for (memory "
+                  "bandwidth reading weights and caches, or compute)[/]")
     for w in p.warnings:
         console.print(f"[yellow]warning:[/] {esc(w)}", soft_wrap=True)
     for n in p.notes:

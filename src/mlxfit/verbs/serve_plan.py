@@ -91,6 +91,12 @@ class ServePlan(JsonResult):
     notes: tuple[str, ...] = field(default=())
     machine: Machine | None = None  # the machine planned for (the JSON's machine object)
 
+    @property
+    def fits(self) -> bool:
+        """The plan answers the question asked: the --users asked for fit (without --users, at
+        least one request does). The CLI's exit code: 0 when it fits, 1 when not."""
+        return self.concurrency >= (self.users or 1)
+
 
 def _table_sizes(n_max: int, users: int | None) -> list[int]:
     sizes = {1, n_max, n_max + 1}
@@ -160,8 +166,6 @@ def serve_plan(
         if k == 0:
             warnings.append(f"no room for cached prompts at {n} concurrent requests: each costs "
                             f"{per / 1e9:.2f} GB; plan fewer requests to keep some")
-        if users and n < users and batched:
-            warnings.append(f"--users {users} does not fit at {run.ctx:,} tokens: {n} do")
     elif n_max == 0:
         warnings.append(f"not even one {run.ctx:,}-token request fits on {m.name}")
     rows = []

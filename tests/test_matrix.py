@@ -355,3 +355,22 @@ def test_cli_table():
         want.append(f"{row.headroom_bytes / 1e9:,.1f}")
         assert cells[:n] == [*row.chip.split(), f"{row.gpu_cores}-core"]
         assert cells[n:] == want, cells
+
+
+def test_matrix_markdown_and_csv_carry_the_ttft_the_table_shows():
+    # ux-3 F15: the markdown and CSV tables keep the TTFT column, CSV booleans are JSON's
+    import csv
+    import io
+    import json as _json
+
+    from st_helpers import invoke
+
+    args = ("matrix", "mlx-community/Qwen3-8B-4bit", "--chips", "M4 Pro")
+    d = _json.loads(invoke(*args, "--json").stdout)
+    rows = list(csv.DictReader(io.StringIO(invoke(*args, "--format", "csv").stdout)))
+    assert [float(r["predicted_ttft_s"]) for r in rows] == [x["predicted_ttft_s"] for x in
+                                                            d["rows"]]
+    assert {r["fits"] for r in rows} <= {"true", "false"}
+    md = invoke(*args, "--format", "markdown").stdout
+    assert "| TTFT s |" in md
+    assert f"{d['rows'][0]['predicted_ttft_s']:,.1f}" in md

@@ -141,7 +141,8 @@ def render_matrix(m: Any, out: Any) -> None:
 
 CSV_HEADERS = ("family", "name", "chip", "gpu_cores", "ram_bytes", "bandwidth_gbs",
                "usable_bytes", "total_bytes", "headroom_bytes", "fits", "runs",
-               "max_safe_context", "predicted_decode_tps", "unverified")
+               "max_safe_context", "predicted_decode_tps", "predicted_prefill_tps",
+               "predicted_ttft_s", "unverified")
 
 
 def matrix_text(m: MatrixResult, fmt: str) -> str:
@@ -158,7 +159,8 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
     cells = [[controls(r.name), f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
               "yes" if r.runs else "buffer" if r.fits else "no", f"{r.max_safe_context:,}",
               f"{r.predicted_decode_tps:,.1f}"
-              if r.runs and r.predicted_decode_tps is not None else ""]
+              if r.runs and r.predicted_decode_tps is not None else "",
+              f"{r.predicted_ttft_s:,.1f}" if r.runs and r.predicted_ttft_s is not None else ""]
              for r in m.rows]
     head = (f"Which Macs run **{controls(m.model)}** at {m.context_tokens:,} tokens with mlx-lm "
             f"(macOS {m.macos_major}; weights {_gb(m.weights_bytes)} GB, peak "
@@ -166,8 +168,9 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             f"{__version__}): {m.n_fit} of {m.skus_considered} SKUs\n\n")
     foot = ("\n*runs*: the peak fits the GPU's usable memory; *max context*: the largest "
             f"context that fits; decode tok/s: predicted with all {m.context_tokens:,} tokens in "
-            "context (faster near empty), blank where it does not run; GB = "
+            "context (faster near empty), blank where it does not run; TTFT: time to first "
+            "token of the whole prompt, in seconds; GB = "
             "10^9 B" + ("; * a weakly sourced bandwidth" if any(r.unverified for r in m.rows)
                         else "") + ".\n")
-    return head + markdown(("Mac", "GB/s", "runs", "max context", "decode tok/s"), cells,
-                           right=(False, True, False, True, True)) + foot
+    return head + markdown(("Mac", "GB/s", "runs", "max context", "decode tok/s", "TTFT s"),
+                           cells, right=(False, True, False, True, True, True)) + foot

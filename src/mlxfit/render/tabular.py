@@ -25,9 +25,16 @@ def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]],
     return "\n".join(lines) + "\n"
 
 
+def _csv_cell(v: object) -> object:
+    # A boolean as the JSON spells it (true/false), not Python's True/False; None is empty.
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "" if v is None else v
+
+
 def csv_text(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow(headers)
-    w.writerows(rows)
+    w.writerows([_csv_cell(v) for v in r] for r in rows)
     return buf.getvalue()

@@ -146,8 +146,9 @@ class Rotating(CacheKind):
         return g.rotating_size_final(s, self.size)
 
     def keys_seen(self, s: Schedule, n: int) -> int:
-        # A multi-token update returns the kept window-1 tokens plus the whole chunk.
-        return g.rotating_size_prefill(s, self.size, n)
+        # A multi-token update returns the kept window-1 tokens plus the whole chunk; a
+        # one-token one the rows up to the offset.
+        return g.rotating_keys_prefill(s, self.size, n)
 
 
 @dataclass(frozen=True)

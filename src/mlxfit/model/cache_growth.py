@@ -224,6 +224,11 @@ def window_rows(tokens: int, window: int) -> int:
     return min(window, tokens)
 
 
+# deepseek_v41 LayerCache's compressed KV, index keys and pending rows: float32 elements (the
+# oracle at real widths: 22,036,480 B where 2-byte rows gave 11,288,576 B, issue 24).
+COMPRESSED_BYTES = 4
+
+
 def compressed_rows(tokens: int, ratio: int) -> tuple[int, int]:
     """deepseek_v41 Compressor: (closed groups, rows of the open group) after ``tokens``. Each
     call pools every full group of ``ratio`` rows (the open group's pending rows first); ratio

@@ -101,6 +101,17 @@ class CacheKind:
         their own make_cache, which ignore the flag)."""
         return self
 
+    def kv_group_refusal(self, widths: tuple[int, ...], group: int) -> str | None:
+        """Why ``--kv-bits`` cannot convert this cache with ``--kv-group-size group``, or None:
+        to_quantized runs mx.quantize over the keys' and values' last axis (the cached head
+        widths), which raises ValueError unless the group size divides it."""
+        bad = sorted({w for w in widths if w and w % group}) if self.quantizable else []
+        if not bad:
+            return None
+        return (f"mlx-lm's mx.quantize cannot quantize this model's cache: its cached head "
+                f"width {bad[0]} is not a multiple of --kv-group-size {group} (it raises "
+                "ValueError)")
+
 
 @dataclass(frozen=True)
 class Full(CacheKind):

@@ -231,7 +231,7 @@ FAMILIES: dict[str, Family] = {
     "mistral3": Family(dense.standard, own_cache=False),
     "nanochat": Family(dense.standard, own_cache=False),
     "nemotron": Family(dense.standard, own_cache=False),
-    "phi": Family(dense.standard, own_cache=False),
+    "phi": Family(dense.standard, own_cache=False, no_quantized_attention=True),
     "phi3small": Family(dense.standard, own_cache=False, no_quantized_attention=True),
     "pixtral": Family(dense.standard, own_cache=False),
     "qwen2_vl": Family(dense.standard, own_cache=False),
@@ -250,7 +250,7 @@ FAMILIES: dict[str, Family] = {
     "bailing_moe_v3": Family(hybrid.bailing_moe_v3, own_cache=True),
     "muse_glimmer": Family(sliding.spark2_5, own_cache=True),
     "plamo3": Family(sliding.plamo3, own_cache=True),
-    "phixtral": Family(dense.standard, own_cache=False,
+    "phixtral": Family(dense.standard, own_cache=False, no_quantized_attention=True,
                        prepare=renames.renamed({"model_dim": "hidden_size", "num_heads":
                                           "num_attention_heads", "num_layers": "num_hidden_layers",
                                           "num_vocab": "vocab_size"})),

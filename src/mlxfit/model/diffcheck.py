@@ -22,7 +22,8 @@ from mlxfit.model.parse import parse_config
 # Verdicts. Findings are the ones where mlxfit and mlx-lm part ways.
 AGREE = "agree"  # equal bytes
 BOTH_REFUSE = "both-refuse"  # mlxfit refuses the flags and mlx-lm raises under them
-UNREACHED = "refused-unreached"  # mlxfit refuses --kv-bits, mlx-lm never converted (n < start)
+# mlxfit refuses --kv-bits, and no call of mlx-lm's run used a converted cache
+UNREACHED = "refused-unreached"
 DISAGREE = "disagree"
 CONFIG_REFUSED = "config-refused"  # mlxfit refuses a config mlx-lm runs
 FLAG_REFUSED = "flag-refused"  # mlxfit refuses a flag mlx-lm runs with
@@ -86,9 +87,10 @@ def compare(config: dict, n: int, step: int, flags: Flags = Flags()) -> Outcome:
     if refusal is not None:
         if isinstance(refusal, ConfigError):
             return Outcome(CONFIG_REFUSED, step, n, None, truth, str(refusal))
-        # mlx-lm converts a cache once its offset reaches the start; below it the flag did
-        # nothing, and mlxfit's refusal stands for the longer runs of the same flags.
-        if flags.kv_bits is not None and n < flags.quantized_kv_start:
+        # maybe_quantize_kv_cache converts a cache after the call that brings its offset to
+        # the start: when no call (the last is the decode at offset n-1) ran on a converted
+        # cache, mlx-lm never met what mlxfit refuses, which stands for longer runs.
+        if flags.kv_bits is not None and n - 1 < flags.quantized_kv_start:
             return Outcome(UNREACHED, step, n, None, truth, str(refusal))
         return Outcome(FLAG_REFUSED, step, n, None, truth, str(refusal))
     verdict = AGREE if ours == truth else DISAGREE

@@ -3,7 +3,7 @@
 For each family fixture (tests/fixtures/families/MANIFEST.json), ``--n`` variants that mlx-lm
 accepts are drawn with ``--seed`` (mlxfit.model.config_gen), and each is run at every
 (S, n) of ``--steps`` x ``--ns`` under the plain flags, one ``--kv-bits`` set and one
-``--max-kv-size`` (config_gen.flag_sets), compared exactly by mlxfit.model.diffcheck. With
+``--max-kv-size`` (config_gen.flag_sets), compared exactly by mlxfit.verbs.diffcheck. With
 ``--findings`` the regression cases of tests/data/difffuzz/ are run instead. Prints the
 verdicts per family and the findings; ``--out`` writes one JSON line per comparison.
 
@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from mlxfit.model import config_gen
-from mlxfit.model.diffcheck import FINDINGS, Flags, accepted_by_mlx_lm, compare
+from mlxfit.verbs.diffcheck import FINDINGS, Flags, accepted_by_mlx_lm, compare
 
 REPO = Path(__file__).resolve().parent.parent
 FAMILY_DIR = REPO / "tests" / "fixtures" / "families"

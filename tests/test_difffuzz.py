@@ -1,6 +1,6 @@
 """Differential tests: mlxfit's cache bytes against mlx-lm's own caches on generated configs.
 
-Two sets, both compared exactly by ``mlxfit.model.diffcheck`` (mlxfit's pure core against the
+Two sets, both compared exactly by ``mlxfit.verbs.diffcheck`` (mlxfit's pure core against the
 lazy oracle running mlx-lm's own code), refusals on either side included:
 - every smallest reproducer the difffuzz campaigns found (tests/data/difffuzz/, copied from the
   shared findings: config.json, flags and the (S, n) runs). The cases whose rule is issue 24's
@@ -54,7 +54,7 @@ def _case_params():
 
 @pytest.mark.parametrize("path", list(_case_params()))
 def test_finding_stays_fixed(path: Path) -> None:
-    from mlxfit.model.diffcheck import FINDINGS, Flags, compare
+    from mlxfit.verbs.diffcheck import FINDINGS, Flags, compare
 
     case = json.loads(path.read_text())
     for step, n in case["runs"]:
@@ -67,7 +67,7 @@ def test_known_gaps_are_cases() -> None:
 
 
 def _first_accepted(family: str, fixture: dict) -> config_gen.Variant | None:
-    from mlxfit.model.diffcheck import accepted_by_mlx_lm
+    from mlxfit.verbs.diffcheck import accepted_by_mlx_lm
 
     for index in range(6):
         v = config_gen.variant(family, fixture, SEED, index)
@@ -78,7 +78,7 @@ def _first_accepted(family: str, fixture: dict) -> config_gen.Variant | None:
 
 @pytest.mark.parametrize("family", sorted(set(MANIFEST) - NOT_RUNNABLE))
 def test_generated_config_matches_mlx_lm(family: str) -> None:
-    from mlxfit.model.diffcheck import (
+    from mlxfit.verbs.diffcheck import (
         CONFIG_REFUSED,
         DISAGREE,
         FINDINGS,

@@ -1,4 +1,4 @@
-"""Seeded config variants of a family fixture, for the differential check (model/diffcheck.py).
+"""Seeded config variants of a family fixture, for the differential check (verbs/diffcheck.py).
 
 A variant redraws the integer fields that shape mlx-lm's caches, each with some probability,
 from values chosen to cross the rules: depths off the layer pattern, kv heads a divisor of
@@ -119,7 +119,10 @@ def _mutate(c: dict[str, Any], r: random.Random, tweaks: dict[str, Any], where: 
             tweaks[where + "head_dim"] = c["head_dim"]
         hidden_key = next((k for k in HIDDEN_KEYS if isinstance(c.get(k), int)), None)
         if hidden_key is not None:
-            c[hidden_key] = heads * r.choice((16, 24, 32, 40, 64, 80))
+            # Some modules require hidden = heads x head_dim (cohere2), most do not.
+            hd = c.get("head_dim") if isinstance(c.get("head_dim"), int) else None
+            width = hd if hd and r.random() < 0.5 else r.choice((16, 24, 32, 40, 64, 80))
+            c[hidden_key] = heads * width
             tweaks[where + "hidden"] = c[hidden_key]
     for k in WINDOW_KEYS:
         if isinstance(c.get(k), int) and r.random() < 0.8:

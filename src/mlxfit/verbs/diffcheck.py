@@ -90,7 +90,7 @@ def compare(config: dict, n: int, step: int, flags: Flags = Flags()) -> Outcome:
         # maybe_quantize_kv_cache converts a cache after the call that brings its offset to
         # the start: when no call (the last is the decode at offset n-1) ran on a converted
         # cache, mlx-lm never met what mlxfit refuses, which stands for longer runs.
-        if flags.kv_bits is not None and n - 1 < flags.quantized_kv_start:
+        if flags.kv_bits is not None and n - 1 < max(flags.quantized_kv_start, 1):
             return Outcome(UNREACHED, step, n, None, truth, str(refusal))
         return Outcome(FLAG_REFUSED, step, n, None, truth, str(refusal))
     verdict = AGREE if ours == truth else DISAGREE

@@ -63,8 +63,8 @@ def _one_token_chunk(ctx: int, step: int, gen: int) -> bool:
 
 # RotatingKVCache.update_and_fetch takes a different path for a one-token call
 # (_update_in_place: grows by min(256, max_size - offset) rows, cache.py:481) than for a longer
-# one (_update_concat); mlxfit models every prefill chunk as the longer kind (issue 23 found it
-# with these tests; the estimate is kept as it is here, the refactor being byte-identical).
+# one (_update_concat), for a prefill chunk as for a decode step (issue 23 found it with these
+# tests, issue 24's generated configs in 25 families).
 ONE_TOKEN_CHUNKS = [c for c in SCHEDULES if _one_token_chunk(*c)]
 MULTI_TOKEN_CHUNKS = [c for c in SCHEDULES if not _one_token_chunk(*c)]
 WINDOWS = [1, 64, 256, 300, 1000, 4096]  # smaller and larger than the chunks above
@@ -161,13 +161,14 @@ def test_rotating_is_rotating_kvcache(ctx, step, gen, window):
     assert kind.decode_keys(ctx) == min(ctx, window)
 
 
-@pytest.mark.xfail(strict=True, reason="a one-token prefill chunk on a RotatingKVCache grows "
-                   "it in place by up to 256 rows; mlxfit sizes it as a concatenation")
-@pytest.mark.parametrize("ctx,step,gen", ONE_TOKEN_CHUNKS)
-def test_rotating_one_token_chunks_known_gap(ctx, step, gen):
+@pytest.mark.parametrize("window", WINDOWS)
+@pytest.mark.parametrize("ctx,step,gen", ONE_TOKEN_CHUNKS + [(2, 512, 0), (39, 37, 0), (298, 37, 0)])
+def test_rotating_one_token_chunks(ctx, step, gen, window):
+    """A one-token prefill chunk takes RotatingKVCache._update_in_place (a 256-row step, capped
+    at the window), not a concatenation: n = 2, n = k*S + 2 and prefill step 1."""
     from mlx_lm.models.cache import RotatingKVCache
 
-    _drive(Rotating(4096), RotatingKVCache(max_size=4096), Schedule(ctx, gen, step))
+    _drive(Rotating(window), RotatingKVCache(max_size=window), Schedule(ctx, gen, step))
 
 
 def test_rotating_refuses_kv_bits_as_mlx_lm_does():

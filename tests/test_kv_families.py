@@ -352,24 +352,26 @@ def test_jamba_mamba_state_in_the_activation_dtype():
 def test_deepseek_v41_window_compressed_kv_and_pending_rows():
     """deepseek_v41_compressed.json: 8 layers, head_dim 64, window 128, index_head_dim 32;
     ratios 0,0,4,4,1,1,128,0; kv sources 2,4,6,7; index sources 2,3,4,5. Every layer keeps
-    min(128, t) window rows x 64 x 2 B. Layer 2 (r 4, index): t//4 rows x (64 + 32) x 2 B and
-    t%4 pending rows x 2 x 64 x 4 B; layer 4 (r 1, index): t rows x 96 x 2 B; layer 6 (r 128,
-    no index): t//128 x 64 x 2 B + t%128 x 512 B. Layers 3 and 5 read others' state, layer 7
-    (r 0) compresses nothing. ctx 1001 (prefill 1000 in chunks of 512, then one token):
-    8 x 128 x 128 = 131,072; layer 2: 250 x 192 + 1 x 512 = 48,512; layer 4: 1001 x 192 =
-    192,192; layer 6: 7 x 128 + 105 x 512 = 54,656. Total 426,432 B, with no 256-token
-    steps anywhere (every array is concatenated and sliced to its exact size)."""
+    min(128, t) window rows x 64 x 2 B. The compressed rows and index keys are float32 (the
+    compressor is kept float32 by the model's cast_predicate, issue 24). Layer 2 (r 4, index):
+    t//4 rows x (64 + 32) x 4 B and t%4 pending rows x 2 x 64 x 4 B; layer 4 (r 1, index):
+    t rows x 96 x 4 B; layer 6 (r 128, no index): t//128 x 64 x 4 B + t%128 x 512 B. Layers 3
+    and 5 read others' state, layer 7 (r 0) compresses nothing. ctx 1001 (prefill 1000 in
+    chunks of 512, then one token): 8 x 128 x 128 = 131,072; layer 2: 250 x 384 + 1 x 512 =
+    96,512; layer 4: 1001 x 384 = 384,384; layer 6: 7 x 256 + 105 x 512 = 55,552. Total
+    667,520 B, with no 256-token steps anywhere (every array is concatenated and sliced to its
+    exact size)."""
     cfg = _family("deepseek_v41_compressed.json")
     window = 8 * 128 * 64 * 2
     assert window == 131_072
-    layer2 = 250 * (64 + 32) * 2 + 1 * 2 * 64 * 4
-    layer4 = 1001 * (64 + 32) * 2
-    layer6 = 7 * 64 * 2 + 105 * 2 * 64 * 4
-    assert (layer2, layer4, layer6) == (48_512, 192_192, 54_656)
-    assert kv_bytes_final(cfg, Run(ctx=1001, prefill_step_size=512)) == 426_432
+    layer2 = 250 * (64 + 32) * 4 + 1 * 2 * 64 * 4
+    layer4 = 1001 * (64 + 32) * 4
+    layer6 = 7 * 64 * 4 + 105 * 2 * 64 * 4
+    assert (layer2, layer4, layer6) == (96_512, 384_384, 55_552)
+    assert kv_bytes_final(cfg, Run(ctx=1001, prefill_step_size=512)) == 667_520
     # ctx 100 (inside the window): 8 x 100 x 128 window; layer 2: 25 groups, none pending;
-    # layer 4: 100 x 192; layer 6: no group closed yet, 100 pending rows x 512.
-    assert kv_bytes_final(cfg, Run(ctx=100)) == (8 * 100 * 128 + 25 * 192 + 100 * 192
+    # layer 4: 100 x 384; layer 6: no group closed yet, 100 pending rows x 512.
+    assert kv_bytes_final(cfg, Run(ctx=100)) == (8 * 100 * 128 + 25 * 384 + 100 * 384
                                                  + 100 * 512)
 
 

@@ -170,6 +170,27 @@ def validate_run(cfg: ModelConfig, run: Run) -> None:
         refusal = kv_bits_refusal(cfg, run)
         if refusal:
             raise UsageError(f"kv_bits: {refusal}", param="kv_bits")
+        for a, _ in attn_groups(cfg, run):
+            why = a.cache.kv_group_refusal((a.k_dim, a.v_dim), run.kv_group_size)
+            if why:
+                raise UsageError(f"kv_bits: {why}", param="kv_bits", also=("kv_group_size",))
+
+
+def as_mlx_lm_runs(cfg: ModelConfig, run: Run) -> tuple[Run, tuple[str, ...]]:
+    """The run as mlx-lm runs this model, and a warning for each flag it silently ignores:
+    ``--kv-bits`` where no cache has a to_quantized (CacheList, LayerCache: generate.py
+    maybe_quantize_kv_cache skips them), ``--max-kv-size`` where the model builds its own
+    caches (make_prompt_cache calls model.make_cache() and never reads the flag)."""
+    said = []
+    if run.kv_bits is not None and cfg.never_quantized:
+        what = "LayerCache" if cfg.family == "deepseek_v41" else "CacheList"
+        said.append(f"--kv-bits has no effect: mlx-lm never quantizes this model's {what} "
+                    "caches (no to_quantized); sized unquantized, as mlx-lm runs it")
+        run = replace(run, kv_bits=None)
+    if run.max_kv_size is not None and cfg.own_cache:
+        said.append("--max-kv-size has no effect: this model builds its own caches "
+                    "(make_cache), which mlx-lm's make_prompt_cache uses as they are")
+    return run, tuple(said)
 
 
 def kv_bits_refusal(cfg: ModelConfig, run: Run) -> str | None:
@@ -222,11 +243,13 @@ def layer_kv_bytes(a: Attn, tokens: int, quantized: bool, run: Run, act_bytes: i
 
 def compress_bytes(a: Attn, tokens: int, act_bytes: int) -> int:
     """deepseek_v41 compressed KV once a layer has taken in ``tokens``: the closed groups
-    (head_dim + index keys, activation dtype) and the open group's float32 pending rows."""
+    (head_dim + index keys) and the open group's pending rows, all float32: the compressor and
+    the indexer read the float32 hyper-connection stream, and the fp4 round trip keeps that
+    dtype (deepseek_v41.py _compress), whatever the activation dtype."""
     if a.compress is None:
         return 0
     closed, pending = growth.compressed_rows(tokens, a.compress.ratio)
-    return closed * a.compress.width * act_bytes + pending * a.compress.pending * 4
+    return (closed * a.compress.width + pending * a.compress.pending) * growth.COMPRESSED_BYTES
 
 
 def layer_bytes_prefill(a: Attn, s: cs.Schedule, n_chunks: int, quantized: bool, run: Run,

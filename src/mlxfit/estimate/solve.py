@@ -11,7 +11,16 @@ from typing import Any, ClassVar
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.estimate.compute import ChipCompute, predicted_ttft, watchdog_warning
-from mlxfit.estimate.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
+from mlxfit.estimate.memory import (
+    Phase,
+    Run,
+    Term,
+    as_mlx_lm_runs,
+    kv_term,
+    peak_phase,
+    state_term,
+    validate_run,
+)
 from mlxfit.estimate.serving_summary import ServingSummary
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.json_result import JsonResult
@@ -232,8 +241,9 @@ def fit_core(
     extra_terms: ExtraTerms | None = None,
     compute: ChipCompute | None = None,
 ) -> FitResult:
+    run, ignored = as_mlx_lm_runs(cfg, run)
     validate_run(cfg, run)
-    warn = list(warnings) + list(cfg.warnings)
+    warn = list(warnings) + list(cfg.warnings) + list(ignored)
     t = (totals_at(cfg, weights.total_bytes, run, cal, extra_terms) if extra_terms is not None
          else memo_totals(cfg, weights.total_bytes, run, cal))
     limit, limit_warnings = context_limit(cfg, run)

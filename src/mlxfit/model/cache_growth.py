@@ -126,14 +126,31 @@ def full_capacity_final(s: Schedule, tokens: int | None = None) -> int:
 
 
 def rotating_size_prefill(s: Schedule, window: int, n_chunks: int) -> int:
-    """RotatingKVCache length after the n-th prefill chunk: a multi-token update keeps the
-    last window-1 tokens it holds and appends the whole chunk, so the length is
-    min(tokens before this chunk, window-1) + chunk."""
+    """RotatingKVCache length after the n-th prefill chunk. A multi-token update
+    (``_update_concat``) keeps the last window-1 tokens it holds and appends the whole chunk:
+    min(tokens before this chunk, window-1) + chunk. A one-token chunk (prefill step 1, or a
+    last chunk of one token) takes ``_update_in_place``, as a decode step does: a buffer the
+    offset has filled grows by min(256, window - offset) rows, then is trimmed to the window."""
     n_chunks = min(n_chunks, s.chunks()[2])
     if n_chunks <= 0:
         return 0
     c = s.chunk_at(n_chunks)
-    return min(c.offset_before, window - 1) + c.size
+    if c.size > 1:
+        return min(c.offset_before, window - 1) + c.size
+    if s.prefill_step_size == 1:  # every chunk in place: grown in 256-row steps from empty
+        return min(window, _ceil_to(c.offset_after, STEP))
+    held = rotating_size_prefill(s, window, n_chunks - 1)  # a concatenation: held <= offset
+    if held == c.offset_before and held < window:  # full and below the window: one step more
+        return min(window, held + STEP)
+    return min(held, window)
+
+
+def rotating_keys_prefill(s: Schedule, window: int, n_chunks: int) -> int:
+    """Keys a RotatingKVCache returns for the n-th prefill chunk: the whole buffer after a
+    concatenation; after an in-place (one-token) update the rows up to the offset only
+    (``keys_and_values``)."""
+    held = rotating_size_prefill(s, window, n_chunks)
+    return min(held, s.chunk_at(n_chunks).offset_after)
 
 
 def rotating_size_final(s: Schedule, window: int, tokens: int | None = None) -> int:
@@ -205,6 +222,11 @@ def window_rows(tokens: int, window: int) -> int:
     """deepseek_v41 LayerCache.update_window: concatenate, then keep the last ``window`` rows
     (an exact-size slice, no 256-token steps): min(window, tokens) after every call."""
     return min(window, tokens)
+
+
+# deepseek_v41 LayerCache's compressed KV, index keys and pending rows: float32 elements (the
+# oracle at real widths: 22,036,480 B where 2-byte rows gave 11,288,576 B, issue 24).
+COMPRESSED_BYTES = 4
 
 
 def compressed_rows(tokens: int, ratio: int) -> tuple[int, int]:

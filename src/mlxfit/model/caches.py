@@ -101,6 +101,17 @@ class CacheKind:
         their own make_cache, which ignore the flag)."""
         return self
 
+    def kv_group_refusal(self, widths: tuple[int, ...], group: int) -> str | None:
+        """Why ``--kv-bits`` cannot convert this cache with ``--kv-group-size group``, or None:
+        to_quantized runs mx.quantize over the keys' and values' last axis (the cached head
+        widths), which raises ValueError unless the group size divides it."""
+        bad = sorted({w for w in widths if w and w % group}) if self.quantizable else []
+        if not bad:
+            return None
+        return (f"mlx-lm's mx.quantize cannot quantize this model's cache: its cached head "
+                f"width {bad[0]} is not a multiple of --kv-group-size {group} (it raises "
+                "ValueError)")
+
 
 @dataclass(frozen=True)
 class Full(CacheKind):
@@ -146,8 +157,9 @@ class Rotating(CacheKind):
         return g.rotating_size_final(s, self.size)
 
     def keys_seen(self, s: Schedule, n: int) -> int:
-        # A multi-token update returns the kept window-1 tokens plus the whole chunk.
-        return g.rotating_size_prefill(s, self.size, n)
+        # A multi-token update returns the kept window-1 tokens plus the whole chunk; a
+        # one-token one the rows up to the offset.
+        return g.rotating_keys_prefill(s, self.size, n)
 
 
 @dataclass(frozen=True)

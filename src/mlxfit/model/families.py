@@ -87,6 +87,10 @@ class Family:
     # Hand-written attention that reads the cache's arrays directly: mlx-lm fails on a
     # QuantizedKVCache (checked by the oracle), so --kv-bits is refused.
     no_quantized_attention: bool = False
+    # Only its KV-shared layers fail on a QuantizedKVCache (afm7's kv-reuse layers, Gemma 4's
+    # kv-shared ones hand the cache's quantized tuple to scaled_dot_product_attention): --kv-bits
+    # is refused where such a layer reads a converted (full-attention) cache, run otherwise.
+    shared_kv_not_quantized: bool = False
     # head_dim when the config omits it, where mlx-lm's ModelArgs has its own default rather
     # than hidden_size // heads (gemma3_text, gemma4_text: 256; cohere2: 128; gpt_oss,
     # falcon_h1: 64). Gemma 3 12B's config has no head_dim, and 3840 // 16 = 240 sized its KV
@@ -125,7 +129,8 @@ FAMILIES: dict[str, Family] = {
                      no_quantized_attention=True),
     "gemma3": Family(sliding.gemma3, own_cache=True, head_dim_default=256),
     "gemma3n": Family(sliding.gemma3n, own_cache=True),
-    "gemma4": Family(sliding.gemma4, own_cache=True, head_dim_default=256),
+    "gemma4": Family(sliding.gemma4, own_cache=True, head_dim_default=256,
+                     shared_kv_not_quantized=True),
     "cohere2": Family(sliding.cohere2, own_cache=True, head_dim_default=128),
     "gpt_oss": Family(sliding.gpt_oss, own_cache=True, head_dim_default=64),
     "deepseek_v3": Family(mla.mla, own_cache=False),
@@ -195,7 +200,8 @@ FAMILIES: dict[str, Family] = {
     "afm7": Family(dense.afm7, own_cache=True,
                    prepare=renames.renamed({"hidden_dim": "hidden_size", "num_heads":
                                       "num_attention_heads", "num_kv_heads": "num_key_value_heads",
-                                      "num_layers": "num_hidden_layers"}), no_quantized_attention=True),
+                                      "num_layers": "num_hidden_layers"}),
+                   shared_kv_not_quantized=True),
     "openelm": Family(dense.openelm, own_cache=False, prepare=renames.prepare_openelm),
     "gpt2": Family(dense.standard, own_cache=False, prepare=renames.renamed(renames.GPT2_NAMES)),
     "gpt_bigcode": Family(dense.gpt_bigcode, own_cache=False,
@@ -231,7 +237,7 @@ FAMILIES: dict[str, Family] = {
     "mistral3": Family(dense.standard, own_cache=False),
     "nanochat": Family(dense.standard, own_cache=False),
     "nemotron": Family(dense.standard, own_cache=False),
-    "phi": Family(dense.standard, own_cache=False),
+    "phi": Family(dense.standard, own_cache=False, no_quantized_attention=True),
     "phi3small": Family(dense.standard, own_cache=False, no_quantized_attention=True),
     "pixtral": Family(dense.standard, own_cache=False),
     "qwen2_vl": Family(dense.standard, own_cache=False),
@@ -250,7 +256,7 @@ FAMILIES: dict[str, Family] = {
     "bailing_moe_v3": Family(hybrid.bailing_moe_v3, own_cache=True),
     "muse_glimmer": Family(sliding.spark2_5, own_cache=True),
     "plamo3": Family(sliding.plamo3, own_cache=True),
-    "phixtral": Family(dense.standard, own_cache=False,
+    "phixtral": Family(dense.standard, own_cache=False, no_quantized_attention=True,
                        prepare=renames.renamed({"model_dim": "hidden_size", "num_heads":
                                           "num_attention_heads", "num_layers": "num_hidden_layers",
                                           "num_vocab": "vocab_size"})),

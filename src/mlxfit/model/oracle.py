@@ -236,8 +236,24 @@ def _build(config: dict, dtype: str):
     except Exception as e:  # noqa: BLE001 - any failure of mlx-lm's own code is reported
         raise OracleError(f"mlx-lm {mlx_lm_version()} could not build the model: "
                           f"{type(e).__name__} {_one_line(e)}") from None
-    model.set_dtype(getattr(mx, dtype))  # lazy: the cache dtype follows the activations
+    _cast_as_convert(model, getattr(mx, dtype))  # lazy: the cache dtype follows the activations
     return model, args
+
+
+def _cast_as_convert(model: Any, dtype: Any) -> None:
+    """Cast the floating parameters to ``dtype`` the way mlx_lm.convert does: those the
+    model's ``cast_predicate`` keeps (deepseek_v41's compressor and hyper-connections stay
+    float32, and so do the compressed rows they make) are left as they are."""
+    # mlx is optional (the measure extra): imported for the oracle only
+    import mlx.core as mx
+    from mlx.utils import tree_map_with_path
+
+    keep = getattr(model, "cast_predicate", lambda _: True)
+
+    def cast(path: str, v: Any) -> Any:
+        return v.astype(dtype) if keep(path) and mx.issubdtype(v.dtype, mx.floating) else v
+
+    model.update(tree_map_with_path(cast, model.parameters()))
 
 
 def _missing_field(e: TypeError) -> str | None:

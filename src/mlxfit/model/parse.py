@@ -186,7 +186,10 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         lru_width=c.mixer.get("lru_width", 0),
         gated_q=family.gated_q or f.bool("attn_output_gate", False),
         never_quantized=family.never_quantized,
-        no_quantized_attention=family.no_quantized_attention,
+        no_quantized_attention=family.no_quantized_attention or (
+            family.shared_kv_not_quantized and any(
+                ly.attn is not None and not ly.attn.cache.owns_memory
+                and ly.attn.cache.window is None for ly in layers)),
         family_known=known,
         plan_source="table" if known else "plain transformer (unverified)",
     )

@@ -871,10 +871,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prefill", action="store_true",
                     help="prompt tok/s only: fit [prefill], in-sample and leave-one-source-out "
                          "by chip family (with --md: its own section of the report)")
+    ap.add_argument("--speed", action="store_true",
+                    help="decode and prompt tok/s (issue 25): per-op fit, in-sample, "
+                         "leave-one-source-out and leave-one-family-kind-out")
+    ap.add_argument("--loo-rows", help="with --speed: one JSON line per run and quantity with "
+                                       "its in-sample, LOSO and LOFKO predictions "
+                                       "(format: bench/speed_eval.py's docstring)")
     a = ap.parse_args(argv)
     cases, skipped = load_cases()
     doc = base_doc()
     cal0 = cal_with(doc)
+    if a.speed or a.loo_rows:
+        return speed_main(cases, a.md, a.loo_rows)
     if a.prefill:
         return prefill_main(cases, cal0, a.md)
     main_cases = [c for c in cases if not c.approx]
@@ -961,6 +969,40 @@ def main(argv: list[str]) -> int:
         if md.exists() and GEN_MARK in md.read_text():
             head = md.read_text().split(GEN_MARK)[0]
         md.write_text(head + GEN_MARK + "\n\n" + text + "\n")
+    return 0
+
+
+@cache
+def base_cal() -> Calibration:
+    """calibration.toml as shipped (mlxfit's own prediction)."""
+    return cal_with(base_doc())
+
+
+SPEED_MARK = "<!-- speed section: python bench/metal_eval.py --speed --md bench/results/metal_eval.md -->"
+SPEED_END = "<!-- end of speed section -->"
+
+
+def speed_main(cases: list[Case], md: str | None, loo: str | None) -> int:
+    import prefill_eval  # bench/prefill_eval.py: the prefill features' machine and weights
+    import speed_eval  # bench/speed_eval.py: the per-op speed evaluation (issue 25)
+
+    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
+    result = speed_eval.evaluate(sys.modules[__name__], prefill_eval, cases, dict(enumerate(rows)),
+                                 lm_fit)
+    text = "\n".join(speed_eval.report(result))
+    print(text)
+    if loo:
+        speed_eval.write_loo(loo, result)
+    if md:
+        path = Path(md)
+        old = path.read_text() if path.exists() else ""
+        block = f"{SPEED_MARK}\n\n{text}\n{SPEED_END}\n"
+        if SPEED_MARK in old and SPEED_END in old:
+            head, rest = old.split(SPEED_MARK, 1)
+            new = head + block + rest.split(SPEED_END, 1)[1].lstrip("\n")
+        else:
+            new = old + "\n" + block
+        path.write_text(new)
     return 0
 
 

@@ -42,6 +42,9 @@ PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4"
            "attn_unfused_eff": (0.01, 2.0), "score_eta": (0.01, 2.0), "scan_eff": (0.001, 2.0),
            "chunk_read_eta": (0.02, 2.0), "per_layer_chunk_s": (0.0, 0.05),
            "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5)}
+# A constant is fitted only where at least this many models (formats: runs) carry its feature;
+# otherwise it keeps the all-runs value (as decode's ultra_eta always did leaving guruswami out).
+MIN_MODELS = 3
 # which feature identifies each constant: held at its full-data value when no training run has it
 DEC_NEEDS = {"expert_eta": "routed", "kv_eta": "fused", "unfused_eta": "unfused",
              "per_moe_layer_s": "Lm", "gqa_ultra": "fused_g", "ultra_eta": "ultra"}
@@ -172,12 +175,13 @@ def fit(rows, x0, bounds, needs, pred, lm_fit, full: dict | None = None) -> dict
     held = {}
     for k in list(names):
         feat = needs.get(k)
-        if k.startswith("eff_") and not any(r["f"].get("fmt") == k[4:] for r in rows):
-            names.remove(k)
-        elif feat and not any(r["f"].get(feat) for r in rows):
-            names.remove(k)
+        if k.startswith("eff_"):
+            n = sum(1 for r in rows if r["f"].get("fmt") == k[4:])
         else:
+            n = len({r["c"].desc for r in rows if r["f"].get(feat)}) if feat else MIN_MODELS
+        if n >= MIN_MODELS:
             continue
+        names.remove(k)
         if full is not None:
             held[k] = full[k]
     return _fit(rows, {**x0, **held}, names, bounds, pred, lm_fit)

@@ -13,7 +13,7 @@ from mlxfit.calibration.constants import Calibration
 from mlxfit.estimate.compute import ChipCompute, predicted_ttft, watchdog_warning
 from mlxfit.estimate.memory import Phase, Run, Term, kv_term, peak_phase, state_term, validate_run
 from mlxfit.estimate.serving_summary import ServingSummary
-from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.estimate.speed import predicted_decode_seconds, predicted_decode_terms
 from mlxfit.json_result import JsonResult
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import Buffer, WeightsDetail, WeightsRead
@@ -177,6 +177,8 @@ class FitResult(JsonResult):
     predicted_prefill_tps: float | None = None
     predicted_ttft_s: float | None = None
     prefill_terms: tuple[Any, ...] = field(default=())
+    # Decode: the per-op seconds of one token (speed.decode_time_terms), for --explain
+    decode_terms: tuple[Any, ...] = field(default=())
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:
@@ -238,6 +240,7 @@ def fit_core(
 
     tps = None
     speed_terms: tuple[Term, ...] = ()
+    decode_terms: tuple[Any, ...] = ()
     if bandwidth_gbs is None:
         warn.append("memory bandwidth unknown for this machine: no decode speed (pass --machine)")
     elif not memory_fits:
@@ -248,6 +251,8 @@ def fit_core(
         secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
         tps = 1.0 / secs
         speed_terms = tuple(st)
+        decode_terms = predicted_decode_terms(cfg, run, weights, bandwidth_gbs, cal,
+                                              machine_name)
     prompt = None
     if compute is not None and bandwidth_gbs is not None and fits:
         prompt = predicted_ttft(cfg, run, weights, bandwidth_gbs, compute, cal, machine_name)
@@ -299,4 +304,5 @@ def fit_core(
         predicted_prefill_tps=prompt.prefill_tps if prompt else None,
         predicted_ttft_s=prompt.ttft_s if prompt else None,
         prefill_terms=prompt.terms if prompt else (),
+        decode_terms=decode_terms,
     )

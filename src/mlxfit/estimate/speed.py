@@ -165,6 +165,14 @@ def predicted_decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwid
                           fused_decode=fused, ultra=ultra)
 
 
+def predicted_decode_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                           cal: Calibration, machine_name: str) -> tuple[TimeTerm, ...]:
+    """The per-op seconds ``predicted_decode_seconds`` sums, for --explain."""
+    fused, ultra = decode_factors(cal, run.backend, machine_name)
+    return decode_time_terms(cfg, run, w, bandwidth_gbs, cal.decode, fused_decode=fused,
+                             ultra=ultra)
+
+
 def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                       cal: Decode, *, fused_decode: tuple[int, ...],
                       ultra: bool = False) -> tuple[TimeTerm, ...]:

@@ -274,11 +274,11 @@ def loo_rows(result) -> list[dict]:
 
 def report(result) -> list[str]:
     L = ["## Speed (issue 25): decode and prompt tok/s from per-op costs", "",
-         "`bench/metal_eval.py --speed`. Errors |pred/meas - 1|. *shipped* = mlxfit with "
+         ("`bench/metal_eval.py --speed`. Errors |pred/meas - 1|. *shipped* = mlxfit with "
          "calibration.toml as it is; *in-sample* = refit on every run; *LOSO* = refit without "
          "the run's source (one repository, file or issue thread); *LOFKO* = refit without "
          "the run's family kind. A constant no training run identifies keeps its all-runs "
-         "value.", ""]
+         "value."), ""]
     for q, (rows, full) in result.items():
         L += [f"### {q}", "", "Fitted on all runs: " + ", ".join(
             f"{k} = {v:.4g}" for k, v in full.items() if k in (DEC_FIT if q == 'decode_tps'
@@ -311,5 +311,4 @@ def report(result) -> list[str]:
 
 def write_loo(path: str, result) -> None:
     with open(path, "w") as fh:
-        for line in loo_rows(result):
-            fh.write(json.dumps(line) + "\n")
+        fh.writelines(json.dumps(line) + "\n" for line in loo_rows(result))

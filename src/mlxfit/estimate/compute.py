@@ -362,7 +362,8 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                  "per chunk: (dense weights + the routed experts its tokens touch, "
                  "E x (1 - (1 - k/E)^chunk) per MoE layer) / (chunk_read_eta x bandwidth) + "
                  "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers",
-                 {"first_chunk_read_bytes": chunk_read_bytes(cfg, w, s.chunk_at(1).size),
+                 {"first_chunk_read_bytes": chunk_read_bytes(cfg, w, s.chunk_at(1).size)
+                  if ps.chunks else 0,
                   "chunk_read_eta": pc.chunk_read_eta,
                   "layers_computed": prefill_layers(cfg)}),
         TimeTerm("prefill_seconds", secs, "the four parts above, summed over the chunks",

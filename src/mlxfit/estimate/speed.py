@@ -218,6 +218,27 @@ def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     return sum(t.seconds for t in terms), [wr, kr]
 
 
+def weights_seconds(cfg: ModelConfig, w: WeightsRead, bandwidth_gbs: float, cal: Decode, *,
+                    ultra: bool = False, tokens: int = 1) -> float:
+    """Decode's weight reads of ``w`` (a model or a host's share) for a step of ``tokens``
+    sequences: dense at eta, the routed experts they touch at expert_eta (the terms
+    ``decode_time_terms`` names)."""
+    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    dense, routed = weights_split(cfg, w, tokens)
+    return dense / (cal.eta * bw) + routed / (cal.expert_eta * bw)
+
+
+def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode, *,
+                  fused_decode: tuple[int, ...], ultra: bool = False) -> float:
+    """Decode's attention and state reads of ``cfg``'s layers (a model or a host's share):
+    fused at kv_eta, unfused at unfused_eta, the state at eta."""
+    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
+                                   gqa_ultra=cal.gqa_ultra)
+    return (fused / (cal.kv_eta * bw) + unfused / (cal.unfused_eta * bw)
+            + 2 * cfg.state_bytes / (cal.eta * bw))
+
+
 def read_seconds(nbytes: float, bandwidth_gbs: float, cal: Decode, *, ultra: bool = False) -> float:
     """Time to stream ``nbytes`` of weights at the calibrated efficiency (Ultra: two-die
     factor)."""

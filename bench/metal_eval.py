@@ -881,10 +881,8 @@ def main(argv: list[str]) -> int:
     cases, skipped = load_cases()
     doc = base_doc()
     cal0 = cal_with(doc)
-    if a.speed or a.loo_rows:
+    if a.speed or a.prefill or a.loo_rows:  # --prefill: the prompt-speed half is --speed's now
         return speed_main(cases, a.md, a.loo_rows)
-    if a.prefill:
-        return prefill_main(cases, cal0, a.md)
     main_cases = [c for c in cases if not c.approx]
     if a.rows:
         with open(a.rows, "w") as f:
@@ -1000,34 +998,6 @@ def speed_main(cases: list[Case], md: str | None, loo: str | None) -> int:
         if SPEED_MARK in old and SPEED_END in old:
             head, rest = old.split(SPEED_MARK, 1)
             new = head + block + rest.split(SPEED_END, 1)[1].lstrip("\n")
-        else:
-            new = old + "\n" + block
-        path.write_text(new)
-    return 0
-
-
-PREFILL_MARK = "<!-- prefill section: python bench/metal_eval.py --prefill --md bench/results/metal_eval.md -->"
-PREFILL_END = "<!-- end of prefill section -->"
-
-
-def prefill_main(cases: list[Case], cal: Calibration, md: str | None) -> int:
-    import prefill_eval  # bench/prefill_eval.py: the prompt-speed half of this evaluation
-
-    rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-    lines, _ = prefill_eval.report(cases, dict(enumerate(rows)), cal, load_model, lm_fit,
-                                   SOURCES)
-    text = "\n".join(lines)
-    print(text)
-    if md:
-        path = Path(md)
-        old = path.read_text() if path.exists() else ""
-        block = f"{PREFILL_MARK}\n\n{text}\n{PREFILL_END}\n"
-        if PREFILL_MARK in old and PREFILL_END in old:
-            head, rest = old.split(PREFILL_MARK, 1)
-            new = head + block + rest.split(PREFILL_END, 1)[1].lstrip("\n")
-        elif GEN_MARK in old:
-            head, rest = old.split(GEN_MARK, 1)
-            new = head + block + "\n" + GEN_MARK + rest
         else:
             new = old + "\n" + block
         path.write_text(new)

@@ -871,12 +871,18 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--prefill", action="store_true",
                     help="prompt tok/s only: fit [prefill], in-sample and leave-one-source-out "
                          "by chip family (with --md: its own section of the report)")
+    ap.add_argument("--speed", action="store_true",
+                    help="decode and prompt tok/s (issue 25): per-op fit, in-sample, "
+                         "leave-one-source-out and leave-one-family-kind-out")
+    ap.add_argument("--loo-rows", help="with --speed: one JSON line per run and quantity with "
+                                       "its in-sample, LOSO and LOFKO predictions "
+                                       "(format: bench/speed_eval.py's docstring)")
     a = ap.parse_args(argv)
     cases, skipped = load_cases()
     doc = base_doc()
     cal0 = cal_with(doc)
-    if a.prefill:
-        return prefill_main(cases, cal0, a.md)
+    if a.speed or a.prefill or a.loo_rows:  # --prefill: the prompt-speed half is --speed's now
+        return speed_main(cases, a.md, a.loo_rows)
     main_cases = [c for c in cases if not c.approx]
     if a.rows:
         with open(a.rows, "w") as f:
@@ -964,28 +970,34 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-PREFILL_MARK = "<!-- prefill section: python bench/metal_eval.py --prefill --md bench/results/metal_eval.md -->"
-PREFILL_END = "<!-- end of prefill section -->"
+@cache
+def base_cal() -> Calibration:
+    """calibration.toml as shipped (mlxfit's own prediction)."""
+    return cal_with(base_doc())
 
 
-def prefill_main(cases: list[Case], cal: Calibration, md: str | None) -> int:
-    import prefill_eval  # bench/prefill_eval.py: the prompt-speed half of this evaluation
+SPEED_MARK = "<!-- speed section: python bench/metal_eval.py --speed --md bench/results/metal_eval.md -->"
+SPEED_END = "<!-- end of speed section -->"
+
+
+def speed_main(cases: list[Case], md: str | None, loo: str | None) -> int:
+    import prefill_eval  # bench/prefill_eval.py: the prefill features' machine and weights
+    import speed_eval  # bench/speed_eval.py: the per-op speed evaluation (issue 25)
 
     rows = [json.loads(line) for line in DATA.read_text().splitlines() if line.strip()]
-    lines, _ = prefill_eval.report(cases, dict(enumerate(rows)), cal, load_model, lm_fit,
-                                   SOURCES)
-    text = "\n".join(lines)
+    result = speed_eval.evaluate(sys.modules[__name__], prefill_eval, cases, dict(enumerate(rows)),
+                                 lm_fit)
+    text = "\n".join(speed_eval.report(result))
     print(text)
+    if loo:
+        speed_eval.write_loo(loo, result)
     if md:
         path = Path(md)
         old = path.read_text() if path.exists() else ""
-        block = f"{PREFILL_MARK}\n\n{text}\n{PREFILL_END}\n"
-        if PREFILL_MARK in old and PREFILL_END in old:
-            head, rest = old.split(PREFILL_MARK, 1)
-            new = head + block + rest.split(PREFILL_END, 1)[1].lstrip("\n")
-        elif GEN_MARK in old:
-            head, rest = old.split(GEN_MARK, 1)
-            new = head + block + "\n" + GEN_MARK + rest
+        block = f"{SPEED_MARK}\n\n{text}\n{SPEED_END}\n"
+        if SPEED_MARK in old and SPEED_END in old:
+            head, rest = old.split(SPEED_MARK, 1)
+            new = head + block + rest.split(SPEED_END, 1)[1].lstrip("\n")
         else:
             new = old + "\n" + block
         path.write_text(new)

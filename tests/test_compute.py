@@ -137,9 +137,9 @@ def test_neural_accelerators_only_from_macos_26():
     assert new.matmul_flops == 4 * old.matmul_flops
 
 
-def test_chunk_read_passes_charges_the_weights_per_chunk():
-    """Each chunk streams the weights chunk_read_passes times: raising it by one adds one
-    weights read at eta x bandwidth per chunk to the fixed part, nothing else."""
+def test_chunk_read_eta_charges_the_weights_a_chunk_reads():
+    """A chunk's weight stream costs its bytes over chunk_read_eta x the bandwidth in the
+    fixed part, nothing else: halving the efficiency doubles that part."""
     from dataclasses import replace
 
     from mlxfit.estimate.compute import chunk_parts
@@ -150,9 +150,10 @@ def test_chunk_read_passes_charges_the_weights_per_chunk():
     cal = load_calibration()
     chip = compute_for(resolve_machine("M4 Max 64GB"))
     f = chunk_flops(cfg, p, _run(4097), 1)
-    read_s = 4.5e9 / (cal.decode.eta * 546e9)
-    base = replace(cal.prefill, chunk_read_passes=1.0)
-    one = chunk_parts(f, chip, base, "affine4", read_s, 31)
-    two = chunk_parts(f, chip, replace(base, chunk_read_passes=2.0), "affine4", read_s, 31)
-    assert two.fixed - one.fixed == pytest.approx(read_s)
+    base = replace(cal.prefill, chunk_read_eta=0.5, per_layer_chunk_s=0.0)
+    one = chunk_parts(f, chip, base, "affine4", 4.5e9, 31, bandwidth_bps=546e9)
+    two = chunk_parts(f, chip, replace(base, chunk_read_eta=0.25), "affine4", 4.5e9, 31,
+                      bandwidth_bps=546e9)
+    assert one.fixed == pytest.approx(4.5e9 / (0.5 * 546e9))
+    assert two.fixed == pytest.approx(2 * one.fixed)
     assert (two.matmul, two.attention, two.scan) == (one.matmul, one.attention, one.scan)

@@ -75,8 +75,8 @@ def test_cluster_single_host_is_the_fit_and_stages_run_in_sequence():
     f = mlxfit.fit(model, ctx, machine="M3 Ultra 80-core 256GB")
     one = mlxfit.cluster(model, hosts=["M3 Ultra 80-core 256GB"], ctx=ctx).plan
     # the same chunks; a stage streams its own layers (not the output head) and the plan's
-    # decode step is at the run's context: within a millisecond here
-    assert one.predicted_ttft_s == pytest.approx(f.predicted_ttft_s, rel=1e-3)
+    # decode step is at the run's context: within 0.2 % here
+    assert one.predicted_ttft_s == pytest.approx(f.predicted_ttft_s, rel=2e-3)
     two = mlxfit.cluster(model, hosts=["2x M3 Ultra 80-core 256GB"], ctx=ctx)
     pipe = next(p for p in two.plans if p.strategy == "pipeline")
     tp = next(p for p in two.plans if p.strategy == "tensor")

@@ -56,7 +56,9 @@ class Decode:
     fixed_s: float
     per_layer_s: float
     per_moe_layer_s: float
-    kv_unfused: float
+    expert_eta: float  # gather_qmv over the routed experts a token touches
+    kv_eta: float  # fused decode attention (sdpa_vector) reading the KV cache
+    unfused_eta: float  # unfused decode attention: fallback matmuls, softmax, MLA latent
     gqa_ultra: float
     ultra_eta: float
     batch_per_layer_s: float  # BatchGenerator's decode path, sequences > 1 (estimate/batched.py)
@@ -81,11 +83,13 @@ class Prefill:
     neural_accel_eff: float  # M5 Neural Accelerators: fraction of their peak, on top of eff_*
     attn_eff: float  # fused causal SDPA: fraction of the shader-ALU peak
     attn_unfused_eff: float  # scores materialized (head dims without a fused kernel, masks)
-    score_passes: float  # times a materialized score array crosses memory (write, softmax, read)
+    # fraction of the bandwidth unfused attention's traffic reaches (score arrays' crossings,
+    # MLA's rebuilt K/V)
+    score_eta: float
     scan_eff: float  # gated-delta / SSM scans
-    # times a chunk streams the weights from memory: a matmul of a few hundred rows re-reads
-    # its weight tiles per row block, so small chunks cost more than one read
-    chunk_read_passes: float
+    # fraction of the bandwidth a chunk's weight stream reaches (dense weights + the union of
+    # experts the chunk routes to): prefill-shaped quantized matmuls re-read weight tiles
+    chunk_read_eta: float
     per_layer_chunk_s: float  # fixed cost per computed layer per chunk
     per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
     ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute
@@ -110,11 +114,11 @@ class Calibration:
 
 
 # Constants that divide or scale a whole prediction: zero would be nonsense, not a bound.
-_POSITIVE = frozenset({"eta", "ultra_eta", "bf16_act_bytes", "act_floor_tokens",
+_POSITIVE = frozenset({"eta", "ultra_eta", "expert_eta", "kv_eta", "unfused_eta", "bf16_act_bytes", "act_floor_tokens",
                        "eff_bf16", "eff_affine2", "eff_affine3", "eff_affine4", "eff_affine5",
                        "eff_affine6", "eff_affine8", "eff_mxfp4", "eff_nvfp4", "eff_mxfp8",
                        "expert_eff", "neural_accel_eff", "attn_eff", "attn_unfused_eff",
-                       "scan_eff", "ultra_compute", "watchdog_layer_s"})
+                       "scan_eff", "score_eta", "chunk_read_eta", "ultra_compute", "watchdog_layer_s"})
 
 
 def _number(v: Any, name: str, where: str) -> float:

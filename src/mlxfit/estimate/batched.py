@@ -37,11 +37,12 @@ from mlxfit.estimate.memory import (
     prefill_phase,
 )
 from mlxfit.estimate.speed import (
+    cache_seconds,
     decode_factors,
     kv_read_term,
     layer_seconds,
-    read_seconds,
-    weights_read_term,
+    weights_seconds,
+    weights_split,
 )
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsRead
@@ -212,14 +213,12 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
     1 / (one token's matmul FLOPs + max(its KV read, its attention FLOPs))."""
     dec = cal.decode
     fused, ultra = decode_factors(cal, run.backend, machine_name)
-    read = weights_read_term(cfg, w).bytes
+    dense, routed = weights_split(cfg, w, sequences)
+    read = dense + routed
     kr = kv_read_term(cfg, run, dec, fused_decode=fused, ultra=ultra)
-    if cfg.is_moe and w.expert_bytes and cfg.num_experts:
-        one = cfg.top_k / cfg.num_experts
-        union = 1 - (1 - one) ** sequences
-        read += int(w.expert_bytes * (union - one))
-    w_s = read_seconds(read, bandwidth_gbs, dec, ultra=ultra)
-    kv_s = read_seconds(sequences * kr.bytes, bandwidth_gbs, dec, ultra=ultra)
+    w_s = weights_seconds(cfg, w, bandwidth_gbs, dec, ultra=ultra, tokens=sequences)
+    kv_s = sequences * cache_seconds(cfg, run, bandwidth_gbs, dec, fused_decode=fused,
+                                     ultra=ultra)
     comp = compute_seconds(cfg, run, w, compute, cal, sequences)
     mm, at = comp if comp is not None else (None, None)
     fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec)

@@ -19,12 +19,16 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
              mask: L x offset + L(L+1)/2), or the whole L x keys rectangle (an array mask, a
              window, or unfused scores). MLA adds the per-chunk rebuild of K and V from the
              latent for every key: 2 x keys x heads x kv_lora_rank x (qk_nope + v_head)
-             unfused scores are also memory traffic: score_passes x q_heads x pairs x dtype
-             bytes over the bandwidth
+             unfused attention is also memory traffic: SCORE_PASSES crossings of the
+             q_heads x pairs score array (+ MASK_PASSES for MLA's pe_scores mask, + the
+             rebuilt K and V written once and read by the two matmuls) over score_eta x
+             the bandwidth
   scans      SCAN_FLOPS x recurrent-state elements x L per gated-delta / SSM layer
-  + chunk_read_passes x the weights per chunk over the bandwidth (row blocks of a few-hundred-
-  token chunk each stream the weight tiles: the term that dominates short prompts), +
-  per_layer_chunk_s per layer and per_moe_layer_chunk_s per MoE layer
+  + the weights the chunk reads (every dense weight, and of the routed experts the union the
+    chunk's L tokens route to: E x (1 - (1 - k/E)^L) per MoE layer) over chunk_read_eta x the
+    bandwidth (prefill-shaped quantized matmuls re-read their weight tiles: the term that
+    dominates short prompts), + per_layer_chunk_s per layer and per_moe_layer_chunk_s per MoE
+    layer
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
 """
@@ -32,12 +36,18 @@ The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-li
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Any
+from dataclasses import dataclass, replace
 
 from mlxfit.calibration.constants import Calibration, Prefill
 from mlxfit.estimate.memory import Run, as_run_sees, attn_unfused
-from mlxfit.estimate.speed import is_ultra, predicted_decode_seconds
+from mlxfit.estimate.speed import (
+    MASK_PASSES,
+    SCORE_PASSES,
+    TimeTerm,
+    is_ultra,
+    predicted_decode_seconds,
+    weights_split,
+)
 from mlxfit.model.config import Attn, ModelConfig
 from mlxfit.model.inputs import MatmulParams, WeightsRead
 
@@ -98,7 +108,9 @@ class ChunkFlops:
     attn_fused: float = 0.0
     attn_unfused: float = 0.0  # materialized scores, MLA's pe_scores and K/V rebuild
     scan: float = 0.0
-    score_bytes: float = 0.0  # materialized score arrays (unfused attention): memory traffic
+    score_bytes: float = 0.0  # materialized score arrays (unfused attention), one each
+    # bytes unfused attention moves: the score arrays' crossings, MLA's rebuilt K/V
+    traffic_bytes: float = 0.0
 
     @property
     def total(self) -> float:
@@ -107,7 +119,8 @@ class ChunkFlops:
     def __add__(self, o: ChunkFlops) -> ChunkFlops:
         return ChunkFlops(self.dense + o.dense, self.experts + o.experts,
                           self.attn_fused + o.attn_fused, self.attn_unfused + o.attn_unfused,
-                          self.scan + o.scan, self.score_bytes + o.score_bytes)
+                          self.scan + o.scan, self.score_bytes + o.score_bytes,
+                          self.traffic_bytes + o.traffic_bytes)
 
 
 def prefill_layers(cfg: ModelConfig) -> int:
@@ -159,13 +172,18 @@ def _attn_flops(a: Attn, count: int, size: int, offset: int, keys: int, *, fused
         pairs = size * keys  # pe_scores is an array mask: the whole rectangle
         attn = 2.0 * m.heads * pairs * (m.qk_nope + m.qk_rope + m.v_head)
         rebuild = 2.0 * keys * m.heads * m.kv_lora_rank * (m.qk_nope + m.v_head)
-        return ChunkFlops(attn_unfused=count * (attn + rebuild),
-                          score_bytes=count * m.heads * pairs * act_bytes)
+        scores = m.heads * pairs * act_bytes
+        # K (qk_nope) and V rebuilt for every key: written once, read by QK^T and by PV
+        rebuilt = 3 * keys * m.heads * (m.qk_nope + m.v_head) * act_bytes
+        return ChunkFlops(attn_unfused=count * (attn + rebuild), score_bytes=count * scores,
+                          traffic_bytes=count * ((SCORE_PASSES + MASK_PASSES) * scores
+                                                 + rebuilt))
     pairs = size * offset + size * (size + 1) / 2 if causal else size * keys
     flops = count * 2.0 * a.q_heads * pairs * (a.k_dim + a.v_dim)
     if fused:
         return ChunkFlops(attn_fused=flops)
-    return ChunkFlops(attn_unfused=flops, score_bytes=count * a.q_heads * pairs * act_bytes)
+    scores = count * a.q_heads * pairs * act_bytes
+    return ChunkFlops(attn_unfused=flops, score_bytes=scores, traffic_bytes=SCORE_PASSES * scores)
 
 
 def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
@@ -187,16 +205,6 @@ def chunk_flops(cfg: ModelConfig, p: MatmulParams, run: Run, n: int, *,
     state = sum(ly.state_bytes for ly in cfg.layers[:k] if ly.state_kind and ly.state_kind.scanned)
     out = out + ChunkFlops(scan=SCAN_FLOPS * state / STATE_ELEMENT_BYTES * c.size)
     return out
-
-
-@dataclass(frozen=True)
-class TimeTerm:
-    """One named part of a time prediction, for --explain."""
-
-    name: str
-    seconds: float
-    formula: str
-    inputs: dict[str, Any] = field(default_factory=dict)
 
 
 def format_efficiency(cal: Prefill, fmt: str) -> float:
@@ -224,21 +232,24 @@ class ChunkTime:
 
 
 def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
-                read_s: float, layers: int, moe_layers: int = 0, stream_bps: float = 0.0
+                read_bytes: float, layers: int, moe_layers: int = 0, bandwidth_bps: float = 0.0
                 ) -> ChunkTime:
-    """One chunk's seconds: its FLOPs over each kernel's share of the peak, the score arrays
-    moved ``score_passes`` times at ``stream_bps`` (bytes/s), the weights streamed
-    ``chunk_read_passes`` times and the per-layer fixed costs."""
+    """One chunk's seconds: its FLOPs over each kernel's share of the peak, unfused
+    attention's traffic at score_eta x ``bandwidth_bps`` (bytes/s, the machine's), the
+    ``read_bytes`` of weights the chunk reads at chunk_read_eta x it, and the per-layer fixed
+    costs. Without a bandwidth, FLOPs and fixed costs only."""
     eff = format_efficiency(cal, fmt)
     tensor = chip.tensor_peak(cal)
     attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
-    if stream_bps:
-        attn += f.score_bytes * cal.score_passes / stream_bps
+    read = 0.0
+    if bandwidth_bps:
+        attn += f.traffic_bytes / (cal.score_eta * bandwidth_bps)
+        read = read_bytes / (cal.chunk_read_eta * bandwidth_bps)
     return ChunkTime(
         matmul=(f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor,
         attention=attn,
         scan=f.scan / (cal.scan_eff * chip.alu_peak(cal)),
-        fixed=cal.chunk_read_passes * read_s + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
+        fixed=read + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
 
 
 @dataclass(frozen=True)
@@ -269,16 +280,19 @@ class PrefillSum:
 
 
 def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompute,
-                    cal: Calibration, *, bandwidth_gbs: float, read_bytes: float,
-                    computed: int | None = None,
-                    per_chunk_s: Callable[[int], float] | None = None) -> PrefillSum:
+                    cal: Calibration, *, bandwidth_gbs: float,
+                    read_bytes: float | Callable[[int], float], computed: int | None = None,
+                    per_chunk_s: Callable[[int], float] | None = None,
+                    ultra: bool = False) -> PrefillSum:
     """Every prefill chunk of ``run`` on one device: ``cfg`` (a whole model or a stage, the
-    first ``computed`` layers computed), ``read_bytes`` of weights read per chunk, and
-    ``per_chunk_s(size)`` added per chunk (a cluster's transfers). ``cal.prefill`` must be set."""
+    first ``computed`` layers computed), ``read_bytes`` of weights read per chunk (or
+    ``read_bytes(size)``: a chunk of ``size`` tokens), and ``per_chunk_s(size)`` added per
+    chunk (a cluster's transfers). ``ultra``: the two-die bandwidth factor (decode's
+    ultra_eta). ``cal.prefill`` must be set."""
     pc = cal.prefill
     assert pc is not None  # callers check: predicted_ttft returns None without [prefill]
     s = run.schedule()
-    stream = cal.decode.eta * bandwidth_gbs * 1e9
+    stream = bandwidth_gbs * 1e9 * (cal.decode.ultra_eta if ultra else 1.0)
     layers = prefill_layers(cfg) if computed is None else computed
     moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
     attn_layers = max(sum(n for _, n in prefill_attn_groups(cfg, run, layers)), 1)
@@ -287,9 +301,11 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     _, _, n_chunks = s.chunks()
     for n in range(1, n_chunks + 1):
         f = chunk_flops(cfg, p, run, n, computed=layers)
-        t = chunk_parts(f, chip, pc, p.fmt, read_bytes / stream, layers, moe_layers, stream)
+        size = s.chunk_at(n).size
+        rb = read_bytes(size) if callable(read_bytes) else read_bytes
+        t = chunk_parts(f, chip, pc, p.fmt, rb, layers, moe_layers, stream)
         if per_chunk_s:
-            t = t + ChunkTime(fixed=per_chunk_s(s.chunk_at(n).size))
+            t = t + ChunkTime(fixed=per_chunk_s(size))
         parts = parts + t
         largest = max(largest, t.total)
         layer = max(layer, t.attention / attn_layers
@@ -298,10 +314,12 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     return PrefillSum(parts.total, largest, layer, n_chunks, total, parts)
 
 
-def chunk_read_bytes(w: WeightsRead) -> int:
-    """Weights one chunk reads: a chunk of hundreds of tokens routes to (nearly) every expert,
-    so all of them, but not the input embedding (a row gather, unless tied) or lookup tables."""
-    return w.total_bytes - (0 if w.tied_embeddings else w.embedding_bytes) - w.lookup_bytes
+def chunk_read_bytes(cfg: ModelConfig, w: WeightsRead, tokens: int) -> int:
+    """Weights a chunk of ``tokens`` tokens reads: every dense weight (not the input embedding,
+    a row gather unless tied, nor lookup tables) and the union of the routed experts its
+    tokens route to (``speed.weights_split``): nearly all of them for a chunk of hundreds."""
+    dense, routed = weights_split(cfg, w, tokens)
+    return dense + routed
 
 
 def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
@@ -312,9 +330,9 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         return None
     pc = cal.prefill
     s = run.schedule()
-    chunk_read = chunk_read_bytes(w)
     ps = prefill_seconds(cfg, w.params, run, chip, cal, bandwidth_gbs=bandwidth_gbs,
-                         read_bytes=chunk_read)
+                         read_bytes=lambda size: chunk_read_bytes(cfg, w, size),
+                         ultra=chip.ultra)
     total, secs, parts = ps.flops, ps.seconds, ps.parts
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        bandwidth_gbs, cal, machine_name)
@@ -331,17 +349,23 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         TimeTerm("prefill_attention_seconds", parts.attention,
                  "2 x q_heads x (k_dim + v_dim) x (query, key) pairs per chunk (causal when "
                  "fused; MLA: + K/V rebuilt from the latent per chunk) over attn_eff (fused) or "
-                 "attn_unfused_eff x the matmul peak, + score_passes x score bytes / bandwidth",
+                 "attn_unfused_eff x the matmul peak, + unfused attention's traffic (the score "
+                 "arrays' crossings, MLA's rebuilt K/V) / (score_eta x bandwidth)",
                  {"flops_fused": total.attn_fused, "flops_unfused": total.attn_unfused,
-                  "score_bytes": total.score_bytes}),
+                  "score_bytes": total.score_bytes, "traffic_bytes": total.traffic_bytes,
+                  "score_eta": pc.score_eta}),
         TimeTerm("prefill_scan_seconds", parts.scan,
                  f"{SCAN_FLOPS:g} x recurrent-state elements x prefill tokens over scan_eff x "
                  "the GPU's ALU peak", {"flops": total.scan,
                                         "peak_alu_tflops": chip.alu_peak(pc) / 1e12}),
         TimeTerm("prefill_fixed_seconds", parts.fixed,
-                 "per chunk: chunk_read_passes x the weights / (eta x bandwidth) + per_layer_chunk_s x "
-                 "layers + per_moe_layer_chunk_s x MoE layers",
-                 {"weights_read_bytes": chunk_read, "layers_computed": prefill_layers(cfg)}),
+                 "per chunk: (dense weights + the routed experts its tokens touch, "
+                 "E x (1 - (1 - k/E)^chunk) per MoE layer) / (chunk_read_eta x bandwidth) + "
+                 "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers",
+                 {"first_chunk_read_bytes": chunk_read_bytes(cfg, w, s.chunk_at(1).size)
+                  if ps.chunks else 0,
+                  "chunk_read_eta": pc.chunk_read_eta,
+                  "layers_computed": prefill_layers(cfg)}),
         TimeTerm("prefill_seconds", secs, "the four parts above, summed over the chunks",
                  {"chunks": ps.chunks, "prefill_step_size": run.prefill_step_size,
                   "slowest_chunk_s": ps.largest_chunk_s, "slowest_layer_s": ps.largest_layer_s}),

@@ -22,7 +22,7 @@ from mlxfit.estimate.memory import (
     validate_run,
 )
 from mlxfit.estimate.serving_summary import ServingSummary
-from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.estimate.speed import predicted_decode_seconds, predicted_decode_terms
 from mlxfit.json_result import JsonResult
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import Buffer, WeightsDetail, WeightsRead
@@ -194,6 +194,8 @@ class FitResult(JsonResult):
     # token's, with the whole context in the cache; this one at SHORT_CONTEXT tokens, as
     # reviews quote it (None when the run is no longer than that, or has no speed).
     predicted_decode_tps_short: float | None = None
+    # Decode: the per-op seconds of one token (speed.decode_time_terms), for --explain
+    decode_terms: tuple[Any, ...] = field(default=())
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:
@@ -257,6 +259,7 @@ def fit_core(
     tps = None
     speed_terms: tuple[Term, ...] = ()
     tps_short = None
+    decode_terms: tuple[Any, ...] = ()
     if bandwidth_gbs is None:
         warn.append("memory bandwidth unknown for this machine: no decode speed (pass --machine)")
     elif not memory_fits:
@@ -271,6 +274,8 @@ def fit_core(
             short_s, _ = predicted_decode_seconds(cfg, run_at(run, SHORT_CONTEXT), weights,
                                                   bandwidth_gbs, cal, machine_name)
             tps_short = 1.0 / short_s
+        decode_terms = predicted_decode_terms(cfg, run, weights, bandwidth_gbs, cal,
+                                              machine_name)
     prompt = None
     if compute is not None and bandwidth_gbs is not None and fits:
         prompt = predicted_ttft(cfg, run, weights, bandwidth_gbs, compute, cal, machine_name)
@@ -323,4 +328,5 @@ def fit_core(
         predicted_ttft_s=prompt.ttft_s if prompt else None,
         predicted_decode_tps_short=tps_short,
         prefill_terms=prompt.terms if prompt else (),
+        decode_terms=decode_terms,
     )

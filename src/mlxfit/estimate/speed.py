@@ -1,7 +1,14 @@
-"""Decode speed: bytes read per generated token over the memory bandwidth, plus fixed costs.
+"""Decode speed: one generated token as a sum of named per-op costs.
 
-seconds/token = bytes_read / (eta * bandwidth) + fixed_s + per_layer_s * layers
-                + per_moe_layer_s * moe_layers            (constants: calibration.toml [decode])
+seconds/token = dense weights / (eta x bw)                          (quantized matvec, qmv)
+              + routed experts touched / (expert_eta x bw)          (gather_qmv)
+              + fused attention KV / (kv_eta x bw)                  (sdpa_vector)
+              + unfused attention traffic / (unfused_eta x bw)      (matmul + softmax fallback,
+                                                                     MLA's latent attention)
+              + recurrent state read and written / (eta x bw)
+              + fixed_s + per_layer_s x layers + per_moe_layer_s x MoE layers
+(x ultra_eta on the bandwidth of two-die Ultra chips; constants: calibration.toml [decode]).
+Every efficiency is a fraction of the machine's bandwidth that one kind of kernel reaches.
 
 ``predicted_decode_seconds`` is the one predictor every verb calls (fit, the serving estimate,
 the chart, measure, calibrate): it takes the backend's fused decode head dims from the
@@ -10,23 +17,63 @@ calibration and the Ultra factor from the machine name, so no caller assembles t
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+from typing import Any
+
 from mlxfit.calibration.constants import Calibration, Decode
 from mlxfit.estimate.memory import Run, Term, attn_groups, compress_bytes, layer_kv_bytes
-from mlxfit.model.config import ModelConfig
+from mlxfit.model.config import Attn, ModelConfig
 from mlxfit.model.inputs import WeightsRead
+
+# MLX's SDPA fallback (mlx/fast.cpp, used where no fused kernel takes the shape): QK^T writes
+# the scores, softmax reads and writes them, the PV matmul reads them: 4 crossings of one
+# (heads x queries x keys) array. An array mask adds its own write and the read that adds it
+# (MLA's pe_scores, mlx_lm/models/deepseek_v3.py / glm4_moe_lite.py); Gemma 2's hand-written
+# softcap adds tanh's read and write. Rules from the code, not fitted.
+SCORE_PASSES = 4
+MASK_PASSES = 2
+SOFTCAP_PASSES = 2
+
+
+@dataclass(frozen=True)
+class TimeTerm:
+    """One named part of a time prediction, for --explain."""
+
+    name: str
+    seconds: float
+    formula: str
+    inputs: dict[str, Any] = field(default_factory=dict)
+
+
+def experts_touched(num_experts: int, top_k: int, tokens: int) -> float:
+    """Expected distinct experts ``tokens`` tokens route to in one MoE layer, uniform routing:
+    E x (1 - (1 - k/E)^tokens) - k for one token, nearly all of them for a long chunk."""
+    if num_experts <= 0:
+        return 0.0
+    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** max(tokens, 0))
+
+
+def weights_split(cfg: ModelConfig, w: WeightsRead, tokens: int = 1) -> tuple[int, int]:
+    """(dense bytes, routed-expert bytes) a step over ``tokens`` tokens reads: every weight
+    outside the routed experts once (not the input embedding, a row gather unless tied, nor
+    per-layer lookup tables), and of the experts the union the tokens route to."""
+    skipped_embed = 0 if w.tied_embeddings else w.embedding_bytes
+    experts = w.expert_bytes if cfg.is_moe and w.expert_bytes else 0
+    dense = w.total_bytes - experts - skipped_embed - w.lookup_bytes
+    if not experts:
+        return dense, 0
+    share = experts_touched(cfg.num_experts, cfg.top_k, tokens) / cfg.num_experts
+    return dense, int(experts * min(share, 1.0))
 
 
 def weights_read_term(cfg: ModelConfig, w: WeightsRead) -> Term:
     """Dense weights once; routed experts only top_k / num_experts of them; the input embedding
     is a row lookup (unless tied: the output head then reads the whole table)."""
-    skipped_experts = 0
-    if cfg.is_moe and w.expert_bytes:
-        skipped_experts = int(w.expert_bytes * (1 - cfg.top_k / cfg.num_experts))
+    dense, routed = weights_split(cfg, w)
     skipped_embed = 0 if w.tied_embeddings else w.embedding_bytes
-    read = w.total_bytes - skipped_experts - skipped_embed - w.lookup_bytes
     return Term(
         "weights_read_per_token",
-        read,
+        dense + routed,
         "weights - expert_bytes x (1 - top_k/experts) - input embedding (when untied) "
         "- per-layer lookup tables",
         {"weights": w.total_bytes, "expert_bytes": w.expert_bytes,
@@ -35,35 +82,64 @@ def weights_read_term(cfg: ModelConfig, w: WeightsRead) -> Term:
     )
 
 
-def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
-                 fused_decode: tuple[int, ...], ultra: bool = False) -> Term:
-    """Attention reads every cached token it attends to (not the unused capacity); recurrent
-    state is read and written once per token. Unfused decode attention (Gemma 2's softcap,
-    head dims Metal's sdpa_vector lacks) reads the keys ~kv_unfused times; on Ultra chips a
-    GQA factor above 4 costs more blocks (MLX's 2-pass vector kernel). ``fused_decode``: the
-    backend's ``fused_decode_head_dims`` (calibration.toml; see ``decode_factors``)."""
+def _fused_decode(cfg: ModelConfig, a: Attn, fused_decode: tuple[int, ...], quant: bool) -> bool:
+    """Whether one decode token's attention of this layer is MLX's sdpa_vector kernel: a head
+    dim it has, not MLA's absorbed latent attention (head dim kv_lora_rank with an array mask),
+    not hand-written attention (Gemma 2's softcap) nor mlx-lm's quantized SDPA."""
+    return (a.mla is None and not cfg.scores_always and a.head_dim in fused_decode
+            and not (quant and a.cache.holds_quantized(quant)))
+
+
+def _unfused_layer_bytes(cfg: ModelConfig, a: Attn, n: int, kv: float) -> float:
+    """Bytes one unfused decode attention moves over ``n`` keys: the cached K and V read by the
+    two matmuls (MLA absorbed, mlx-lm at one query: the latent is both K and V, read twice, and
+    k_pe once for pe_scores) + the score array's crossings (SCORE_PASSES, + MASK_PASSES for
+    MLA's pe_scores mask, + SOFTCAP_PASSES for Gemma 2)."""
+    b = cfg.act_bytes
+    if a.mla is not None:
+        m = a.mla
+        cache = n * (2 * m.kv_lora_rank + m.qk_rope) * b
+        return cache + (SCORE_PASSES + MASK_PASSES) * m.heads * n * b
+    passes = SCORE_PASSES + (SOFTCAP_PASSES if cfg.scores_always else 0)
+    return kv + passes * a.q_heads * n * b
+
+
+def kv_read_parts(cfg: ModelConfig, run: Run, *, fused_decode: tuple[int, ...],
+                  ultra: bool = False, gqa_ultra: float = 0.0) -> tuple[float, float]:
+    """(bytes the fused decode kernel reads, bytes unfused decode attention moves) per token.
+    Attention reads every cached token it attends to (not the unused capacity). On Ultra chips
+    a GQA factor above 4 costs (1 + gqa_ultra x gqa) on the fused read (MLX's 2-pass kernel)."""
     quant = run.kv_quantized
-    total = 0.0
+    fused = unfused = 0.0
     for a, count in attn_groups(cfg, run):
         if not a.cache.owns_memory:
             continue
         n = a.cache.decode_keys(run.ctx)
         # deepseek_v41: the indexer scores every index key and the attention gathers its
         # top-k compressed rows; the whole compressed cache is counted as read.
-        b = count * (layer_kv_bytes(a, n, quant, run, cfg.act_bytes)
-                     + compress_bytes(a, run.ctx, cfg.act_bytes))
-        if cal is not None:  # without constants: the bytes alone (serving, cluster stages)
-            if cfg.scores_always or (a.mla is None and a.head_dim not in fused_decode):
-                b *= cal.kv_unfused
+        kv = layer_kv_bytes(a, n, quant, run, cfg.act_bytes) + compress_bytes(a, run.ctx,
+                                                                              cfg.act_bytes)
+        if _fused_decode(cfg, a, fused_decode, quant):
             gqa = a.q_heads // max(a.kv_heads, 1)
-            if ultra and a.mla is None and gqa > 4:
-                b *= 1 + cal.gqa_ultra * gqa
-        total += b
-    total += 2 * cfg.state_bytes
-    return Term("cache_read_per_token", int(total),
-                "attended tokens x per-token KV bytes (x kv_unfused where decode attention is "
-                "unfused; x (1 + gqa_ultra x gqa) on Ultra chips for gqa > 4) + 2 x state",
-                {"ctx": run.ctx, "ultra": ultra})
+            fused += count * kv * (1 + gqa_ultra * gqa if ultra and gqa > 4 else 1.0)
+        else:
+            unfused += count * _unfused_layer_bytes(cfg, a, n, kv)
+    return fused, unfused
+
+
+def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
+                 fused_decode: tuple[int, ...], ultra: bool = False) -> Term:
+    """Bytes decode attention moves per token (``kv_read_parts``, both paths) + the recurrent
+    state read and written once. Without ``cal`` no Ultra GQA factor (serving, cluster stages
+    without constants)."""
+    f, u = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
+                         gqa_ultra=cal.gqa_ultra if cal is not None else 0.0)
+    return Term("cache_read_per_token", int(f + u + 2 * cfg.state_bytes),
+                "fused: attended tokens x per-token KV bytes (x (1 + gqa_ultra x gqa) on Ultra "
+                "chips for gqa > 4); unfused: K and V read by two matmuls (MLA: the latent "
+                "twice + k_pe) + the score array's crossings; + 2 x state",
+                {"ctx": run.ctx, "ultra": ultra, "fused_bytes": int(f), "unfused_bytes": int(u),
+                 "state_bytes": 2 * cfg.state_bytes})
 
 
 def is_ultra(machine_name: str) -> bool:
@@ -89,19 +165,83 @@ def predicted_decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwid
                           fused_decode=fused, ultra=ultra)
 
 
+def predicted_decode_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                           cal: Calibration, machine_name: str) -> tuple[TimeTerm, ...]:
+    """The per-op seconds ``predicted_decode_seconds`` sums, for --explain."""
+    fused, ultra = decode_factors(cal, run.backend, machine_name)
+    return decode_time_terms(cfg, run, w, bandwidth_gbs, cal.decode, fused_decode=fused,
+                             ultra=ultra)
+
+
+def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                      cal: Decode, *, fused_decode: tuple[int, ...],
+                      ultra: bool = False) -> tuple[TimeTerm, ...]:
+    """The per-op seconds of one decode token (the module docstring's sum), for --explain."""
+    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    dense, routed = weights_split(cfg, w)
+    fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
+                                   gqa_ultra=cal.gqa_ultra)
+    state = 2 * cfg.state_bytes
+    moe = cfg.moe_layers
+    return (
+        TimeTerm("decode_dense_weights_seconds", dense / (cal.eta * bw),
+                 "weights outside the routed experts (not the input embedding's row gather) / "
+                 "(eta x bandwidth)", {"bytes": dense, "eta": cal.eta}),
+        TimeTerm("decode_expert_weights_seconds", routed / (cal.expert_eta * bw),
+                 "the top_k routed experts' bytes per MoE layer / (expert_eta x bandwidth)",
+                 {"bytes": routed, "expert_eta": cal.expert_eta}),
+        TimeTerm("decode_attention_fused_seconds", fused / (cal.kv_eta * bw),
+                 "attended tokens x KV bytes per token, fused sdpa_vector layers / "
+                 "(kv_eta x bandwidth)", {"bytes": int(fused), "kv_eta": cal.kv_eta}),
+        TimeTerm("decode_attention_unfused_seconds", unfused / (cal.unfused_eta * bw),
+                 f"K and V read by the fallback's two matmuls (MLA: latent twice + k_pe) + "
+                 f"{SCORE_PASSES} crossings of the scores (+{MASK_PASSES} MLA mask, "
+                 f"+{SOFTCAP_PASSES} softcap) / (unfused_eta x bandwidth)",
+                 {"bytes": int(unfused), "unfused_eta": cal.unfused_eta}),
+        TimeTerm("decode_state_seconds", state / (cal.eta * bw),
+                 "recurrent state read and written once / (eta x bandwidth)", {"bytes": state}),
+        TimeTerm("decode_fixed_seconds", layer_seconds(cfg.num_layers, moe, cal),
+                 "fixed_s + per_layer_s x layers + per_moe_layer_s x MoE layers",
+                 {"layers": cfg.num_layers, "moe_layers": moe}),
+    )
+
+
 def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                    cal: Decode, *, fused_decode: tuple[int, ...],
                    ultra: bool = False) -> tuple[float, list[Term]]:
-    """Seconds per generated token; ``ultra`` applies the two-die efficiency factor. Callers
-    go through ``predicted_decode_seconds`` (which supplies both factors)."""
+    """Seconds per generated token (the sum of ``decode_time_terms``) and its byte terms.
+    Callers go through ``predicted_decode_seconds`` (which supplies both factors)."""
+    terms = decode_time_terms(cfg, run, w, bandwidth_gbs, cal, fused_decode=fused_decode,
+                              ultra=ultra)
     wr = weights_read_term(cfg, w)
     kr = kv_read_term(cfg, run, cal, fused_decode=fused_decode, ultra=ultra)
-    secs = read_seconds(wr.bytes + kr.bytes, bandwidth_gbs, cal, ultra=ultra)
-    return secs + layer_seconds(cfg.num_layers, cfg.moe_layers, cal), [wr, kr]
+    return sum(t.seconds for t in terms), [wr, kr]
+
+
+def weights_seconds(cfg: ModelConfig, w: WeightsRead, bandwidth_gbs: float, cal: Decode, *,
+                    ultra: bool = False, tokens: int = 1) -> float:
+    """Decode's weight reads of ``w`` (a model or a host's share) for a step of ``tokens``
+    sequences: dense at eta, the routed experts they touch at expert_eta (the terms
+    ``decode_time_terms`` names)."""
+    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    dense, routed = weights_split(cfg, w, tokens)
+    return dense / (cal.eta * bw) + routed / (cal.expert_eta * bw)
+
+
+def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode, *,
+                  fused_decode: tuple[int, ...], ultra: bool = False) -> float:
+    """Decode's attention and state reads of ``cfg``'s layers (a model or a host's share):
+    fused at kv_eta, unfused at unfused_eta, the state at eta."""
+    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
+                                   gqa_ultra=cal.gqa_ultra)
+    return (fused / (cal.kv_eta * bw) + unfused / (cal.unfused_eta * bw)
+            + 2 * cfg.state_bytes / (cal.eta * bw))
 
 
 def read_seconds(nbytes: float, bandwidth_gbs: float, cal: Decode, *, ultra: bool = False) -> float:
-    """Time to stream ``nbytes`` at the calibrated efficiency (Ultra: two-die factor)."""
+    """Time to stream ``nbytes`` of weights at the calibrated efficiency (Ultra: two-die
+    factor)."""
     return nbytes / (cal.eta * (cal.ultra_eta if ultra else 1.0) * bandwidth_gbs * 1e9)
 
 

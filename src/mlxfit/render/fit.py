@@ -76,6 +76,7 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         # The conversion sized, when --q-bits/--q-mode/... are given (issue 17).
         "quantization_plan": conversion_to_json(_conversion(r)),
         "prefill_terms": [time_term_to_json(t) for t in r.prefill_terms],
+        "decode_terms": [time_term_to_json(t) for t in r.decode_terms],
         "warnings": list(r.warnings),
         "notes": list(r.notes),
         "command": r.serving.command if r.serving is not None else None,
@@ -249,21 +250,30 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
             if term.inputs:
                 inputs = ", ".join(f"{k}={v}" for k, v in term.inputs.items())
                 console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
+        if r.decode_terms:
+            console.print("\n[bold]decode time per token[/] (seconds; formula; inputs)")
+        for tt in r.decode_terms:
+            _print_time_term(tt, console, "{:,.6f}")
         if r.prefill_terms:
             console.print("\n[bold]time to first token[/] (seconds; formula; inputs)")
         for tt in r.prefill_terms:
-            console.print(f"  [bold]{esc(tt.name)}[/] = {tt.seconds:,.3f} s")
-            console.print(f"    {esc(tt.formula)}", soft_wrap=True)
-            if tt.inputs:
-                inputs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                                   for k, v in tt.inputs.items())
-                console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
+            _print_time_term(tt, console, "{:,.3f}")
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {esc(w)}")
     for n in r.notes:
         console.print(f"[dim]note: {esc(n)}[/]")
     if r.advice is not None:
         render_advice(r.advice, console)
+
+
+def _print_time_term(tt: Any, console: Any, fmt: str) -> None:
+    """One time term (estimate.speed.TimeTerm) of --explain: seconds, formula, inputs."""
+    console.print(f"  [bold]{esc(tt.name)}[/] = {fmt.format(tt.seconds)} s")
+    console.print(f"    {esc(tt.formula)}", soft_wrap=True)
+    if tt.inputs:
+        inputs = ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                           for k, v in tt.inputs.items())
+        console.print(f"    [dim]{esc(inputs)}[/]", soft_wrap=True)
 
 
 def render_conversion(plan: ConversionPlan | None, console: Any) -> None:

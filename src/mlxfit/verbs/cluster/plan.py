@@ -16,11 +16,12 @@ from mlxfit.errors import UsageError
 from mlxfit.estimate.memory import Run, Term, kv_bytes_final, validate_run
 from mlxfit.estimate.solve import context_limit, largest_true, run_at, totals_at
 from mlxfit.estimate.speed import (
+    cache_seconds,
     decode_factors,
-    kv_read_term,
     layer_seconds,
     read_seconds,
     weights_read_term,
+    weights_seconds,
 )
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.families import mlx_lm_module
@@ -47,12 +48,6 @@ from mlxfit.verbs.cluster.sharding import (
 )
 
 STRATEGIES = ("pipeline", "tensor", "auto")
-
-def _kv_read(sub: ModelConfig, run: Run, cal: Calibration, machine_name: str) -> int:
-    """Cache bytes a host reads per token, with the same decode factors fit applies."""
-    fused, ultra = decode_factors(cal, run.backend, machine_name)
-    return kv_read_term(sub, run, cal.decode, fused_decode=fused, ultra=ultra).bytes
-
 
 # --------------------------------------------------------------------------- pure planning
 
@@ -140,12 +135,6 @@ def _host_plan(h: HostMachine, cfg: ModelConfig, run: Run, cal: Calibration, *,
         state_bytes=t.state, transient_bytes=t.transient + comm, comm_bytes=comm,
         total_bytes=total, peak_phase=t.phase.name, fits=total <= h.usable_bytes,
         decode_seconds=seconds, terms=terms)
-
-
-def _stage_read(cfg: ModelConfig, layer_bytes: int, layer_experts: int) -> int:
-    """Bytes of a block of layers read per token, by fit's rule (speed.weights_read_term):
-    routed experts at top_k/num_experts (no embedding or lookup table lives in a layer)."""
-    return weights_read_term(cfg, WeightsRead(layer_bytes, layer_experts, 0, True)).bytes
 
 
 def _replicated_read(cfg: ModelConfig, w: WeightsSplit) -> int:
@@ -237,8 +226,11 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     if speed_known:
         for h, sub, ob, oe in zip(hosts, subs, own, own_exp):
             ultra = decode_factors(cal, run.backend, h.machine_name)[1]
-            read = _stage_read(cfg, ob, oe) + _kv_read(sub, run, cal, h.machine_name)
-            stage_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
+            fused = decode_factors(cal, run.backend, h.machine_name)[0]
+            stage_s.append(weights_seconds(cfg, WeightsRead(ob, oe, 0, True), h.bandwidth_gbs,
+                                           d, ultra=ultra)
+                           + cache_seconds(sub, run, h.bandwidth_gbs, d, fused_decode=fused,
+                                           ultra=ultra)
                            + layer_seconds(sub.num_layers, sub.moe_layers, d, fixed=False))
             head_s = max(head_s, read_seconds(_replicated_read(cfg, w), h.bandwidth_gbs, d,
                                               ultra=ultra))
@@ -355,11 +347,11 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
         if not speed_known:
             host_s.append(None)
             continue
-        ultra = decode_factors(cal, run.backend, h.machine_name)[1]
-        read = weights_read_term(cfg, WeightsRead(own + repl, exp, w.embedding, w.tied,
-                                                  w.lookup)).bytes
-        read += _kv_read(sub, run, cal, h.machine_name)
-        host_s.append(read_seconds(read, h.bandwidth_gbs, d, ultra=ultra)
+        fused, ultra = decode_factors(cal, run.backend, h.machine_name)
+        share = WeightsRead(own + repl, exp, w.embedding, w.tied, w.lookup)
+        host_s.append(weights_seconds(cfg, share, h.bandwidth_gbs, d, ultra=ultra)
+                      + cache_seconds(sub, run, h.bandwidth_gbs, d, fused_decode=fused,
+                                      ultra=ultra)
                       + layer_seconds(cfg.num_layers, sub.moe_layers, d))
     host_plans = tuple(
         _host_plan(h, sub, run, cal, layers=all_layers, own=own, replicated=repl, comm=comm,
@@ -400,7 +392,7 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
     if secs is None:
         return plan
     read = own + repl - (0 if w.tied else w.embedding) - w.lookup
-    t = tensor_ttft(cfg, sub, m.params, read, hosts, run, cal, link, secs)
+    t = tensor_ttft(cfg, sub, m.params, read, exp, hosts, run, cal, link, secs)
     return plan if t is None else _with_ttft(plan, run, *t)
 
 

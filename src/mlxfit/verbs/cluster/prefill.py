@@ -17,10 +17,23 @@ from collections.abc import Sequence
 from mlxfit.calibration.constants import Calibration
 from mlxfit.estimate.compute import TimeTerm, prefill_layers, prefill_seconds
 from mlxfit.estimate.memory import Run
+from mlxfit.estimate.speed import experts_touched
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import MatmulParams
 from mlxfit.verbs.cluster.hosts import HostMachine, Link
 from mlxfit.verbs.cluster.sharding import WeightsSplit
+
+
+def _chunk_read(cfg: ModelConfig, weights: float, experts: float):
+    """Bytes a chunk of ``size`` tokens reads of a host's ``weights`` (``experts`` of them
+    routed): the dense part and the union of experts its tokens touch, as fit's
+    compute.chunk_read_bytes."""
+    def read(size: int) -> float:
+        if not experts or not cfg.num_experts:
+            return weights
+        share = min(experts_touched(cfg.num_experts, cfg.top_k, size) / cfg.num_experts, 1.0)
+        return weights - experts + experts * share
+    return read
 
 
 def _matmul_totals(p: MatmulParams) -> tuple[float, float]:
@@ -56,8 +69,10 @@ def pipeline_ttft(cfg: ModelConfig, params: MatmulParams | None, w: WeightsSplit
         p = MatmulParams(total=int(d + e), experts=int(e), fmt=params.fmt)
         ps = prefill_seconds(
             sub, p, run, h.compute, cal, bandwidth_gbs=h.bandwidth_gbs or 0.0,  # type: ignore[arg-type]
-            read_bytes=own, computed=prefill_layers(sub) if last else sub.num_layers,
-            per_chunk_s=None if last else (lambda size: link.hop_seconds(size * msg)))
+            read_bytes=_chunk_read(cfg, own, own_exp),
+            computed=prefill_layers(sub) if last else sub.num_layers,
+            per_chunk_s=None if last else (lambda size: link.hop_seconds(size * msg)),
+            ultra=h.compute.ultra)  # type: ignore[union-attr]
         per_stage[h.label] = round(ps.seconds, 4)
         total += ps.seconds
     ttft = total + decode_s
@@ -71,10 +86,10 @@ def pipeline_ttft(cfg: ModelConfig, params: MatmulParams | None, w: WeightsSplit
 
 
 def tensor_ttft(cfg: ModelConfig, sub: ModelConfig, params: MatmulParams | None,
-                read_bytes: int, hosts: Sequence[HostMachine], run: Run, cal: Calibration,
+                read_bytes: int, read_experts: int, hosts: Sequence[HostMachine], run: Run, cal: Calibration,
                 link: Link, decode_s: float) -> tuple[float, tuple[TimeTerm, ...]] | None:
     """TTFT of a tensor-parallel plan: ``sub`` is one host's share (heads / N), ``read_bytes``
-    its weights. None without a compute figure for every host."""
+    its weights (``read_experts`` of them routed experts). None without a compute figure for every host."""
     if not _usable(hosts, cal, params):
         return None
     assert params is not None
@@ -91,8 +106,10 @@ def tensor_ttft(cfg: ModelConfig, sub: ModelConfig, params: MatmulParams | None,
     per_host = {}
     for h in hosts:
         ps = prefill_seconds(sub, p, run, h.compute, cal,  # type: ignore[arg-type]
-                             bandwidth_gbs=h.bandwidth_gbs or 0.0, read_bytes=read_bytes,
-                             computed=computed, per_chunk_s=all_reduces)
+                             bandwidth_gbs=h.bandwidth_gbs or 0.0,
+                             read_bytes=_chunk_read(cfg, read_bytes, read_experts),
+                             computed=computed, per_chunk_s=all_reduces,
+                             ultra=h.compute.ultra)  # type: ignore[union-attr]
         per_host[h.label] = ps.seconds
     slowest = max(per_host.values())
     ttft = slowest + decode_s

@@ -221,6 +221,7 @@ def test_cli_calibrate_show_write_and_errors(cli_file, tmp_path, monkeypatch):
     assert r.exit_code == 0, r.output
     for word in ("backend cpu", "act_hidden", "old", "new", "--write"):
         assert word in r.output, word
+    assert f"--write stores these constants in {user}" in r.output  # XDG_CONFIG_HOME's
     assert not user.exists()
     r = invoke("calibrate", "--from", str(cli_file), "--write")
     assert r.exit_code == 0, r.output
@@ -253,9 +254,10 @@ def test_cli_refuses_to_fit_more_constants_than_the_records_determine(tmp_path, 
     assert r.stdout.startswith(f"1 measured run from {one}")
     assert "backend cpu: 1 distinct run, " in r.stdout
     (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("not fitted")]
+    # ux-3 F19: "it informs", not "it inform"; and no "--write stores" line for nothing fitted
     assert line.startswith("not fitted, constants kept: 1 distinct run determines 1 of the 5 "
-                           "constants it informs" if False else
-                           "not fitted, constants kept: 1 distinct run determines 1 of the ")
+                           "constants it informs ("), line
+    assert "--write stores" not in r.stdout
     assert "Each run informs: " in line and "act_hidden" in line
     d = json.loads(invoke("calibrate", "--from", str(one), "--json").stdout)
     (b,) = d["backends"]
@@ -323,3 +325,4 @@ def test_calibrate_moves_the_floor_of_the_class_the_records_ran_on(tmp_path):
                                                      rel=1e-3)
     assert b.new["act_floor"] == metal.act_floor
     assert b.new["act_floor_m5"] == metal.act_floor_m5
+

@@ -570,3 +570,18 @@ def test_twin_is_reachable_from_the_api_module():
 
     r = mlxfit.cluster(QWEN30, ["M4 Max 128GB"], 4096)
     assert r.chosen == "single" and r.fits
+
+
+def test_nothing_fits_says_so_without_a_zero_context_or_a_launcher_note():
+    # ux-3 F19: with the weights too large for every host there is no "largest context (0
+    # tokens)" and no split that "needs the launcher script"
+    from st_helpers import invoke
+
+    r = invoke("cluster", "mlx-community/Qwen3-235B-A22B-8bit", "--host", "M4 Pro 24GB",
+               "--host", "M4 Pro 24GB", "--json")
+    assert r.exit_code == 1, r.output
+    import json as _json
+
+    d = _json.loads(r.stdout)
+    assert "(0 tokens)" not in d["why"] and "weights alone" in d["why"]
+    assert not any("launcher script" in n for n in d["notes"])

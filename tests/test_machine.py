@@ -141,7 +141,17 @@ def test_usable_from_fraction(table):
     usable, source = usable_bytes_for(24 * GIB, 26, None, table)
     frac = working_set_fraction(24 * GIB, 26, table)
     assert usable == int(24 * GIB * frac)
-    assert source == f"working-set fraction {frac:.2f} of 24 GiB (macOS 26+)"
+    assert source == f"working-set fraction {frac:.3f} of 24 GiB = 25.77 GB (macOS 26+)"
+    # ux-3 F19: the phrase's product is the usable figure to the printed precision
+    shown = float(source.split()[2]) * float(source.split("= ")[1].split(" GB")[0])
+    assert abs(shown - usable / 1e9) < 0.05
+
+
+def test_a_memory_budget_in_gib_reads_back_in_gib():
+    m = machine_with_budget(resolve_machine("M4 Pro 48GB"), 16 * GIB)
+    assert m.usable_source == "--memory-budget 17.18 GB (16 GiB)"
+    assert machine_with_budget(resolve_machine("M4 Pro 48GB"), 16 * 10**9).usable_source == (
+        "--memory-budget 16.00 GB")
 
 
 def test_wired_limit_replaces_the_fraction(table):

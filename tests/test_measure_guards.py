@@ -72,3 +72,22 @@ def test_cpu_warning_for_quantized_weights_comes_first(tiny, tmp_path):
     r = invoke("measure", str(tiny), "--random-weights", "--dtype", "float32", "--ctx", "300",
                "--gen", "2", "--json")
     assert json.loads(r.stdout)["warnings"] == [] and "warning" not in r.stderr
+
+
+def test_ctx_0_is_worded_as_fit_words_it():
+    # ux-3 F19: one wording of the same mistake in fit and measure
+    from st_helpers import invoke
+
+    fit = invoke("fit", "mlx-community/Qwen3-8B-4bit", "--ctx", "0").stderr.strip()
+    measure = invoke("measure", "mlx-community/Qwen3-8B-4bit", "--ctx", "0").stderr.strip()
+    assert fit == measure == "mlxfit: error: --ctx must be at least 1 token, got 0"
+
+
+def test_verb_help_does_not_repeat_the_completion_flags():
+    from st_helpers import invoke
+
+    assert "--install-completion" in invoke("--help").stdout
+    for verb in ("fit", "matrix", "pick", "serve-plan", "cluster", "measure"):
+        assert "--install-completion" not in invoke(verb, "--help").stdout, verb
+    for verb in ("matrix", "cluster"):
+        assert "Hub repo id" in invoke(verb, "--help", terminal_width=200).stdout, verb

@@ -15,7 +15,6 @@ import pytest
 import mlxfit
 from mlxfit.errors import MachineError, UsageError
 from mlxfit.settings import (
-    DEFAULT_MODEL,
     HubSettings,
     config_table,
     deep_merge,
@@ -56,8 +55,9 @@ def test_cache_dir_precedence(env, cache_dir) -> None:
     s = from_environ(env)
     assert s.cache_dir == Path(cache_dir)
     assert s.hub_cache_dir == Path(cache_dir) / "hub"
-    # The measurements stay where `mlxfit measure --save` has always put them.
-    assert s.results_file == Path("/home/u/.cache/mlxfit/measurements.jsonl")
+    # `mlxfit measure --save` appends in mlxfit's cache, wherever the environment puts it
+    # (ux-3 F19: XDG_CACHE_HOME was honoured for the Hub cache only).
+    assert s.results_file == Path(cache_dir) / "measurements.jsonl"
 
 
 HF_CASES = [
@@ -150,7 +150,7 @@ def test_pick_settings_and_sku_table_in_xdg_config_home(tmp_path: Path, monkeypa
     d = tmp_path / "xdg" / "mlxfit"
     d.mkdir(parents=True)
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
-    assert load_settings().default_model == DEFAULT_MODEL
+    assert load_settings().default_model is None  # none until the user sets one
     (d / "config.toml").write_text('[pick]\ndefault_model = "org/mine"\n[other]\nx = 1\n')
     s = load_settings()
     assert (s.default_model, s.default_model_from) == ("org/mine", str(d / "config.toml"))

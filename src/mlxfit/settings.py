@@ -10,7 +10,8 @@ Where things are, and the variables that move them:
   ``$XDG_CONFIG_HOME/mlxfit``, else ``~/.config/mlxfit``; absent when there is no home;
 - mlxfit's cache (Hub metadata): ``$MLXFIT_CACHE_DIR``, else ``$XDG_CACHE_HOME/mlxfit``, else
   ``~/.cache/mlxfit``;
-- the measurements ``mlxfit measure --save`` appends to: ``~/.cache/mlxfit/measurements.jsonl``;
+- the measurements ``mlxfit measure --save`` appends to: ``measurements.jsonl`` in mlxfit's
+  cache (by default ``~/.cache/mlxfit/measurements.jsonl``);
 - the Hugging Face hub cache, as huggingface_hub finds it: ``$HF_HUB_CACHE``, else
   ``$HUGGINGFACE_HUB_CACHE``, else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub``,
   else ``~/.cache/huggingface/hub``;
@@ -238,7 +239,9 @@ def from_environ(environ: Mapping[str, str] | None = None) -> Settings:
         cache_dir = Path(env.get("XDG_CACHE_HOME") or os.path.join(home_or_tilde, ".cache"),
                          "mlxfit")
 
-    results = Path(home, ".cache", "mlxfit", "measurements.jsonl") if home is not None else None
+    # Beside the Hub metadata, in mlxfit's own cache (MLXFIT_CACHE_DIR, XDG_CACHE_HOME honoured).
+    results = (cache_dir / "measurements.jsonl"
+               if explicit or env.get("XDG_CACHE_HOME") or home is not None else None)
 
     hf_home = env.get("HF_HOME") or os.path.join(
         env.get("XDG_CACHE_HOME") or os.path.join(home_or_tilde, ".cache"), "huggingface")

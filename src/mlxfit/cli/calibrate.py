@@ -13,7 +13,7 @@ from mlxfit.render import dumps
 from mlxfit.render.calibrate import render_calibration, result_to_json
 from mlxfit.verbs.calibrate.twin import calibrate
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 @app.command("calibrate")
 def calibrate_cmd(

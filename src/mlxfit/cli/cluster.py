@@ -39,11 +39,11 @@ from mlxfit.render.cluster_launch import write_launch
 from mlxfit.render.text import esc
 from mlxfit.verbs.cluster.twin import cluster
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 @app.command("cluster")
 def cluster_cmd(
-    model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, or catalog id."),
+    model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
     host: list[str] | None = typer.Option(  # noqa: B008 (Typer's idiom for a list option)
         None, "--host", help='A Mac of the cluster in rank order, e.g. "M3 Ultra 512GB" or '
                              '"2x M4 Max 128GB"; repeat for each.'),

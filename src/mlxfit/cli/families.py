@@ -11,7 +11,7 @@ from mlxfit.cli.options import JsonOpt
 from mlxfit.render.families import families_to_json, render_families
 from mlxfit.verbs.families import families
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 
 @app.command("families")

@@ -41,7 +41,7 @@ from mlxfit.render.text import esc
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.verbs.fit import fit
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 
 CHART_SUFFIXES = (".png", ".svg")

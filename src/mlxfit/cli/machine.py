@@ -11,7 +11,7 @@ from mlxfit.render import dumps
 from mlxfit.render.machine import machine_doc, render_machine
 from mlxfit.verbs.machine import machine
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 
 @app.command("machine")

@@ -38,11 +38,11 @@ from mlxfit.render import dumps
 from mlxfit.render.matrix import matrix_text, matrix_to_json, render_matrix
 from mlxfit.verbs.matrix import matrix
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 @app.command("matrix")
 def matrix_cmd(
-    model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, or catalog id."),
+    model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
     ctx: CtxOpt = 8192,
     only_fits: OnlyFitsOpt = False,
     chips: str | None = typer.Option(None, "--chips", help='Shell patterns, comma-separated: "M4*", "M3 Max,M2 Ultra".'),

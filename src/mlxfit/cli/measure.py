@@ -31,7 +31,7 @@ from mlxfit.render import dumps
 from mlxfit.render.measure import measurement_to_json, render_measurement
 from mlxfit.verbs.measure.twin import measure
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 @app.command("measure")
 def measure_cmd(

@@ -11,7 +11,7 @@ from mlxfit.render import dumps
 from mlxfit.render.models import models_text, models_to_json, render_models
 from mlxfit.verbs.models import models
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 
 @app.command("models")

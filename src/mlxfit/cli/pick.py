@@ -36,7 +36,7 @@ from mlxfit.render import dumps
 from mlxfit.render.pick import pick_text, pick_to_json, render_pick
 from mlxfit.verbs.pick import pick
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 @app.command("pick")
 def pick_cmd(

@@ -21,7 +21,7 @@ from mlxfit.render.serve_plan import render_serve_plan, serve_plan_to_json
 from mlxfit.settings import DEFAULT_MODEL
 from mlxfit.verbs.serve_plan import serve_plan
 
-app = typer.Typer()
+app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 
 @app.command("serve-plan")

@@ -118,12 +118,17 @@ def run_from_record(rec: dict[str, Any], backend: str) -> Run:
     return replace(run, **kept) if kept else run
 
 
+def check_ctx(ctx: int) -> None:
+    """The context's range, worded the same by every verb (measure too)."""
+    if ctx < 1:
+        raise UsageError(f"ctx must be at least 1 token, got {ctx}", param="ctx")
+    if ctx > 10**9:
+        raise UsageError(f"ctx {ctx} is beyond any model's context", param="ctx")
+
+
 def check_run(run: Run) -> None:
     """The run's numbers, whatever the model: UsageError naming the parameter (``ctx``...)."""
-    if run.ctx < 1:
-        raise UsageError(f"ctx must be at least 1 token, got {run.ctx}", param="ctx")
-    if run.ctx > 10**9:
-        raise UsageError(f"ctx {run.ctx} is beyond any model's context", param="ctx")
+    check_ctx(run.ctx)
     if run.gen < 0 or run.gen >= run.ctx:
         raise UsageError(f"gen must be between 0 and ctx - 1, got {run.gen}", param="gen",
                          also=("ctx",))

@@ -144,9 +144,12 @@ def usable_bytes_for(
         gen = "macOS 26+"
     else:
         gen = "before macOS 26"
+    # Three decimals and the RAM in GB too: the product can be checked by eye (ux-3 F19:
+    # "0.80 of 48 GiB" read as 38.4 where 0.795 x 51.54 GB = 41.00 GB).
     return int(
         ram_bytes * frac
-    ), f"working-set fraction {frac:.2f} of {fmt_gib(ram_bytes)} GiB ({gen})"
+    ), (f"working-set fraction {frac:.3f} of {fmt_gib(ram_bytes)} GiB = "
+        f"{ram_bytes / 1e9:,.2f} GB ({gen})")
 
 
 def max_buffer_bytes_for(ram_bytes: int, table: SkuTable | None = None) -> int | None:
@@ -387,8 +390,11 @@ def machine_with_budget(m: Machine, budget_bytes: int) -> Machine:
         raise MachineError(f"memory_budget_gb {budget_bytes / 1e9:,.2f} GB is more than the "
                            f"{m.ram_bytes / 1e9:,.2f} GB ({fmt_gib(m.ram_bytes)} GiB) of RAM "
                            f"of {m.name}", param="memory_budget_gb")
-    # In the unit it was given in: GB = 10^9 B, as every usable figure is printed.
-    source = f"--memory-budget {budget_bytes / 1e9:,.2f} GB"
+    # In GB = 10^9 B, as every usable figure is printed, and in GiB too when it is a whole
+    # number of them (--memory-budget 16GiB reads back as 16 GiB, not only 17.18 GB).
+    gib = budget_bytes / GIB
+    source = f"--memory-budget {budget_bytes / 1e9:,.2f} GB" + (
+        f" ({gib:g} GiB)" if abs(gib - round(gib)) < 1e-9 and budget_bytes % 10**9 else "")
     return replace(
         m,
         usable_bytes=budget_bytes,

@@ -6,6 +6,7 @@ from typing import Any
 
 from mlxfit.render import SCHEMA_VERSION
 from mlxfit.render.text import esc, runs
+from mlxfit.settings import user_calibration
 from mlxfit.verbs.calibrate.twin import CalibrationResult, ErrorStats
 
 
@@ -120,6 +121,7 @@ def render_calibration(r: Any, out: Any, show_all: bool = False) -> None:
     if r.written_to:
         out.print(f"\nwritten to [bold]{esc(r.written_to)}[/]: `mlxfit fit` and `mlxfit measure` now "
                   "use these constants (and say so in their notes)", soft_wrap=True)
-    else:
-        out.print("\n--write stores these constants in ~/.config/mlxfit/calibration.toml",
-                  soft_wrap=True)
+    elif any(b.fitted for b in r.backends) or (r.decode is not None and r.decode.fitted):
+        target = user_calibration()
+        if target is not None:
+            out.print(f"\n--write stores these constants in {esc(str(target))}", soft_wrap=True)

@@ -96,7 +96,8 @@ def undetermined(samples: list[Sample], cal: Calibration, backend: str,
     return (
         f"{len(samples):,} distinct run{'' if len(samples) == 1 else 's'} {verb} {rank} of the "
         f"{len(informed)} "
-        f"constants {'it' if len(samples) == 1 else 'they'} inform ({', '.join(informed)}): "
+        f"constants {'it informs' if len(samples) == 1 else 'they inform'} "
+        f"({', '.join(informed)}): "
         "fitting "
         f"them all would score 0 % whatever they are; measure more runs (other contexts, "
         f"prefill steps, models) or fit fewer (--param). Each run informs: {per}{more}")

@@ -435,7 +435,9 @@ def _choose(plans: Sequence[Plan], requested: str, ctx: int) -> tuple[str | None
         return best.strategy, reason
     best = max(runnable, key=lambda p: p.max_safe_context)
     reason = (f"nothing fits at {ctx:,} tokens; {best.strategy} reaches the largest context "
-              f"({best.max_safe_context:,} tokens)")
+              f"({best.max_safe_context:,} tokens)" if best.max_safe_context > 0 else
+              f"nothing fits at {ctx:,} tokens, nor at any context: the weights alone are too "
+              "large for these hosts")
     if why_not:
         reason += f"; {why_not}"
     return best.strategy, reason
@@ -481,7 +483,8 @@ def plan_cluster(*, model: str, source_kind: str, cfg: ModelConfig,
         warn.append(f"link '{link.name}': latency/bandwidth rest on weak sources "
                     "(data/links.toml); measure yours and pass --link-latency-us / --link-gbs")
     p = next((q for q in plans if q.strategy == chosen), None)
-    if p and p.supported and p.strategy == "pipeline" and p.split != p.even_split:
+    # Only a plan that fits has a split worth launching (ux-3 F19).
+    if p and p.supported and p.fits and p.strategy == "pipeline" and p.split != p.even_split:
         warn_even = ("fits" if p.even_split_fits else "does NOT fit")
         notes = [*notes, (
             f"mlx-lm's own pipeline split is even ({'/'.join(map(str, p.even_split))} layers "

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import UsageError
+from mlxfit.estimate.memory import check_ctx
 from mlxfit.mlx_lm_defaults import (
     DEFAULT_KV_GROUP_SIZE,
     DEFAULT_PREFILL_STEP_SIZE,
@@ -134,6 +135,7 @@ def _environment() -> dict:
 
 
 def check_tokens(ctx: int, gen_tokens: int, prefill_step_size: int) -> None:
+    check_ctx(ctx)  # "--ctx 0" is worded as fit words it
     if gen_tokens < 1 or prefill_step_size < 1:
         raise UsageError("gen and prefill_step_size must be >= 1 (mlx-lm generates at "
                          "least one token)", param="gen" if gen_tokens < 1 else

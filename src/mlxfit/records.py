@@ -21,6 +21,7 @@ from mlxfit.model.inputs import WeightsRead
 from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import float_bytes
 from mlxfit.settings import Settings, from_environ
+from mlxfit.writefile import append_line
 
 
 @dataclass(frozen=True)
@@ -246,9 +247,7 @@ def append_record(rec: dict, results_file: str | Path | None = None, *,
     path = (Path(results_file).expanduser() if results_file is not None
             else results_path(settings))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec, default=str) + "\n")
+        append_line(path, json.dumps(rec, default=str), make_parents=True)
     except OSError as e:
         raise MlxfitError(f"{path}: cannot append the measurement ({e.strerror or e})") from None
     return path

@@ -16,6 +16,7 @@ from mlxfit.errors import UsageError
 from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json
 from mlxfit.verbs.cluster.results import ClusterResult
+from mlxfit.writefile import write_file
 
 # --------------------------------------------------------------------------- JSON
 
@@ -113,9 +114,7 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
     def put(name: str, text: str, mode: int | None = None) -> None:
         f = d / name
         try:
-            f.write_text(text)
-            if mode is not None:
-                f.chmod(mode)
+            write_file(f, text, mode=mode)
         except OSError as e:
             raise UsageError(f"--write: cannot write {f} ({e.strerror or e})") from None
         written.append(f)

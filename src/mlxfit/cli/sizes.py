@@ -13,6 +13,9 @@ import re
 
 import typer
 
+# A number typed as a flag has at most this many digits: 10^18 tokens or GB is past anything
+# sized, and int()/float() of 5,000 digits raises or overflows.
+MAX_DIGITS = 18
 _TOKEN_UNITS = {"": 1, "k": 1024, "m": 1024**2}
 _MEMORY_UNITS = {"": 1e9, "g": 1e9, "gb": 1e9, "m": 1e6, "mb": 1e6, "t": 1e12, "tb": 1e12,
                  "gib": 2**30, "mib": 2**20, "tib": 2**40}
@@ -30,6 +33,9 @@ def tokens(value: str | int) -> int:
         raise typer.BadParameter(f"{value!r} is not a number of tokens (e.g. 32768, 32k, "
                                  "128K, 1M)")
     number, unit = m.group(1).replace("_", ""), m.group(2).lower()
+    if len(number.lstrip("+-0")) > MAX_DIGITS:  # 309 digits and a k: a float overflow
+        raise typer.BadParameter(f"{value[:40]!r}{'...' if len(value) > 40 else ''} has more "
+                                 f"digits than any number of tokens ({MAX_DIGITS} at most)")
     if not unit:
         try:
             return int(number)
@@ -51,6 +57,8 @@ def gigabytes(value: str | float) -> float:
     except ValueError:
         pass
     m = _MEMORY_RE.fullmatch(value)
+    if m is not None and len(m.group(1).replace("_", "").lstrip("+-0")) > MAX_DIGITS:
+        raise typer.BadParameter(f"{value[:40]!r}... has more digits than any memory size")
     unit = m.group(2).lower() if m is not None else None
     if m is None or unit not in _MEMORY_UNITS:
         raise typer.BadParameter(f"{value!r} is not a memory size (e.g. 16, 16GB, 16G, 24GiB; "

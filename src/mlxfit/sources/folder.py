@@ -12,7 +12,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError, SourceError, WeightsError
 from mlxfit.localfile import read_regular, why
-from mlxfit.settings import MAX_JSON_BYTES
+from mlxfit.settings import MAX_JSON_BYTES, MAX_SHARDS
 from mlxfit.sources.safetensors_header import read_headers
 from mlxfit.sources.source import INDEX_NAME, ModelSource
 
@@ -127,6 +127,11 @@ def missing_numbered_shards(names: Iterable[str]) -> list[str]:
     for name in names:
         m = re.match(_NUMBERED, name)
         if m:
+            # Bounded before it is a number or a range: "of-99999999999" would list 10^11 names
+            # (5,000 digits would not even convert).
+            if not all(len(g) <= 9 and 1 <= int(g) <= MAX_SHARDS for g in m.groups()):
+                raise WeightsError(f"{name!r}: a shard numbered past {MAX_SHARDS:,} "
+                                   "(or 0), more than any real checkpoint has")
             seen.setdefault(m.group(2), set()).add(int(m.group(1)))
     return [f"model-{i:0{len(total)}d}-of-{total}.safetensors"
             for total, have in sorted(seen.items(), key=lambda kv: (int(kv[0]), kv[0]))

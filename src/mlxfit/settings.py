@@ -26,6 +26,7 @@ here, on each call, with huggingface_hub's precedence.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -33,6 +34,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from mlxfit import resources
 from mlxfit.errors import MlxfitError, UsageError
@@ -77,6 +79,37 @@ MAX_FILE_BYTES = 2**53
 # 163; Kimi K2 bf16 ~1,000 at 2 GB each is the far end). A name's "-of-99999999999" would
 # otherwise be a range of 10^11 names to check.
 MAX_SHARDS = 4096
+
+
+# The largest number of seconds an environment variable may give a timeout, deadline or wait:
+# a week. Past it (or infinite) a value is a typo, and an infinite one would never time out.
+MAX_ENV_SECONDS = 7 * 24 * 3600
+
+# The proxy variables huggingface_hub's session (httpx, trust_env) reads, and the schemes it
+# takes; a malformed one was an httpx traceback at the first request.
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+_PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+
+def check_proxies(environ: Mapping[str, str] | None = None) -> None:
+    """UsageError naming the first proxy variable that is not a proxy URL (scheme http,
+    https, socks5 or socks5h; a host; a port 1-65535 if any; no spaces or controls)."""
+    env = os.environ if environ is None else environ
+    for var in PROXY_VARS:
+        raw = env.get(var)
+        if not raw:
+            continue
+        url = raw if "://" in raw else "http://" + raw  # httpx's reading of a bare host:port
+        try:
+            parts = urlsplit(url)
+            port_ok = parts.port is None or parts.port > 0  # .port raises past 65535
+        except ValueError:
+            parts, port_ok = None, False
+        if (parts is None or not port_ok or parts.scheme.lower() not in _PROXY_SCHEMES
+                or not parts.hostname or any(c.isspace() or not c.isprintable() for c in raw)):
+            # the value is not shown: a proxy URL may carry a password
+            raise UsageError(f"{var} is not a usable proxy URL (scheme http, https, socks5 or "
+                             "socks5h, a host, a port 1-65535, no spaces)")
 
 
 # --------------------------------------------------------------------------- the values
@@ -194,11 +227,19 @@ def _expand(value: str, environ: Mapping[str, str]) -> str:
     return re.sub(_VAR, sub, value) if "$" in value else value
 
 
+def _shown_env(raw: str) -> str:
+    return repr(raw if len(raw) <= 40 else raw[:37] + "...")  # 5,000 digits: one short line
+
+
 def _hub(environ: Mapping[str, str]) -> HubSettings:
+    raw_timeout = environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or "10"
     try:
-        timeout = float(environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10)
+        timeout = float(raw_timeout) if len(raw_timeout) <= 40 else math.nan
     except ValueError:
-        timeout = 10.0
+        timeout = math.nan
+    if not 0 < timeout <= MAX_ENV_SECONDS:  # NaN, 0, negative, inf: no usable timeout
+        raise UsageError(f"HF_HUB_DOWNLOAD_TIMEOUT must be a number of seconds, more than 0 and "
+                         f"at most {MAX_ENV_SECONDS:,}, got {_shown_env(raw_timeout)}")
     tunables: dict[str, Any] = {}
     defaults = HubSettings()
     for f in fields(HubSettings):
@@ -209,13 +250,14 @@ def _hub(environ: Mapping[str, str]) -> HubSettings:
         if not raw:
             continue
         kind = type(getattr(defaults, f.name))
-        try:
-            v = kind(raw)
+        try:  # bounded before int(): 5,000 digits raise, 10^30 bytes is no cap
+            v = kind(raw) if len(raw) <= 40 else -1
         except ValueError:
             v = -1
-        if not v >= 0:
+        top = MAX_FILE_BYTES if kind is int else MAX_ENV_SECONDS
+        if not 0 <= v <= top:
             what = "a whole number" if kind is int else "a number"
-            raise UsageError(f"{var} must be {what} >= 0, got {raw!r}")
+            raise UsageError(f"{var} must be {what} from 0 to {top:,}, got {_shown_env(raw)}")
         tunables[f.name] = v
     return HubSettings(
         endpoint=(environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),

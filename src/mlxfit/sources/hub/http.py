@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from mlxfit.errors import Cancelled, HubUnreachable, MlxfitError, SourceError, WeightsError
-from mlxfit.settings import MAX_FILE_BYTES
+from mlxfit.settings import MAX_FILE_BYTES, check_proxies
 from mlxfit.sources.redact import redact_url
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -56,6 +56,7 @@ class Http:
         self.fetch_deadline = fetch_deadline  # seconds for everything this Http asks
         self.started = time.monotonic()
         self.deadline = self.started + fetch_deadline
+        check_proxies()  # a malformed HTTPS_PROXY was an httpx traceback at the first request
         self.client = get_session()
         if not hasattr(self.client, "stream"):  # huggingface_hub < 1.0 hands out requests
             from huggingface_hub import __version__

@@ -91,10 +91,16 @@ PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PRO
 _PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
 
 
-def check_proxies(environ: Mapping[str, str] | None = None) -> None:
-    """UsageError naming the first proxy variable that is not a proxy URL (scheme http,
-    https, socks5 or socks5h; a host; a port 1-65535 if any; no spaces or controls)."""
+def check_hub_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Before the Hub is read: UsageError naming HF_HUB_DOWNLOAD_TIMEOUT if it is not a
+    number of seconds, or the first proxy variable that is not a proxy URL (scheme http,
+    https, socks5 or socks5h; a host; a port 1-65535 if any; no spaces or controls). Each was a
+    traceback from huggingface_hub or httpx."""
     env = os.environ if environ is None else environ
+    if _timeout(env) is None:
+        raise UsageError("HF_HUB_DOWNLOAD_TIMEOUT must be a number of seconds, more than 0 and "
+                         f"at most {MAX_ENV_SECONDS:,}, got "
+                         f"{_shown_env(env.get('HF_HUB_DOWNLOAD_TIMEOUT', ''))}")
     for var in PROXY_VARS:
         raw = env.get(var)
         if not raw:
@@ -231,15 +237,21 @@ def _shown_env(raw: str) -> str:
     return repr(raw if len(raw) <= 40 else raw[:37] + "...")  # 5,000 digits: one short line
 
 
-def _hub(environ: Mapping[str, str]) -> HubSettings:
-    raw_timeout = environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or "10"
+def _timeout(environ: Mapping[str, str]) -> float | None:
+    """HF_HUB_DOWNLOAD_TIMEOUT in seconds (default 10); None when it is not a number of
+    seconds in (0, MAX_ENV_SECONDS] (NaN, 0, negative, inf, 5,000 digits)."""
+    raw = environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or "10"
     try:
-        timeout = float(raw_timeout) if len(raw_timeout) <= 40 else math.nan
+        t = float(raw) if len(raw) <= 40 else math.nan
     except ValueError:
-        timeout = math.nan
-    if not 0 < timeout <= MAX_ENV_SECONDS:  # NaN, 0, negative, inf: no usable timeout
-        raise UsageError(f"HF_HUB_DOWNLOAD_TIMEOUT must be a number of seconds, more than 0 and "
-                         f"at most {MAX_ENV_SECONDS:,}, got {_shown_env(raw_timeout)}")
+        return None
+    return t if 0 < t <= MAX_ENV_SECONDS else None
+
+
+def _hub(environ: Mapping[str, str]) -> HubSettings:
+    # A bad value is the default here, where a local model needs no Hub; reading the Hub
+    # refuses it (check_hub_environment), as huggingface_hub itself would at import.
+    timeout = _timeout(environ) or 10.0
     tunables: dict[str, Any] = {}
     defaults = HubSettings()
     for f in fields(HubSettings):

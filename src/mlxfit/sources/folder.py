@@ -13,6 +13,7 @@ from typing import Any
 from mlxfit.errors import ConfigError, SourceError, WeightsError
 from mlxfit.localfile import read_regular, why
 from mlxfit.settings import MAX_JSON_BYTES, MAX_SHARDS
+from mlxfit.shown import name_list
 from mlxfit.sources.safetensors_header import read_headers
 from mlxfit.sources.source import INDEX_NAME, ModelSource
 
@@ -100,17 +101,17 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
                     if not p.name.startswith("model") and p.name != INDEX_NAME)
     if shards and others:
         notes = ("not loaded by mlx-lm (it reads model*.safetensors), not counted: "
-                 + ", ".join(others),)
+                 + name_list(others),)
     extra = sorted({p.name for p in shards} - listed) if listed else []
     if extra:
-        notes += (f"not in {INDEX_NAME} but loaded by mlx-lm's glob: {', '.join(extra)}",)
+        notes += (f"not in {INDEX_NAME} but loaded by mlx-lm's glob: {name_list(extra)}",)
     if not shards:
         names = sorted(
             p.name for p in folder.iterdir() if p.name != "config.json" and p.name[0] != "."
         )
-        found = ", ".join(names[:10]) + (", ..." if len(names) > 10 else "")
+        found = name_list(names, limit=10) if names else "nothing else"
         raise WeightsError(
-            f"no model*.safetensors in {folder} (found: {found or 'nothing else'})"
+            f"no model*.safetensors in {folder} (found: {found})"
         )
     _check_numbered_shards(folder, shards)
     return shards, notes

@@ -10,12 +10,13 @@
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 import typer
 
-# A number typed as a flag has at most this many digits: 10^18 tokens or GB is past anything
-# sized, and int()/float() of 5,000 digits raises or overflows.
-MAX_DIGITS = 18
+# A number typed as a flag has at most this many characters: Python's int() refuses 4,300
+# digits, and anything past 10^18 is refused by the twins' range checks anyway.
+MAX_DIGITS = 1000
 _TOKEN_UNITS = {"": 1, "k": 1024, "m": 1024**2}
 _MEMORY_UNITS = {"": 1e9, "g": 1e9, "gb": 1e9, "m": 1e6, "mb": 1e6, "t": 1e12, "tb": 1e12,
                  "gib": 2**30, "mib": 2**20, "tib": 2**40}
@@ -33,18 +34,15 @@ def tokens(value: str | int) -> int:
         raise typer.BadParameter(f"{value!r} is not a number of tokens (e.g. 32768, 32k, "
                                  "128K, 1M)")
     number, unit = m.group(1).replace("_", ""), m.group(2).lower()
-    if len(number.lstrip("+-0")) > MAX_DIGITS:  # 309 digits and a k: a float overflow
-        raise typer.BadParameter(f"{value[:40]!r}{'...' if len(value) > 40 else ''} has more "
-                                 f"digits than any number of tokens ({MAX_DIGITS} at most)")
-    if not unit:
-        try:
-            return int(number)
-        except ValueError:
-            raise typer.BadParameter(f"{value!r} is not a whole number of tokens") from None
-    n = float(number) * _TOKEN_UNITS[unit]
-    if n != int(n):
+    if len(number) > MAX_DIGITS:  # int() of 4,300 digits raises; nothing sized is near it
+        raise typer.BadParameter(f"{value[:40]!r}... has more digits than any number of "
+                                 f"tokens ({MAX_DIGITS:,} at most)")
+    # Exact, never a float: "9" x 309 + "k" overflowed to inf; the twin then says how far
+    # past any context a huge count is.
+    n = Fraction(number) * _TOKEN_UNITS[unit]
+    if n.denominator != 1:
         raise typer.BadParameter(f"{value!r} is not a whole number of tokens "
-                                 f"({n:g} = {number} x {_TOKEN_UNITS[unit]})")
+                                 f"({float(n):g} = {number} x {_TOKEN_UNITS[unit]})")
     return int(n)
 
 

@@ -191,7 +191,8 @@ def _parse(p: Path, limit: int = MAX_HEADER_BYTES) -> tuple[list[TensorInfo], in
 
 
 def read_headers(paths: Iterable[str | os.PathLike[str]]) -> list[TensorInfo]:
-    """Tensors of several shards in order; a tensor name in two shards is an error."""
+    """Tensors of several shards (a model's) in order; a tensor name in two shards, or a shard
+    without tensors, is an error."""
     out: list[TensorInfo] = []
     seen: set[str] = set()
     done: list[tuple[str, set[str]]] = []
@@ -200,6 +201,8 @@ def read_headers(paths: Iterable[str | os.PathLike[str]]) -> list[TensorInfo]:
         for path in paths:
             tensors, n = _parse(Path(path), left)
             left -= n
+            if not tensors:  # a model's shard: sized as nothing where mlx-lm loads nothing
+                raise _fail(path, "holds no tensors: not a shard of a model")
             names = {t.name for t in tensors}
             if not seen.isdisjoint(names):
                 # Names are unique within one file, so the clash is with an earlier shard.

@@ -45,7 +45,7 @@ def stdout_gone() -> NoReturn:
         os.dup2(devnull, sys.stdout.fileno())
     except (OSError, ValueError):
         pass
-    os._exit(EXIT_BROKEN_PIPE)
+    raise SystemExit(EXIT_BROKEN_PIPE)
 
 
 # Width of a report sent to a pipe or a file: no line is wrapped (a verdict, a note, a warning

@@ -74,12 +74,6 @@ MAX_JSON_BYTES = 64_000_000
 # is within a factor of 10^5 of it. Past it a size is an error, not a number to sum.
 MAX_FILE_BYTES = 2**53
 
-# The most model*.safetensors shards one model may have, wherever they are listed (a Hub
-# listing, a folder, numbered names): the biggest real checkpoints have ~300 (DeepSeek-V3 bf16:
-# 163; Kimi K2 bf16 ~1,000 at 2 GB each is the far end). A name's "-of-99999999999" would
-# otherwise be a range of 10^11 names to check.
-MAX_SHARDS = 4096
-
 
 # The largest number of seconds an environment variable may give a timeout, deadline or wait:
 # a week. Past it (or infinite) a value is a typo, and an infinite one would never time out.
@@ -144,7 +138,7 @@ class HubSettings:
     # The largest model*.safetensors count planned: the biggest real checkpoints have ~300
     # shards (DeepSeek-V3 bf16: 163; Kimi K2 bf16 ~ 1,000 at 2 GB each is the far end). 4,096
     # keeps a listing of 100,000 names from costing 200,000 requests.
-    max_shards: int = MAX_SHARDS
+    max_shards: int = 4096
     # mlxfit's own cache entries inflate to at most this many bytes (a legitimate entry is the
     # JSON files plus the headers, base64: 4,096 shards' headers of a 200,000-tensor model are
     # ~100 MB); past it a gzip member is a bomb, not an entry.

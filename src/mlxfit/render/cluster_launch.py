@@ -114,7 +114,8 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
     def put(name: str, text: str, mode: int | None = None) -> None:
         f = d / name
         try:
-            write_file(f, text, mode=mode)
+            # the JSON files are read back before they replace anything
+            write_file(f, text, mode=mode, validate=json.loads if name.endswith(".json") else None)
         except OSError as e:
             raise UsageError(f"--write: cannot write {f} ({e.strerror or e})") from None
         written.append(f)

@@ -8,6 +8,8 @@ the format `mlxfit measure --save` writes.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -27,7 +29,7 @@ from st_helpers import (
 
 import mlxfit
 from mlxfit.calibration.load import load_calibration
-from mlxfit.errors import NoMeasurements
+from mlxfit.errors import MlxfitError, NoMeasurements
 from mlxfit.estimate.memory import Run
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
@@ -326,3 +328,138 @@ def test_calibrate_moves_the_floor_of_the_class_the_records_ran_on(tmp_path):
     assert b.new["act_floor"] == metal.act_floor
     assert b.new["act_floor_m5"] == metal.act_floor_m5
 
+
+# --------------------------------------------------------------------------- issue 29
+
+USER_DOC = """# my notes on this Mac
+note = "kept"  # a top-level key the loader ignores
+
+# metal, measured by hand
+[backend.metal]
+act_hidden = 20.0  # mine
+
+[extra.deep]
+x = 1
+"""
+
+
+def test_write_edits_an_existing_file_in_place(cli_file, tmp_path):
+    """--write used to re-render the file from its parsed keys: top-level keys, nested tables
+    and every comment were dropped. Now the fitted keys are edited in the text, the rest kept
+    line for line, the file's mode too; a second --write edits the same lines again."""
+    user = tmp_path / "calibration.toml"
+    user.write_text(USER_DOC)
+    user.chmod(0o600)
+    r = calibrate(cli_file, write=True, user_file=user)
+    fitted = r.backend("cpu").fitted
+    assert fitted
+    text = user.read_text()
+    assert [ln for ln in USER_DOC.splitlines() if ln not in text.splitlines()] == []
+    old, doc = tomllib.loads(USER_DOC), tomllib.loads(text)
+    assert {k: v for k, v in doc.items() if k != "backend"} == {
+        k: v for k, v in old.items() if k != "backend"}
+    assert doc["backend"]["metal"] == old["backend"]["metal"]
+    assert set(doc["backend"]["cpu"]) == set(fitted)
+    for k in fitted:
+        assert doc["backend"]["cpu"][k] == pytest.approx(r.backend("cpu").new[k], rel=1e-5)
+    assert (user.stat().st_mode & 0o777) == 0o600
+    assert load_calibration(user).backend("metal").act_hidden == 20.0
+    calibrate(cli_file, write=True, user_file=user)
+    again = user.read_text()
+    assert again.count("[backend.cpu]") == 1 and again.count("# Fitted") == 1
+    second = tomllib.loads(again)  # refitted from the first fit's values: the same keys
+    assert {k: v for k, v in second.items() if k != "backend"} == {
+        k: v for k, v in old.items() if k != "backend"}
+    assert set(second["backend"]["cpu"]) == set(doc["backend"]["cpu"])
+
+
+FSIZE_CHILD = r"""
+import resource, runpy, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG
+limit = int(sys.argv[1])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+sys.argv = ["mlxfit"] + sys.argv[2:]
+runpy.run_module("mlxfit", run_name="__main__")
+"""
+
+
+def test_an_interrupted_write_never_truncates_the_calibration_file(cli_file, tmp_path):
+    """A write cut short (here a real EFBIG from RLIMIT_FSIZE in a child, as a full disk or a
+    kill would cut it) left calibration.toml truncated, after which every verb exited 2. Now
+    the new text goes to a temporary file first: the old file stays whole."""
+    user = tmp_path / "cfg" / "mlxfit" / "calibration.toml"
+    user.parent.mkdir(parents=True)
+    user.write_text(USER_DOC)
+    before = user.read_bytes()
+    src = Path(mlxfit.__file__).resolve().parent.parent
+    r = subprocess.run([sys.executable, "-c", FSIZE_CHILD, "64", "calibrate", "--from",
+                        str(cli_file), "--write"], capture_output=True, text=True, timeout=120,
+                       check=False, env=dict(os.environ, PYTHONPATH=str(src),
+                                             XDG_CONFIG_HOME=str(tmp_path / "cfg")))
+    lines = [ln for ln in r.stderr.splitlines() if ln]
+    assert r.returncode == 2 and len(lines) == 1 and "cannot write" in lines[0], r.stderr
+    assert user.read_bytes() == before
+    assert [p.name for p in user.parent.iterdir()] == ["calibration.toml"]
+
+
+AS_CHILD = r"""
+import resource, runpy, sys
+resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+sys.argv = ["mlxfit"] + sys.argv[1:]
+runpy.run_module("mlxfit", run_name="__main__")
+"""
+
+
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero"])
+def test_calibrate_from_a_fifo_or_a_device_is_refused(tmp_path, kind):
+    """`calibrate --from` a FIFO waited forever for a writer; /dev/zero was read until memory
+    ran out. Both are refused before a byte is read (a child, a timeout, 1 GiB of address
+    space)."""
+    src = Path(kind)
+    if kind == "fifo":
+        src = tmp_path / "m.jsonl"
+        os.mkfifo(src)
+    r = subprocess.run([sys.executable, "-c", AS_CHILD, "calibrate", "--from", str(src)],
+                       capture_output=True, text=True, timeout=60, check=False,
+                       env=dict(os.environ, PYTHONPATH=str(Path(mlxfit.__file__).parents[1]),
+                                XDG_CONFIG_HOME=str(tmp_path / "cfg")))
+    lines = [ln for ln in r.stderr.splitlines() if ln]
+    assert r.returncode == 2 and len(lines) == 1, r.stderr[-2000:]
+    assert str(src) in lines[0] and "not a regular file" in lines[0]
+
+
+@pytest.mark.parametrize("text", [
+    "backend.cpu.act_hidden = 1.0  # dotted, at the top\n[backend.metal]\nact_q = 2.0\n",
+    "[backend]\ncpu.act_hidden = 1.0\n",
+    "[backend.cpu]\n  act_hidden   =   1.0   # spaced\n",
+    "# only a comment\n",
+    "title = 'x'\n[[variants]]\nact_hidden = 9.0\n",
+])
+def test_edit_toml_sets_exactly_the_fitted_keys(text):
+    from mlxfit.verbs.calibrate.toml_edit import edit_toml  # new in issue 29
+
+    def fmt(v):
+        return repr(float(v))
+
+    new = edit_toml(text, {("backend", "cpu", "act_hidden"): 3.5, ("decode", "eta"): 0.5}, fmt,
+                    {("backend", "cpu", "act_hidden"): "was 1.0"})
+    want = tomllib.loads(text)
+    want.setdefault("backend", {}).setdefault("cpu", {})["act_hidden"] = 3.5
+    want.setdefault("decode", {})["eta"] = 0.5
+    assert tomllib.loads(new) == want
+    kept = [ln for ln in text.splitlines() if "act_hidden" not in ln]
+    assert [ln for ln in kept if ln not in new.splitlines()] == []
+
+
+def test_edit_toml_refuses_a_layout_it_cannot_edit(tmp_path, cli_file):
+    """An inline table cannot take a key on a new line: nothing is written, one line says so."""
+    from mlxfit.verbs.calibrate.toml_edit import EditRefused, edit_toml
+
+    text = "backend = {cpu = {act_hidden = 1.0}}\n"
+    with pytest.raises(EditRefused):
+        edit_toml(text, {("backend", "cpu", "act_ffn"): 2.0}, repr, {})
+    user = tmp_path / "calibration.toml"
+    user.write_text(text)
+    with pytest.raises(MlxfitError, match="cannot update it in place"):
+        calibrate(cli_file, write=True, user_file=user)
+    assert user.read_text() == text

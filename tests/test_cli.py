@@ -81,7 +81,7 @@ def test_folder_model_sums_headers_exactly(tmp_path):
 
 
 def test_hf_cache_repo_id(tmp_path, monkeypatch):
-    cfg = config_dict("Qwen__Qwen3-0.6B")
+    cfg = dict(config_dict("Qwen__Qwen3-0.6B"), num_hidden_layers=1)  # the layer it holds
     spec = {"model.embed_tokens.weight": ("BF16", [151936, 1024]),
             "model.layers.0.mlp.up_proj.weight": ("BF16", [3072, 1024])}
     make_hf_cache(tmp_path / "hub", "acme/tiny", {"config.json": json.dumps(cfg).encode(),

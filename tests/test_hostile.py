@@ -305,6 +305,9 @@ def test_two_shards_never_double_count(tmp_path: Path, a, b) -> None:
     try:
         tensors = read_headers([pa, pb])
     except WeightsError as e:
+        if not a or not b:  # a model's shard without tensors is refused (issue 29)
+            one_line(e, str(pa if not a else pb), "holds no tensors")
+            return
         one_line(e, str(pb), "also in")
         assert set(a) & set(b)
         return

@@ -255,3 +255,69 @@ def test_importing_the_package_imports_no_verb():
     assert "mlxfit.verbs.fit" in loaded
     assert not {"mlxfit.verbs.cluster.twin", "mlxfit.verbs.measure.twin",
                 "mlxfit.verbs.calibrate.twin", "mlxfit.verbs.pick"} & set(loaded)
+
+
+# --------------------------------------------------------------------------- one writer
+
+WRITER = "mlxfit.writefile"
+_WRITE_ATTRS = {"write_text", "write_bytes", "touch", "mkstemp", "NamedTemporaryFile",
+                "savefig", "chmod", "fchmod", "lchmod", "replace", "rename", "link", "symlink_to",
+                "truncate", "ftruncate"}
+_WRITE_FLAGS = {"O_WRONLY", "O_RDWR", "O_CREAT", "O_APPEND", "O_TRUNC"}
+
+
+def _writes(path: Path):
+    """(line, what) for every call in the file that writes, creates or replaces a file:
+    ``open``/``fdopen`` with a mode holding w, a, x or +; ``os.open`` with a write flag;
+    ``os.replace``/``os.rename``; ``Path.write_text`` and its kin. ``str.replace`` is told
+    from ``os.replace`` by its receiver."""
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else ""
+        base = f.value.id if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) else ""
+        if name in ("open", "fdopen") and base != "os":
+            mode = node.args[1] if len(node.args) > 1 else next(
+                (k.value for k in node.keywords if k.arg == "mode"), None)
+            if isinstance(mode, ast.Constant) and set(str(mode.value)) & set("wax+"):
+                yield node.lineno, f"{name}(..., {mode.value!r})"
+            elif mode is not None and not isinstance(mode, ast.Constant):
+                yield node.lineno, f"{name}() with a computed mode"
+        elif name == "open" and base == "os":
+            target = node.args[0] if node.args else None
+            if (isinstance(target, ast.Attribute) and target.attr == "devnull"):
+                continue  # /dev/null is no file mlxfit writes
+            flags = {n.attr for n in ast.walk(node) if isinstance(n, ast.Attribute)}
+            if flags & _WRITE_FLAGS:
+                yield node.lineno, f"os.open with {sorted(flags & _WRITE_FLAGS)}"
+        elif name in ("replace", "rename"):
+            if base == "os":
+                yield node.lineno, f"os.{name}"
+        elif name in _WRITE_ATTRS:
+            yield node.lineno, name
+
+
+def test_the_write_finder_finds_writes(tmp_path):
+    p = tmp_path / "m.py"
+    p.write_text("import os\nfrom pathlib import Path\n"
+                 "Path('a').write_text('x')\nopen('b', 'a').write('y')\n"
+                 "os.open('c', os.O_WRONLY | os.O_CREAT)\nos.replace('d', 'e')\n"
+                 "'s'.replace('a', 'b')\nopen('f').read()\nos.open('g', os.O_RDONLY)\n")
+    assert sorted(line for line, _ in _writes(p)) == [3, 4, 5, 6]
+
+
+def test_only_the_writer_module_writes_files():
+    """Issue 29: every file mlxfit writes (chart, cluster --write, calibrate --write, the Hub
+    cache, measurement records, staged headers) goes through ``mlxfit.writefile``: a temp file
+    beside the target, no symlink or FIFO followed, validated, atomically replaced."""
+    found = [f"{mod}:{line}: {what}" for mod, path in MODULES.items() if mod != WRITER
+             for line, what in _writes(path) if (mod, what) not in _WRITES_ALLOWED]
+    assert found == []
+
+
+# (module, call) -> why it is not a file write
+_WRITES_ALLOWED = {
+    ("mlxfit.render.chart", "savefig"): "into an io.BytesIO; the PNG's bytes go to write_file",
+}

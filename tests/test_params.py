@@ -101,6 +101,7 @@ def hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
     monkeypatch.setattr(hfc, "HF_HUB_OFFLINE", False)
     cfg = json.loads((CONFIGS / "Qwen__Qwen3-0.6B.json").read_text())
+    cfg["num_hidden_layers"] = 1  # the one layer its tensors hold (a deeper config is refused)
     folder = make_folder(tmp_path / "tiny", cfg, {"model.safetensors": {
         "model.embed_tokens.weight": ("BF16", [151936, 1024]),
         "model.layers.0.mlp.up_proj.weight": ("BF16", [3072, 1024])}})

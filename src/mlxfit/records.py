@@ -10,17 +10,20 @@ rows, and ``measured_phase`` names the segment where the measured peak happened.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import MlxfitError, NoMeasurements
 from mlxfit.estimate.memory import Run, run_from_record
+from mlxfit.localfile import read_regular, why
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsRead
 from mlxfit.model.parse import parse_config
 from mlxfit.model.tensors import float_bytes
-from mlxfit.settings import Settings, from_environ
+from mlxfit.settings import MAX_FILE_BYTES, Settings, from_environ
+from mlxfit.writefile import append_line
 
 
 @dataclass(frozen=True)
@@ -122,8 +125,10 @@ class Sample:
 
 def _record_name(rec: dict, i: int) -> str:
     if rec.get("name"):
-        return str(rec["name"])
+        return str(rec["name"])[:200]
     src = rec.get("source") or {}
+    if not isinstance(src, dict):
+        src = {}
     model = src.get("name") or src.get("model") or rec.get("model_type") or f"line {i}"
     tag = f"ctx{rec.get('ctx')}/step{rec.get('prefill_step_size')}/gen{rec.get('gen_tokens')}"
     if rec.get("kv_bits"):
@@ -135,8 +140,25 @@ def _record_name(rec: dict, i: int) -> str:
 
 def _backend_of(rec: dict) -> str | None:
     pred = rec.get("predicted") or {}
-    b = pred.get("backend") or rec.get("backend")
-    return b if b in ("cpu", "metal") else None
+    b = (pred.get("backend") if isinstance(pred, dict) else None) or rec.get("backend")
+    return b if isinstance(b, str) and b in ("cpu", "metal") else None
+
+
+# The byte counts a record carries (mx.get_peak_memory() and friends): whole numbers 0..2^53,
+# checked before they are subtracted or int()-ed (1e400 overflowed, "NaN" was a peak).
+_BYTE_COUNTS = ("peak_bytes", "cache_bytes_end", "active_after_load_bytes",
+                "active_before_load_bytes", "weights_measured_bytes", "state_bytes_end")
+
+
+def _check_byte_counts(rec: dict) -> None:
+    for key in _BYTE_COUNTS:
+        v = rec.get(key)
+        if v is None and key not in ("peak_bytes", "cache_bytes_end", "active_after_load_bytes"):
+            continue
+        if type(v) is float and v.is_integer():
+            v = int(v)
+        if type(v) is not int or not 0 <= v <= MAX_FILE_BYTES:
+            raise ValueError(f"'{key}' is {str(v)[:40]!r}, not a byte count (0 to 2^53)")
 
 
 def prepare(rec: dict, i: int = 0) -> Sample:
@@ -147,6 +169,7 @@ def prepare(rec: dict, i: int = 0) -> Sample:
                 "active_after_load_bytes"):
         if key not in rec:
             raise ValueError(f"no '{key}'")
+    _check_byte_counts(rec)
     backend = _backend_of(rec)
     if backend is None:
         raise ValueError(f"backend {rec.get('backend')!r} is neither cpu nor metal")
@@ -163,13 +186,16 @@ def prepare(rec: dict, i: int = 0) -> Sample:
 
 def load_records(path: Path) -> tuple[list[Sample], list[tuple[str, str]]]:
     """Usable samples of a JSON-lines file, and (record, reason) for those skipped."""
-    try:
-        text = path.read_text(encoding="utf-8")
+    try:  # a FIFO or /dev/zero as --from is refused, neither waited on nor read forever
+        text = read_regular(path, MAX_RECORDS_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise NoMeasurements(f"{path}: no measurements there (mlxfit measure MODEL --ctx N "
                              "--save writes them)") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise MlxfitError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+    except OSError as e:
+        raise MlxfitError(f"{path}: cannot read ({why(e)})") from None
+    except UnicodeDecodeError as e:
+        raise MlxfitError(f"{path}: cannot read (not UTF-8: {e.reason} at byte {e.start})") \
+            from None
     samples: list[Sample] = []
     skipped: list[tuple[str, str]] = []
     for i, line in enumerate(text.splitlines(), 1):
@@ -180,12 +206,16 @@ def load_records(path: Path) -> tuple[list[Sample], list[tuple[str, str]]]:
         except json.JSONDecodeError as e:
             skipped.append((f"line {i}", f"not JSON ({e.msg})"))
             continue
+        except (ValueError, RecursionError):  # 5,000 digits; 100,000 nested "["
+            skipped.append((f"line {i}", "not JSON mlxfit reads (a huge number or deep nesting)"))
+            continue
         if not isinstance(rec, dict):
             skipped.append((f"line {i}", "not a JSON object"))
             continue
         try:
             samples.append(prepare(rec, i))
-        except (ValueError, TypeError, KeyError, MlxfitError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError, RecursionError,
+                MlxfitError) as e:
             skipped.append((_record_name(rec, i), str(e).splitlines()[0] if str(e) else
                             type(e).__name__))
     return samples, skipped
@@ -215,20 +245,30 @@ def decode_rows(records: list[dict]) -> list[tuple[str, Any, Any, Any, float, fl
     rows = []
     for i, rec in enumerate(records):
         mach = rec.get("machine_info") or {}
+        if not isinstance(mach, dict):
+            continue
         bw, tps, wr = mach.get("bandwidth_gbs"), rec.get("decode_tok_s"), rec.get("weights_read")
-        if _backend_of(rec) != "metal" or not bw or not tps or not wr or rec.get("error"):
+        if _backend_of(rec) != "metal" or not wr or rec.get("error"):
+            continue
+        # speeds and bandwidths are finite positive numbers, or the record says nothing of them
+        if not all(type(x) in (int, float) and 0 < x < math.inf for x in (bw, tps)):
             continue
         try:
             cfg = parse_config(rec["config"], act_bytes=int(rec["act_bytes"]))
             run = run_from_record(rec, "metal")
             rows.append((_record_name(rec, i), cfg, run, WeightsRead(**wr), float(bw),
-                         1.0 / float(tps), str(mach.get("name") or "")))
-        except (ValueError, TypeError, KeyError, MlxfitError):
+                         1.0 / float(tps), str(mach.get("name") or "")[:200]))
+        except (ValueError, TypeError, KeyError, AttributeError, ArithmeticError,
+                RecursionError, MlxfitError):
             continue
     return rows
 
 
 RECORD_SCHEMA = 1
+
+# The largest measurements file read: a record is ~2-4 KB, so 256 MB is ~100,000 runs, far
+# past anything measured by hand.
+MAX_RECORDS_BYTES = 256_000_000
 
 
 def results_path(settings: Settings | None = None) -> Path:
@@ -246,9 +286,7 @@ def append_record(rec: dict, results_file: str | Path | None = None, *,
     path = (Path(results_file).expanduser() if results_file is not None
             else results_path(settings))
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as fh:
-            fh.write(json.dumps(rec, default=str) + "\n")
+        append_line(path, json.dumps(rec, default=str), make_parents=True)
     except OSError as e:
         raise MlxfitError(f"{path}: cannot append the measurement ({e.strerror or e})") from None
     return path

@@ -27,6 +27,7 @@ here, on each call, with huggingface_hub's precedence.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import sys
@@ -34,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from mlxfit import resources
 from mlxfit.errors import MlxfitError, UsageError
@@ -72,6 +74,43 @@ MAX_JSON_BYTES = 64_000_000
 # JavaScript's exact-integer limit, so every JSON client reads it unchanged, and no real shard
 # is within a factor of 10^5 of it. Past it a size is an error, not a number to sum.
 MAX_FILE_BYTES = 2**53
+
+
+# The largest number of seconds an environment variable may give a timeout, deadline or wait:
+# a week. Past it (or infinite) a value is a typo, and an infinite one would never time out.
+MAX_ENV_SECONDS = 7 * 24 * 3600
+
+# The proxy variables huggingface_hub's session (httpx, trust_env) reads, and the schemes it
+# takes; a malformed one was an httpx traceback at the first request.
+PROXY_VARS = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")
+_PROXY_SCHEMES = ("http", "https", "socks5", "socks5h")
+
+
+def check_hub_environment(environ: Mapping[str, str] | None = None) -> None:
+    """Before the Hub is read: UsageError naming HF_HUB_DOWNLOAD_TIMEOUT if it is not a
+    number of seconds, or the first proxy variable that is not a proxy URL (scheme http,
+    https, socks5 or socks5h; a host; a port 1-65535 if any; no spaces or controls). Each was a
+    traceback from huggingface_hub or httpx."""
+    env = os.environ if environ is None else environ
+    if _timeout(env) is None:
+        raise UsageError("HF_HUB_DOWNLOAD_TIMEOUT must be a number of seconds, more than 0 and "
+                         f"at most {MAX_ENV_SECONDS:,}, got "
+                         f"{_shown_env(env.get('HF_HUB_DOWNLOAD_TIMEOUT', ''))}")
+    for var in PROXY_VARS:
+        raw = env.get(var)
+        if not raw:
+            continue
+        url = raw if "://" in raw else "http://" + raw  # httpx's reading of a bare host:port
+        try:
+            parts = urlsplit(url)
+            port_ok = parts.port is None or parts.port > 0  # .port raises past 65535
+        except ValueError:
+            parts, port_ok = None, False
+        if (parts is None or not port_ok or parts.scheme.lower() not in _PROXY_SCHEMES
+                or not parts.hostname or any(c.isspace() or not c.isprintable() for c in raw)):
+            # the value is not shown: a proxy URL may carry a password
+            raise UsageError(f"{var} is not a usable proxy URL (scheme http, https, socks5 or "
+                             "socks5h, a host, a port 1-65535, no spaces)")
 
 
 # --------------------------------------------------------------------------- the values
@@ -189,11 +228,25 @@ def _expand(value: str, environ: Mapping[str, str]) -> str:
     return re.sub(_VAR, sub, value) if "$" in value else value
 
 
-def _hub(environ: Mapping[str, str]) -> HubSettings:
+def _shown_env(raw: str) -> str:
+    return repr(raw if len(raw) <= 40 else raw[:37] + "...")  # 5,000 digits: one short line
+
+
+def _timeout(environ: Mapping[str, str]) -> float | None:
+    """HF_HUB_DOWNLOAD_TIMEOUT in seconds (default 10); None when it is not a number of
+    seconds in (0, MAX_ENV_SECONDS] (NaN, 0, negative, inf, 5,000 digits)."""
+    raw = environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or "10"
     try:
-        timeout = float(environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10)
+        t = float(raw) if len(raw) <= 40 else math.nan
     except ValueError:
-        timeout = 10.0
+        return None
+    return t if 0 < t <= MAX_ENV_SECONDS else None
+
+
+def _hub(environ: Mapping[str, str]) -> HubSettings:
+    # A bad value is the default here, where a local model needs no Hub; reading the Hub
+    # refuses it (check_hub_environment), as huggingface_hub itself would at import.
+    timeout = _timeout(environ) or 10.0
     tunables: dict[str, Any] = {}
     defaults = HubSettings()
     for f in fields(HubSettings):
@@ -204,13 +257,14 @@ def _hub(environ: Mapping[str, str]) -> HubSettings:
         if not raw:
             continue
         kind = type(getattr(defaults, f.name))
-        try:
-            v = kind(raw)
+        try:  # bounded before int(): 5,000 digits raise, 10^30 bytes is no cap
+            v = kind(raw) if len(raw) <= 40 else -1
         except ValueError:
             v = -1
-        if not v >= 0:
+        top = MAX_FILE_BYTES if kind is int else MAX_ENV_SECONDS
+        if not 0 <= v <= top:
             what = "a whole number" if kind is int else "a number"
-            raise UsageError(f"{var} must be {what} >= 0, got {raw!r}")
+            raise UsageError(f"{var} must be {what} from 0 to {top:,}, got {_shown_env(raw)}")
         tunables[f.name] = v
     return HubSettings(
         endpoint=(environ.get("HF_ENDPOINT") or DEFAULT_ENDPOINT).rstrip("/"),

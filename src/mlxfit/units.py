@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+from fractions import Fraction
 
 from mlxfit.errors import UsageError
 
@@ -50,10 +51,10 @@ def tokens(value: str | int, param: str = "ctx") -> int:
         except ValueError:
             raise UsageError(f"{param}: {value!r} is not a whole number of tokens",
                              param=param) from None
-    n = float(number) * _TOKEN_UNITS[unit]
-    if n != int(n):
+    n = Fraction(number) * _TOKEN_UNITS[unit]  # exact, never a float
+    if n.denominator != 1:
         raise UsageError(f"{param}: {value!r} is not a whole number of tokens "
-                         f"({n:g} = {number} x {_TOKEN_UNITS[unit]})", param=param)
+                         f"({float(n):g} = {number} x {_TOKEN_UNITS[unit]})", param=param)
     return int(n)
 
 

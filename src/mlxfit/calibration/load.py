@@ -18,3 +18,11 @@ def load_calibration(user_file: Path | None = None) -> Calibration:
         doc = deep_merge(doc, read_toml(user_file, "the calibration file"))
         where = f"{where} + {user_file}"
     return parse_calibration(doc, where)
+
+
+def check_user_calibration(user_doc: dict, where: str) -> Calibration:
+    """The calibration a user file holding ``user_doc`` would give (the shipped constants under
+    it); the loader's error if it would not load: ``calibrate --write`` checks a file before it
+    replaces the old one."""
+    shipped = read_toml(data_path("calibration.toml"), "the calibration file")
+    return parse_calibration(deep_merge(shipped, user_doc), where)

@@ -13,7 +13,7 @@ from typer.core import TyperGroup
 from typer.main import get_command
 
 from mlxfit._version import __version__
-from mlxfit.cli.common import error_doc, error_text, print_error
+from mlxfit.cli.common import error_doc, error_text, print_error, stdout_gone
 from mlxfit.errors import MlxfitError
 from mlxfit.render import dumps
 
@@ -32,6 +32,13 @@ class _Verbs(TyperGroup):
 
     def list_commands(self, ctx) -> list[str]:
         return list(VERBS)
+
+    def invoke(self, ctx):
+        # Click turns a closed pipe into exit 1 ("does not fit"): caught before it can.
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:
+            stdout_gone()
 
     def get_command(self, ctx, name: str):
         if name not in VERBS:
@@ -64,19 +71,36 @@ def _root(
 
 def main() -> None:
     """The console script: click's usage errors (unknown flag, non-numeric value) become the
-    same single line and exit code 2 as every other bad input, not a framed usage box."""
+    same single line and exit code 2 as every other bad input, not a framed usage box.
+
+    One rule for output that cannot be written: a closed pipe on stdout exits quietly with
+    ``EXIT_BROKEN_PIPE``; any other failure to write stdout (a full disk, an I/O error) is one
+    line on stderr and exit 2, like every error."""
     as_json = "--json" in sys.argv[1:]
 
     def one_line(msg: str, e: Exception) -> NoReturn:  # outside the app: exit, not typer.Exit
         if as_json:  # a script asked for JSON: the error is a JSON object too
             doc = error_doc(e, "usage" if isinstance(e, ClickUsageError) else None)
             doc["error"]["message"] = msg
-            print(dumps(doc))
+            try:
+                print(dumps(doc), flush=True)
+            except BrokenPipeError:
+                stdout_gone()
+            except OSError:
+                pass  # stdout is what failed: the line on stderr says so
         print_error(msg)
         sys.exit(2)
 
     try:
         rc = app(standalone_mode=False, prog_name="mlxfit")
+        sys.stdout.flush()  # here, where a failure can still be reported, not at exit
+    except BrokenPipeError:
+        stdout_gone()
+    except OSError as e:  # ENOSPC, EIO: the report did not reach stdout
+        if e.filename is not None:
+            raise
+        as_json = False
+        one_line(f"cannot write the output: {e.strerror or e}", MlxfitError(str(e)))
     except ClickUsageError as e:
         if type(e).__name__ == "NoArgsIsHelpError" and e.ctx is not None:
             print(e.ctx.get_help())  # a bare `mlxfit` asks for help

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 from typing import NoReturn
@@ -12,6 +13,7 @@ from mlxfit.errors import MachineError, MlxfitError
 from mlxfit.render import SCHEMA_VERSION, dumps
 from mlxfit.render.tabular import FORMATS
 from mlxfit.render.text import controls
+from mlxfit.shown import clip
 from mlxfit.sources.redact import redact_text
 
 # A twin's parameter -> the flag that sets it, where it is not "--" + the name with "-" for "_".
@@ -29,9 +31,29 @@ def flag(param: str) -> str:
     return FLAGS.get(param, "--" + param.replace("_", "-"))
 
 
+# The exit code when stdout is a pipe its reader closed (`mlxfit fit M | head -1`): 128 +
+# SIGPIPE, what a shell reports for a command killed by it. Never 1, which says "does not fit",
+# nor 0, which says "fits" about a report nobody read in full.
+EXIT_BROKEN_PIPE = 141
+
+
+def stdout_gone() -> NoReturn:
+    """Stdout's reader went away: exit quietly. Stdout is pointed at /dev/null first, so the
+    interpreter's own flush at exit cannot raise again (and print "Exception ignored")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
+    raise SystemExit(EXIT_BROKEN_PIPE)
+
+
 # Width of a report sent to a pipe or a file: no line is wrapped (a verdict, a note, a warning
 # stays one line for grep); only a terminal's own width wraps.
 UNWRAPPED_WIDTH = 10_000
+# A terminal said to be narrower than this (COLUMNS=0, 5) is given this width: the terminal
+# then wraps the lines itself, and the report is all there.
+MIN_TERMINAL_WIDTH = 40
 
 
 def console(stderr: bool = False):
@@ -39,10 +61,15 @@ def console(stderr: bool = False):
 
     # No emoji codes either: a model named "x:fire:" is printed as written.
     c = Console(stderr=stderr, highlight=False, emoji=False)
-    if c.is_terminal:
-        return c
-    return Console(stderr=stderr, highlight=False, emoji=False, width=UNWRAPPED_WIDTH,
-                   soft_wrap=True)
+    if not c.is_terminal:
+        c = Console(stderr=stderr, highlight=False, emoji=False, width=UNWRAPPED_WIDTH,
+                    soft_wrap=True)
+    elif not MIN_TERMINAL_WIDTH <= c.width <= UNWRAPPED_WIDTH:
+        # COLUMNS=0 printed an empty report (exit 0); COLUMNS=10^9 would pad lines to it.
+        c = Console(stderr=stderr, highlight=False, emoji=False,
+                    width=min(max(c.width, MIN_TERMINAL_WIDTH), UNWRAPPED_WIDTH))
+    c.on_broken_pipe = stdout_gone  # Rich's own exits 1, which says "does not fit"
+    return c
 
 
 def error_text(e: Exception) -> str:
@@ -63,7 +90,7 @@ def print_error(msg: str) -> None:
     """The one error line on stderr. A name with a newline or an ESC in it (a folder, a
     model_type, a Hub file name) must neither split the line nor command the terminal, and no
     URL in it may carry a user:password (HF_ENDPOINT's)."""
-    print("mlxfit: error: " + controls(redact_text(msg)), file=sys.stderr)
+    print("mlxfit: error: " + controls(clip(redact_text(msg))), file=sys.stderr)
 
 
 def error_kind(e: Exception) -> str:

@@ -295,6 +295,7 @@ _RAM_RE = r"(?i)\b(\d+)\s*(?:gb|gib|g)\b"  # compiled on first use (re caches it
 
 def _parse_spec(spec: str) -> tuple[str, int | None, int]:
     text = spec.strip()
+    shown = repr(spec if len(spec) <= 80 else spec[:77] + "...")  # one readable line
     if not text:
         raise MachineError("machine is empty; write it like 'M4 Pro 24GB'", param="machine")
     rams = re.findall(_RAM_RE, text)
@@ -303,20 +304,24 @@ def _parse_spec(spec: str) -> tuple[str, int | None, int]:
         # Accept a bare trailing number as the RAM size ("M4 Pro 24").
         m = re.search(r"\s(\d+)\s*$", rest)
         if not m:
-            raise MachineError(f"machine {spec!r} has no RAM size; write it like 'M4 Pro 24GB'",
+            raise MachineError(f"machine {shown} has no RAM size; write it like 'M4 Pro 24GB'",
                                param="machine")
         rams = [m.group(1)]
         rest = rest[: m.start()]
     if len(rams) > 1:
-        raise MachineError(f"machine {spec!r} names more than one RAM size", param="machine")
+        raise MachineError(f"machine {shown} names more than one RAM size", param="machine")
     cores_found = re.findall(_CORES_RE, rest)
     if len(cores_found) > 1:
-        raise MachineError(f"machine {spec!r} names more than one GPU core count",
+        raise MachineError(f"machine {shown} names more than one GPU core count",
                            param="machine")
     rest = re.sub(_CORES_RE, " ", rest)
     chip_text = re.sub(r"\s+", " ", rest).strip(" ,-")
     if not chip_text:
-        raise MachineError(f"machine {spec!r} names no chip; write it like 'M4 Pro 24GB'",
+        raise MachineError(f"machine {shown} names no chip; write it like 'M4 Pro 24GB'",
+                           param="machine")
+    # Bounded before int(): 5,000 digits would not even convert; no Mac has 10^6 GB or cores.
+    if len(rams[0]) > 6 or (cores_found and len(cores_found[0]) > 6):
+        raise MachineError(f"machine {shown}: a RAM size or core count beyond any Mac",
                            param="machine")
     cores = int(cores_found[0]) if cores_found else None
     return chip_text, cores, int(rams[0])

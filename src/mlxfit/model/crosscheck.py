@@ -13,7 +13,11 @@ Checked only where the tensor is unambiguous, so that no real model is refused:
   MLA): the output features (``shape[0]``, never packed) of ``k_proj`` = kv heads x key width,
   ``v_proj`` = kv heads x value width, ``q_proj`` = heads x head width (x 2 with an output gate);
 - routed experts: every stacked expert weight (``switch_mlp.*`` / ``experts.*``, 3-D) has
-  ``num_experts`` as its first dimension.
+  ``num_experts`` as its first dimension;
+- the depth: when tensors are named by layer (``layers.<i>.``), every layer the config has
+  holds some (a 30-layer config over 2 layers of tensors was sized as 30 layers and "FITS";
+  mlx-lm could not load it). Extra layers (DeepSeek-V3's multi-token-prediction layer 61) are
+  what mlx-lm drops, not a contradiction.
 Vision towers are skipped (their own config block sizes them)."""
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from mlxfit.model.tensors import TensorInfo
 from mlxfit.model.weights import is_expert, is_vision, parse_quantization
 
 _PROJ = r"(?:^|\.)layers\.(\d+)\.(?:self_attn|attention|attn)\.([qkv])_proj\.weight$"
+_LAYER = r"(?:^|\.)layers\.(\d{1,6})\."
 
 
 def _embedding_width(t: TensorInfo, by_name: dict[str, TensorInfo],
@@ -102,6 +107,15 @@ def check_dims(cfg: ModelConfig, tensors: Iterable[TensorInfo], config: dict[str
             field = _culprit(a, cfg, m.group(2), t, by_name)
             raise fail(field, f"{said} = {want} for layer {i}", t,
                        f"{t.shape[0]} output features")
+    depth = {int(m.group(1)) for t in tensors if (m := re.search(_LAYER, t.name))}
+    if depth:
+        missing = [i for i in range(cfg.num_layers) if i not in depth]
+        if missing:
+            held = len(depth & set(range(cfg.num_layers)))
+            raise ConfigError(f"{where}: num_hidden_layers disagrees with the weights: the "
+                              f"config has {cfg.num_layers} layers, but the tensors hold "
+                              f"{held} of them (none for layer {missing[0]}; mlx-lm could not "
+                              "load it)")
     if cfg.num_experts:
         for t in tensors:
             if (is_expert(t.name) and t.name.endswith(".weight") and len(t.shape) == 3

@@ -7,6 +7,7 @@ speed at a context), so every point is what ``mlxfit fit --ctx N`` would print f
 
 from __future__ import annotations
 
+import io
 import math
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from mlxfit.errors import MlxfitError
 from mlxfit.render.text import controls, esc
 from mlxfit.verbs.chart import ChartData, ChartPoint
+from mlxfit.writefile import write_file
 
 # --------------------------------------------------------------------------- shared geometry
 
@@ -175,10 +177,7 @@ def write_chart(d: ChartData, path: str | Path) -> Path:
     if suffix not in (".svg", ".png"):
         raise MlxfitError(f"--chart {controls(path)}: the file must end in .png or .svg")
     try:
-        if suffix == ".svg":
-            p.write_text(svg(d))
-        else:
-            write_png(d, p)
+        write_file(p, svg(d) if suffix == ".svg" else png_bytes(d))
     except OSError as e:  # a missing folder, a directory of that name, no permission, full disk
         raise MlxfitError(f"--chart {controls(path)}: cannot write it: "
                           f"{controls(e.strerror or e)}", file=str(p)) from None
@@ -293,7 +292,7 @@ def _runs(points: tuple[ChartPoint, ...]) -> list[list[ChartPoint]]:
     return segs
 
 
-def write_png(d: ChartData, path: Path) -> None:
+def png_bytes(d: ChartData) -> bytes:
     try:
         import matplotlib  # optional (the chart extra) and heavy: only for a PNG
 
@@ -349,7 +348,9 @@ def write_png(d: ChartData, path: Path) -> None:
     a1.legend(loc="lower left", bbox_to_anchor=(0, 1.0), ncol=2, fontsize=8, frameon=False)
     fig.suptitle(d.title, fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    buf = io.BytesIO()  # then written like every file mlxfit writes (writefile.write_file)
+    fig.savefig(buf, format="png", dpi=120)
     plt.close(fig)
+    return buf.getvalue()
 
 

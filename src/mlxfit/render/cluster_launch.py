@@ -8,14 +8,15 @@ format a finished ``ClusterResult``; they plan nothing.
 from __future__ import annotations
 
 import json
-import shlex
 from pathlib import Path
 from typing import Any
 
 from mlxfit.errors import UsageError
 from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json
+from mlxfit.render.text import shell_arg, shell_comment
 from mlxfit.verbs.cluster.results import ClusterResult
+from mlxfit.writefile import write_file
 
 # --------------------------------------------------------------------------- JSON
 
@@ -82,7 +83,7 @@ def hostfile_json(r: ClusterResult) -> dict[str, Any]:
 def launch_commands(r: ClusterResult) -> dict[str, str]:
     """The command lines to run the chosen plan (benchmark to check, server to serve)."""
     p = r.plan
-    model = shlex.quote(r.model_path or r.model)
+    model = shell_arg(r.model_path or r.model)  # one word, one line, whatever the folder's name
     strat = p.strategy if p else "pipeline"
     flag = " --pipeline" if strat == "pipeline" else ""
     use_script = bool(p and strat == "pipeline" and p.split != p.even_split)
@@ -113,9 +114,8 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
     def put(name: str, text: str, mode: int | None = None) -> None:
         f = d / name
         try:
-            f.write_text(text)
-            if mode is not None:
-                f.chmod(mode)
+            # the JSON files are read back before they replace anything
+            write_file(f, text, mode=mode, validate=json.loads if name.endswith(".json") else None)
         except OSError as e:
             raise UsageError(f"--write: cannot write {f} ({e.strerror or e})") from None
         written.append(f)
@@ -125,12 +125,14 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
     if p and p.strategy == "pipeline" and p.split != p.even_split:
         put(SPLIT_SCRIPT, _SPLIT_TEMPLATE.format(split=list(p.split), script=SPLIT_SCRIPT))
     cmds = launch_commands(r)
-    names = ",".join(h.spec.ssh or h.label for h in r.hosts)
+    names = shell_arg(",".join(h.spec.ssh or h.label for h in r.hosts))
     over = "thunderbolt" if r.link.name.startswith("tb") else "ethernet"
     # distributed_config takes --backend (ring, jaccl, jaccl-ring) and --auto-setup only for
     # Thunderbolt; over ethernet it reads each host's en0/en1 address.
     config_backend = f" --backend {r.link.backend}" if over == "thunderbolt" else ""
     auto = " --auto-setup" if over == "thunderbolt" else ""
+    # Every comment line goes through shell_comment: a model folder, host name or ssh target
+    # with a newline in it must not end the comment and become a command the user runs.
     lines = ["#!/bin/sh",
              f"# Written by mlxfit cluster for {r.model} at {r.context_tokens:,} tokens."]
     if p is None or not p.supported:
@@ -164,5 +166,6 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
         "# " + cmds["server"],
         "",
     ]
+    lines = [ln if not ln.startswith("#") else shell_comment(ln) for ln in lines]
     put("run.sh", "\n".join(lines), 0o755)
     return written

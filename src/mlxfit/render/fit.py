@@ -23,6 +23,7 @@ from mlxfit.render import (
 )
 from mlxfit.render.figures import duration, tokens_short
 from mlxfit.render.text import esc
+from mlxfit.shown import clip
 
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
@@ -261,7 +262,7 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     for w in r.warnings:
         console.print(f"[yellow]warning:[/] {esc(w)}")
     for n in r.notes:
-        console.print(f"[dim]note: {esc(n)}[/]")
+        console.print(f"[dim]note: {esc(clip(n))}[/]")
     if r.advice is not None:
         render_advice(r.advice, console)
 
@@ -354,7 +355,7 @@ def render_advice(a: Any, console: Any) -> None:
     if not a.options:
         console.print(" [red]nothing found[/]")
     for n in a.notes:
-        console.print(f" [dim]note: {esc(n)}[/]")
+        console.print(f" [dim]note: {esc(clip(n))}[/]")
     for x in a.refused:
         console.print(f" [dim]not offered: {esc(x.reason)}[/]", soft_wrap=True)
 

@@ -1,11 +1,15 @@
 """A table as Markdown (to paste into a model card) or CSV (for a spreadsheet): the one writer
-of `--format markdown|csv` for every verb that has it. Cells are plain text."""
+of `--format markdown|csv` for every verb that has it. Cells are plain text, escaped here
+(``render.text``): controls and bidi overrides shown, a CSV cell that would be a formula
+neutralised."""
 
 from __future__ import annotations
 
 import csv
 import io
 from collections.abc import Sequence
+
+from mlxfit.render.text import controls, csv_cell
 
 FORMATS = ("table", "markdown", "csv", "json")
 
@@ -15,7 +19,7 @@ def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]],
     """A GitHub-flavoured Markdown table; ``right`` marks the right-aligned (number) columns.
     A "|" in a cell is escaped so it cannot open a column."""
     def cell(x: str) -> str:
-        return str(x).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+        return controls(str(x).replace("\n", " ")).replace("\\", "\\\\").replace("|", "\\|")
 
     align = [("---:" if (right[i] if i < len(right) else False) else "---")
              for i in range(len(headers))]
@@ -35,6 +39,6 @@ def _csv_cell(v: object) -> object:
 def csv_text(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
-    w.writerow(headers)
-    w.writerows([_csv_cell(v) for v in r] for r in rows)
+    w.writerow([csv_cell(h) for h in headers])
+    w.writerows([csv_cell(_csv_cell(c)) for c in r] for r in rows)
     return buf.getvalue()

@@ -11,6 +11,7 @@ from typing import Any
 from mlxfit.errors import SourceError
 from mlxfit.localfile import read_regular
 from mlxfit.settings import Settings, from_environ
+from mlxfit.shown import name_list
 from mlxfit.sources.folder import load_folder, read_config
 from mlxfit.sources.source import ModelSource
 
@@ -134,7 +135,7 @@ def _listing(folder: Path, nested: bool = False) -> str:
         names = [str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()]
     else:
         names = [p.name[:12] for p in folder.iterdir()]
-    return ", ".join(sorted(names)) or "none"
+    return name_list(names) if names else "none"
 
 
 def _refs_error(repo_id: str, cache: Path, e: Exception) -> SourceError:

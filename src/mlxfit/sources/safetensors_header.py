@@ -31,6 +31,15 @@ from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
 
 # The safetensors format's own limit: a larger header is hostile, not a model.
 MAX_HEADER_BYTES = 100_000_000
+# All shards' headers together: the format's limit for one. The largest real checkpoints hold
+# ~200,000 tensors (Kimi K2 4-bit), ~30 MB of headers; 25 maximal headers (2.5 GB, parsed to
+# ~11 GB) are refused at the second, before it is read.
+MAX_TOTAL_HEADER_BYTES = MAX_HEADER_BYTES
+# The shortest tensor entry, '"":{"dtype":"I8","shape":[],"data_offsets":[0,0]}', is 49 bytes
+# with one object and two arrays: a header with more objects or arrays per byte than that is
+# not a tensor list, and is refused before json.loads builds them (99 MB of "{}," parsed to
+# 2.6 GB).
+_MIN_ENTRY_BYTES = 40
 
 
 def _fail(path: Path | str, problem: str) -> WeightsError:
@@ -39,19 +48,20 @@ def _fail(path: Path | str, problem: str) -> WeightsError:
     return WeightsError(f"{path}: {problem}".replace("\n", "\\n"), file=str(path))
 
 
-def _read_raw_header(path: Path) -> tuple[bytes, int]:
-    """Return (header bytes, data-region size) after bounding N against the file size."""
+def _read_raw_header(path: Path, limit: int = MAX_HEADER_BYTES) -> tuple[bytes, int]:
+    """Return (header bytes, data-region size) after bounding N against the file size and
+    ``limit`` (what is left of the total for all shards)."""
     if path.is_dir():
         raise _fail(path, "is a directory, not a safetensors file")
     try:
         # Non-blocking and regular files only: a FIFO named *.safetensors must not hang us.
         with os.fdopen(open_regular(path), "rb") as f:
-            return _read_open(f, path)
+            return _read_open(f, path, limit)
     except OSError as e:
         raise _fail(path, f"cannot read: {why(e)}") from None
 
 
-def _read_open(f: BinaryIO, path: Path) -> tuple[bytes, int]:
+def _read_open(f: BinaryIO, path: Path, limit: int = MAX_HEADER_BYTES) -> tuple[bytes, int]:
     """``_read_raw_header`` on the file ``path`` opened as ``f``."""
     size = os.fstat(f.fileno()).st_size
     if size < 8:
@@ -67,6 +77,9 @@ def _read_open(f: BinaryIO, path: Path) -> tuple[bytes, int]:
     if n > MAX_HEADER_BYTES:
         raise _fail(path, f"not a safetensors file (its header length exceeds the "
                           f"{MAX_HEADER_BYTES}-byte limit)")
+    if n > limit:
+        raise _fail(path, f"its header would take the headers read past "
+                          f"{MAX_TOTAL_HEADER_BYTES:,} bytes in all, more than any real model's")
     if 8 + n > size:
         raise _fail(path, f"not a safetensors file, or truncated (its header length runs past "
                           f"the end of the file, {size} bytes)")
@@ -95,11 +108,18 @@ def _gc_paused() -> Iterator[None]:
 def read_header(path: str | os.PathLike[str]) -> list[TensorInfo]:
     """Tensors of one safetensors file, in header order; WeightsError naming the file if invalid."""
     with _gc_paused():
-        return _parse(Path(path))
+        return _parse(Path(path))[0]
 
 
-def _parse(p: Path) -> list[TensorInfo]:
-    raw, data_size = _read_raw_header(p)
+def _parse(p: Path, limit: int = MAX_HEADER_BYTES) -> tuple[list[TensorInfo], int]:
+    """(the tensors, the header's length in bytes)."""
+    raw, data_size = _read_raw_header(p, limit)
+    # Only past 1 MB (where memory is at stake): a small header's __metadata__ strings may hold
+    # JSON text, braces and all.
+    entries = len(raw) // _MIN_ENTRY_BYTES + 2  # tensors, __metadata__ and the top object
+    if len(raw) > 1 << 20 and (raw.count(b"{") > entries or raw.count(b"[") > 2 * entries):
+        raise _fail(p, "header holds more objects or arrays than a tensor list could: "
+                       "not a safetensors header")
     try:
         header = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError:
@@ -167,17 +187,22 @@ def _parse(p: Path) -> list[TensorInfo]:
         )
     if expected < data_size:
         raise _fail(p, f"{data_size - expected} bytes after the last tensor are not in the header")
-    return tensors
+    return tensors, len(raw)
 
 
 def read_headers(paths: Iterable[str | os.PathLike[str]]) -> list[TensorInfo]:
-    """Tensors of several shards in order; a tensor name in two shards is an error."""
+    """Tensors of several shards (a model's) in order; a tensor name in two shards, or a shard
+    without tensors, is an error."""
     out: list[TensorInfo] = []
     seen: set[str] = set()
     done: list[tuple[str, set[str]]] = []
+    left = MAX_TOTAL_HEADER_BYTES
     with _gc_paused():
         for path in paths:
-            tensors = _parse(Path(path))
+            tensors, n = _parse(Path(path), left)
+            left -= n
+            if not tensors:  # a model's shard: sized as nothing where mlx-lm loads nothing
+                raise _fail(path, "holds no tensors: not a shard of a model")
             names = {t.name for t in tensors}
             if not seen.isdisjoint(names):
                 # Names are unique within one file, so the clash is with an earlier shard.

@@ -14,7 +14,6 @@ import gzip
 import json
 import os
 import re
-import tempfile
 import time
 import zlib
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from mlxfit.localfile import read_regular
 from mlxfit.settings import MAX_FILE_BYTES, Settings, from_environ
 from mlxfit.sources.hf_cache import cache_dirname
 from mlxfit.sources.redact import redact_url
+from mlxfit.writefile import write_file
 
 CONFIG_NAME = "config.json"
 KV_CONFIG_NAME = "kv_config.json"
@@ -203,18 +203,7 @@ def _unb64(s: object) -> bytes:
 
 
 def atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)  # readers see the old file or the new one, never half of one
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    write_file(path, data, make_parents=True)  # whole or not at all, never through a link
 
 
 def read_entry(path: Path, repo_id: str, commit: str, endpoint: str,
@@ -228,6 +217,27 @@ def read_entry(path: Path, repo_id: str, commit: str, endpoint: str,
         return None
     except OSError as e:
         raise ValueError(f"cannot read {path}: {e.strerror or e}") from None
+    return _checked_entry(data, path, repo_id, commit, endpoint, limit)
+
+
+def write_entry(path: Path, data: bytes, repo_id: str, commit: str, endpoint: str,
+                limit: int) -> None:
+    """Write a cache entry only if ``read_entry`` will take it back (the same cap, the same
+    checks): an entry mlxfit wrote is never later called corrupt (one that compressed under
+    the cap but inflated past it was). OSError, the old file kept, if it would not be."""
+    def readable(b: bytes) -> None:
+        if len(b) > limit:
+            raise OSError(f"the entry would be {len(b):,} bytes, over the {limit:,}-byte cap")
+        try:
+            _checked_entry(b, path, repo_id, commit, endpoint, limit)
+        except ValueError as e:
+            raise OSError(f"it would not read back: {e}") from None
+
+    write_file(path, data, make_parents=True, validate=readable)
+
+
+def _checked_entry(data: bytes, path: Path, repo_id: str, commit: str, endpoint: str,
+                   limit: int) -> Snapshot:
     try:
         snap = Snapshot.from_json(data, limit=limit)
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError, IndexError,

@@ -39,12 +39,12 @@ from mlxfit.errors import HubUnreachable, MlxfitError, SourceError
 from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.hub.cache import (
     Snapshot,
-    atomic_write,
     cached_commit,
     entry_file,
     hub_cache_dir,
     read_entry,
     repo_cache_dir,
+    write_entry,
     write_ref,
 )
 from mlxfit.sources.hub.http import Http, require_hf_http
@@ -233,7 +233,9 @@ def fetch_model(
             if len(entry) > hub.max_cache_entry_bytes:  # it could never be read back
                 raise OSError(f"the entry would be {len(entry):,} bytes, over the "
                               f"{hub.max_cache_entry_bytes:,}-byte cap")
-            atomic_write(entry_file(repo_dir, commit), entry)
+            # read back with the reader's own checks first: never written, then called corrupt
+            write_entry(entry_file(repo_dir, commit), entry, repo_id, commit, ep,
+                        hub.max_cache_entry_bytes)
             write_ref(repo_dir, revision, commit)
         except OSError as e:
             why = e.strerror or str(e)

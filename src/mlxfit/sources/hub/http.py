@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from mlxfit.errors import Cancelled, HubUnreachable, MlxfitError, SourceError, WeightsError
-from mlxfit.settings import MAX_FILE_BYTES
+from mlxfit.settings import MAX_FILE_BYTES, check_hub_environment
 from mlxfit.sources.redact import redact_url
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
@@ -45,6 +45,8 @@ class Http:
                  timeout: float, *, retries: int, backoff: float, max_wait: float,
                  max_body: int, implicit_token: bool = True,
                  request_deadline: float = 60.0, fetch_deadline: float = 300.0):
+        # A malformed timeout or proxy variable was a huggingface_hub / httpx traceback.
+        check_hub_environment()
         # huggingface_hub is heavy: imported only when the Hub is read
         from huggingface_hub.utils import get_session
 
@@ -334,6 +336,7 @@ def _user_agent() -> str:
 def require_hf_http() -> None:
     """Import huggingface_hub's HTTP layer, or say in one line why it cannot be (it parses
     environment variables at import: HF_HUB_DOWNLOAD_TIMEOUT=0.5 makes it raise)."""
+    check_hub_environment()
     try:
         import huggingface_hub.utils._http  # noqa: F401
     except (ImportError, ValueError, TypeError) as e:

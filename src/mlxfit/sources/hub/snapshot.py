@@ -20,6 +20,7 @@ from mlxfit.sources.folder import load_folder
 from mlxfit.sources.hub.cache import JSON_NAMES, Snapshot, is_shard_name, snapshot_label
 from mlxfit.sources.hub.http import short_reason
 from mlxfit.sources.source import INDEX_NAME, HubTransfer
+from mlxfit.writefile import create_sparse, write_file
 
 if TYPE_CHECKING:
     from mlxfit.sources.source import ModelSource
@@ -59,7 +60,7 @@ def _materialize(folder: Path, snap: Snapshot) -> None:
         target = folder.joinpath(*rel.parts)
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            target.touch()
+            create_sparse(target, b"", 0)
         except (OSError, ValueError):  # "a" and "a/b" both listed: keep whichever came first
             continue
     # Names were checked when the snapshot was read (cache.py); checked again here because this
@@ -68,14 +69,12 @@ def _materialize(folder: Path, snap: Snapshot) -> None:
     for name, data in snap.files.items():
         if name not in JSON_NAMES:
             raise SourceError(f"{label}: refusing to stage a file named {name!r}")
-        (folder / name).write_bytes(data)
+        write_file(folder / name, data)
     for name, size, raw in snap.shards:
         if not is_shard_name(name):
             raise SourceError(f"{label}: refusing to stage a shard named {name!r}")
         try:
-            with open(folder / name, "wb") as f:
-                f.write(raw)
-                f.truncate(max(size, len(raw)))  # a hole: costs no disk on APFS, ext4, tmpfs
+            create_sparse(folder / name, raw, size)
         except (OSError, ValueError) as e:
             raise WeightsError(f"{label}/{name}: cannot stage its "
                                f"header for checking ({short_reason(e)})") from None

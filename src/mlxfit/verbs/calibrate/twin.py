@@ -28,10 +28,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from mlxfit.calibration.constants import Calibration
-from mlxfit.calibration.load import load_calibration
+from mlxfit.calibration.load import check_user_calibration, load_calibration
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.speed import predicted_decode_seconds
 from mlxfit.json_result import JsonResult
+from mlxfit.localfile import read_regular, why
 from mlxfit.records import (
     NoMeasurements,
     Sample,
@@ -40,7 +41,7 @@ from mlxfit.records import (
     merge_repeats,
     results_path,
 )
-from mlxfit.settings import parse_toml, read_toml, user_calibration
+from mlxfit.settings import MAX_JSON_BYTES, parse_toml, user_calibration
 from mlxfit.verbs.calibrate.fitting import (
     jacobian_columns,
     least_squares,
@@ -50,6 +51,8 @@ from mlxfit.verbs.calibrate.fitting import (
     relative_residuals,
     with_backend,
 )
+from mlxfit.verbs.calibrate.toml_edit import EditRefused, edit_toml
+from mlxfit.writefile import write_file
 
 # The constants a memory fit may move, in the order they are shown.
 # Those a calibration file lacks (an older mlxfit) are skipped.
@@ -299,19 +302,26 @@ def render_toml(doc: dict[str, Any], comments: dict[tuple[str, ...], str],
     return "\n".join(out) + "\n"
 
 
-def _user_doc(path: Path) -> dict[str, Any]:
-    return read_toml(path, "the calibration file") if path.is_file() else {}
+def _user_text(path: Path) -> str | None:
+    """The user calibration file's text (checked to be TOML), None when there is none."""
+    if not path.is_file():
+        return None
+    try:  # a FIFO or /dev/zero in its place neither hangs nor fills memory
+        text = read_regular(path, MAX_JSON_BYTES).decode("utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        why_not = why(e) if isinstance(e, OSError) else "not UTF-8"
+        raise MlxfitError(f"cannot read the calibration file {path}: {why_not}") from None
+    parse_toml(text, f"the calibration file {path}")
+    return text
 
 
-def _toml_for(result_backends: tuple[BackendFit, ...], decode: DecodeFit | None,
-              existing: dict[str, Any], source: str) -> str:
-    doc: dict[str, Any] = {k: (dict(v) if isinstance(v, dict) else v)
-                           for k, v in existing.items()}
-    doc["backend"] = {k: dict(v) for k, v in (existing.get("backend") or {}).items()}
+def _changes(result_backends: tuple[BackendFit, ...], decode: DecodeFit | None, source: str
+             ) -> tuple[dict[tuple[str, ...], Any], dict[tuple[str, ...], str]]:
+    """(key path -> fitted value, key or table path -> its comment): what --write changes."""
+    values: dict[tuple[str, ...], Any] = {}
     comments: dict[tuple[str, ...], str] = {}
     when = time.strftime("%Y-%m-%d", time.gmtime())
     for b in result_backends:
-        tbl = doc["backend"].setdefault(b.backend, {})
         if b.fitted:
             o, n = b.old_stats, b.new_stats
             comments[("backend", b.backend)] = (
@@ -321,15 +331,36 @@ def _toml_for(result_backends: tuple[BackendFit, ...], decode: DecodeFit | None,
                 f"p90 {100 * o.p90:.1f} -> {100 * n.p90:.1f} %, "
                 f"max {100 * o.max:.1f} -> {100 * n.max:.1f} %.")
         for k in b.fitted:
-            tbl[k] = round(b.new[k], 6)
+            values[("backend", b.backend, k)] = round(b.new[k], 6)
             comments[("backend", b.backend, k)] = f"was {_fmt(b.old[k])}"
     if decode is not None and decode.fitted:
-        tbl = doc.setdefault("decode", {})
         for k in decode.fitted:
-            tbl[k] = decode.new[k]
+            values[("decode", k)] = decode.new[k]
             comments[("decode", k)] = (
                 f"fitted {when} to {decode.n_records} Metal tok/s records "
                 f"(was {_fmt(decode.old[k])})")
+    return values, comments
+
+
+def _toml_for(result_backends: tuple[BackendFit, ...], decode: DecodeFit | None,
+              existing: str | None, source: str, target: Path, write: bool) -> str:
+    """The calibration file --write stores: ``existing`` (the file's text) edited in place, or
+    a new file when there is none (or, when only shown, when the edit is refused)."""
+    values, comments = _changes(result_backends, decode, source)
+    if existing is not None:
+        try:
+            return edit_toml(existing, values, _fmt, comments)
+        except EditRefused as e:
+            if write:
+                raise MlxfitError(f"{target}: cannot update it in place ({e}); nothing "
+                                  "written: set the fitted values by hand (--show-toml prints "
+                                  "them)") from None
+    doc: dict[str, Any] = {"backend": {b.backend: {} for b in result_backends}}
+    for path, v in values.items():
+        tbl = doc
+        for p in path[:-1]:
+            tbl = tbl.setdefault(p, {})
+        tbl[path[-1]] = v
     header = ("mlxfit user calibration, written by `mlxfit calibrate --write`.\n"
               f"Measurements: {source}\n"
               "Keys here override the constants shipped in mlxfit's calibration.toml;\n"
@@ -403,7 +434,7 @@ def calibrate(
             n_runs=sum(s.repeats for s in group), refused=refused,
         ))
     decode = fit_decode([s.record for s in samples], cal)
-    toml = _toml_for(tuple(fits), decode, _user_doc(target), str(src))
+    toml = _toml_for(tuple(fits), decode, _user_text(target), str(src), target, write)
     written = None
     if write and not any(b.fitted for b in fits) and not (decode and decode.fitted):
         raise NoMeasurements(f"{src}: nothing fitted, nothing written: "
@@ -411,12 +442,11 @@ def calibrate(
                                          for b in fits if b.refused))
     if write:
         try:
-            parse_toml(toml, f"the calibration for {target}")  # never write what the loader rejects
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_text(toml, encoding="utf-8")
+            # never write what the loader rejects; the old file stays whole until the new one is
+            write_file(target, toml, make_parents=True, validate=lambda b: check_user_calibration(
+                parse_toml(b, f"the calibration for {target}"), str(target)))
         except OSError as e:
             raise MlxfitError(f"{target}: cannot write ({e.strerror or e})") from None
-        load_calibration(target)  # raises if the merged constants do not parse
         written = str(target)
     return CalibrationResult(source=str(src), calibration=cal.source, backends=tuple(fits),
                              decode=decode, rows=tuple(rows), skipped=tuple(skipped),

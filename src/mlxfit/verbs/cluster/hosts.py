@@ -18,7 +18,14 @@ from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.compute import ChipCompute
 from mlxfit.hardware.resolve import Machine, machine_with_budget, resolve_machine
 from mlxfit.resources import data_path
-from mlxfit.settings import DEFAULT_MACOS, Settings, deep_merge, from_environ, read_toml
+from mlxfit.settings import (
+    DEFAULT_MACOS,
+    MACOS_MAJORS,
+    Settings,
+    deep_merge,
+    from_environ,
+    read_toml,
+)
 from mlxfit.verbs.edges import compute_for
 
 # --------------------------------------------------------------------------- links
@@ -106,6 +113,10 @@ class HostSpec:
     macos: int | None = None
 
 
+# A hosts file's memory_budget_gb past this is no Mac's (the budget is then checked against the
+# host's RAM); an infinite one overflowed int() as bytes.
+MAX_BUDGET_GB = 1_000_000
+
 _REPEAT_RE = re.compile(r"^\s*(\d+)\s*[x×]\s+(.+)$", re.IGNORECASE)
 
 
@@ -118,9 +129,9 @@ def parse_host_args(hosts: Sequence[str | HostSpec]) -> list[HostSpec]:
             continue
         m = _REPEAT_RE.match(h)
         if m:
-            n = int(m.group(1))
+            n = int(m.group(1)) if len(m.group(1)) <= 3 else 0  # 5,000 digits: no int()
             if not 1 <= n <= 64:
-                raise UsageError(f"hosts {h!r}: repeat count must be 1..64", param="hosts")
+                raise UsageError(f"hosts {h[:80]!r}: repeat count must be 1..64", param="hosts")
             out.extend(HostSpec(machine=m.group(2).strip()) for _ in range(n))
         else:
             out.append(HostSpec(machine=h.strip()))
@@ -150,13 +161,27 @@ def read_hosts_file(path: Path) -> tuple[list[HostSpec], dict[str, Any]]:
             raise UsageError(f"{where}: ips must be a list of strings")
         rdma = e.get("rdma")
         if rdma is not None:
-            if not isinstance(rdma, list) or not all(isinstance(x, (str, list)) for x in rdma):
+            # a device is a name, or "" / [] for none (TOML has no null)
+            if not isinstance(rdma, list) or not all(
+                    isinstance(x, str) or (isinstance(x, list) and not x) for x in rdma):
                 raise UsageError(f"{where}: rdma must be a list (\"\" for itself / no cable)")
             rdma = tuple(None if x in ("", []) else x for x in rdma)
+        # Every field of its type before it is used: a list as ssh, a string as macos or an
+        # infinite budget were tracebacks.
+        for key in ("name", "ssh"):
+            v = e.get(key)
+            if v is not None and (not isinstance(v, str) or not v or len(v) > 255):
+                raise UsageError(f"{where}: {key} must be a non-empty string (at most 255 "
+                                 "characters)")
+        macos = e.get("macos")
+        if macos is not None and (type(macos) is not int or macos not in MACOS_MAJORS):
+            raise UsageError(f"{where}: macos must be one of "
+                             f"{', '.join(str(m) for m in MACOS_MAJORS)}")
         budget = e.get("memory_budget_gb")
         if budget is not None and (isinstance(budget, bool) or not isinstance(budget, (int, float))
-                                   or not budget > 0):
-            raise UsageError(f"{where}: memory_budget_gb must be a positive number")
+                                   or not 0 < budget <= MAX_BUDGET_GB):
+            raise UsageError(f"{where}: memory_budget_gb must be a positive number of GB "
+                             f"(at most {MAX_BUDGET_GB:,})")
         count = e.get("count", 1)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 64:
             raise UsageError(f"{where}: count must be an integer 1..64")
@@ -168,7 +193,7 @@ def read_hosts_file(path: Path) -> tuple[list[HostSpec], dict[str, Any]]:
                 machine=e["machine"], name=name, ssh=e.get("ssh") if count == 1 else None,
                 ips=tuple(ips) if count == 1 else (), rdma=rdma if count == 1 else None,
                 memory_budget_gb=float(budget) if budget is not None else None,
-                macos=e.get("macos")))
+                macos=macos))
     extra = {k: doc[k] for k in ("link", "backend") if k in doc}
     return out, extra
 
@@ -197,7 +222,7 @@ def resolve_hosts(specs: Sequence[HostSpec], macos: int | None = None) -> list[H
         try:
             m = resolve_machine(s.machine, macos_major=s.macos or macos or DEFAULT_MACOS)
         except MlxfitError as e:
-            raise type(e)(f"host {r} ({s.machine!r}): {e}") from None
+            raise type(e)(f"host {r} ({s.machine[:80]!r}): {e}") from None
         if s.memory_budget_gb is not None:
             m = machine_with_budget(m, int(s.memory_budget_gb * 1e9))
         label = s.name or s.ssh or f"host{r}"

@@ -4,13 +4,19 @@ width set by the key heads as well as the value heads), z, the conv window, the 
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
+
+import pytest
 
 from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.memory import Run, activations_term
+from mlxfit.model.mlx_extra import mlx_missing_reason
 from mlxfit.model.parse import parse_config
 
 CHUNK = 2048
+FAMILY_DIR = Path(__file__).parent / "fixtures" / "families"
 
 
 def _qwen35(hk: int, hv: int, hidden: int = 1024) -> dict:
@@ -62,3 +68,17 @@ def test_no_term_without_gated_delta_layers() -> None:
     be = load_calibration().backend("metal")
     run = Run(ctx=4 * CHUNK, prefill_step_size=CHUNK, backend="metal", gpu_class="d")
     assert activations_term(plain, CHUNK, be, run).inputs["gated_delta"] == 0
+
+
+@pytest.mark.skipif(mlx_missing_reason() is not None, reason="mlx/mlx-lm not importable")
+def test_the_plan_read_from_mlx_lm_finds_the_key_heads_in_the_conv_state() -> None:
+    """A model the family table lacks gets its gated-delta widths from mlx-lm's own caches:
+    the key heads from the conv state's width (2 x Hk x Dk + Hv x Dv), here fewer than the
+    value heads, as qwen3_next.py builds them."""
+    from mlxfit.model.oracle import derive_layers, derive_mixer
+
+    config = json.loads((FAMILY_DIR / "qwen3_next.json").read_text())
+    config.update(linear_num_key_heads=2, linear_num_value_heads=4)
+    _, run = derive_layers(config, 4)
+    mixer = derive_mixer(run)
+    assert (mixer["linear_k_heads"], mixer["linear_v_heads"]) == (2, 4)

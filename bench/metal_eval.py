@@ -716,6 +716,10 @@ MEM_FORMS = {  # name: (calibration constants fitted, extra formula parameters, 
     "F3k": (P7, ["cb_inflight", "cb_inflight_small", "cb_inflight_m5", "softcap", "act_linear"],
             {"cb": 1.0, "cb_inflight": 8.0, "cb_inflight_small": 8.0, "cb_inflight_m5": 8.0,
              "softcap": 2.0, "act_linear": 20.0}),
+    # issue 26: F3k with F2kg's gated-delta term
+    "F3kg": (P7, ["cb_inflight", "cb_inflight_small", "cb_inflight_m5", "softcap", "act_linear"],
+             {"cb": 1.0, "cb_inflight": 8.0, "cb_inflight_small": 8.0, "cb_inflight_m5": 8.0,
+              "softcap": 2.0, "act_linear": 5.0, "lin_mech": 1.0}),
     # the shipped floor with a level per chip class: Max/Ultra (floor), base/Pro, M5
     "F2k": (P7, ["floor", "c0", "floor_small", "floor_m5", "softcap", "act_linear"],
             {"floor": 0.6, "c0": 500.0, "floor_small": 0.6, "floor_m5": 0.6, "softcap": 2.0,
@@ -891,7 +895,9 @@ def issue18_tables(fitset: list[Case], fns_peak: dict) -> list[str]:
 # leave-one-family-kind-out (LOFKO) predictions; every fold refits all the form's constants on the
 # other runs, warm-started from the form's full-data fit. One JSON line per run ("metric": "peak").
 
-LOO_PEAK_FORMS = ("F2k", "F2kg")  # before and after issue 26's gated-delta term
+# before and after issue 26's gated-delta term, and the command-buffer mechanism with a drain per
+# chip class in place of the floor (issue 18's F3k, with the same gated-delta term: F3kg)
+LOO_PEAK_FORMS = ("F2k", "F2kg", "F3kg")
 SHIPPED_PEAK_FORM = "F2kg"
 
 
@@ -907,6 +913,7 @@ TERM_GROUPS = ("activations", "attention_scores", "other")
 class PhaseBasis:
     kv: float
     prefill: bool
+    n: int  # the prefill chunk's index (0: decode)
     chunk: int
     scale: float  # floor_scale: the chip's commit rule over the fitted one
     terms: dict[str, np.ndarray]  # group -> [value at 0, slope per P7 constant...]
@@ -948,12 +955,22 @@ def _peak_basis(c: Case) -> tuple[PhaseBasis, ...]:
         chunk = phases[0].terms[0].inputs.get("chunk", 1) if n is not None else 1
         scale = (floor_scale(cfg, chunk, cals[0].backend("metal"), run, m.w.total_bytes)[0]
                  if n is not None else 1.0)
-        out.append(PhaseBasis(float(phases[0].kv_bytes), n is not None, chunk, scale, terms))
+        out.append(PhaseBasis(float(phases[0].kv_bytes), n is not None, n or 0, chunk, scale,
+                              terms))
     return tuple(out)
 
 
+_RUNS: dict[int, Run] = {}
+
+
+def _run_of_case(c: Case) -> Run:
+    if c.idx not in _RUNS:
+        _RUNS[c.idx] = run_of(c)
+    return _RUNS[c.idx]
+
+
 def peak_fast(c: Case, metal: dict, ex: dict) -> float:
-    """peak_form(c, cal_with(doc, metal, neutral=True), ex) from the case's basis (floor forms)."""
+    """peak_form(c, cal_with(doc, metal, neutral=True), ex) from the case's basis."""
     m = load_model(c.desc)
     x = np.array([1.0] + [metal[p] for p in P7])
     softcap = ex.get("softcap", 1.0) if m.cfg.scores_always else 1.0
@@ -964,6 +981,8 @@ def peak_fast(c: Case, metal: dict, ex: dict) -> float:
             best = max(best, ph.kv + A + S + O)
             continue
         A = int(A)
+        if ex.get("cb"):  # the command-buffer mechanism (F3, F3k)
+            A = cb_activations(c, m.cfg, m.w.total_bytes, _run_of_case(c), None, ph.n, A, ex)
         if ex.get("floor"):
             fl = ex.get(f"floor_{drain_class(c.machine)}", ex["floor"])
             A = max(A, fl * 1e9 * min(1.0, ph.chunk / ex.get("c0", 1.0)) * ph.scale)
@@ -973,7 +992,7 @@ def peak_fast(c: Case, metal: dict, ex: dict) -> float:
 
 
 def fit_peak_fast(cases: list[Case], form: str, start: dict | None = None) -> tuple[dict, dict]:
-    """fit_peak_form for a floor form (F2, F2k, F2kg) through peak_fast."""
+    """fit_peak_form through peak_fast."""
     params, ex_params, ex0 = MEM_FORMS[form]
     cs = [c for c in cases if c.peak is not None]
     # A class's floor is fitted only where that class has runs without gated-delta layers: on a
@@ -1049,11 +1068,11 @@ def peak_loo_predictions(fitset: list[Case], doc: dict, form: str,
 
 
 def _identified(cases: list[Case], fitted: tuple[dict, dict], name: str) -> bool:
-    """Whether some run's predicted peak moves with the constant ``name``."""
+    """Whether some run's predicted peak moves with the constant ``name`` (taken to its upper
+    bound: a constant under a max, such as act_q beside the floor, moves nothing near 0)."""
     metal, ex = fitted
-    v = {**metal, **ex}[name]
-    bumped = ({**metal, name: v * 1.5 + 1e-3}, ex) if name in metal else \
-        (metal, {**ex, name: v * 1.5 + 1e-3})
+    v = FORM_BOUNDS[name][1] if name in FORM_BOUNDS else 2 * {**metal, **ex}[name] + 1
+    bumped = ({**metal, name: v}, ex) if name in metal else (metal, {**ex, name: v})
     return any(abs(peak_fast(c, *bumped) - peak_fast(c, metal, ex)) > 1e-9 for c in cases)
 
 
@@ -1096,7 +1115,7 @@ def peak_loo_summary(rows: list[dict], forms=LOO_PEAK_FORMS) -> list[str]:
     for name, rs in segs:
         L.append(f"| {name} | {len(rs)} | " + " | ".join(
             cell(rs, f, k) for f in forms for k in ("in_sample", "loso", "lofko")) + " |")
-    last = forms[-1]
+    last = SHIPPED_PEAK_FORM if SHIPPED_PEAK_FORM in forms else forms[-1]
     L += ["", f"Worst held-out runs ({last}):", ""]
     for kind in ("loso", "lofko"):
         worst = sorted(rows, key=lambda r: -abs(err(r, last, kind)))[:5]

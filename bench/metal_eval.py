@@ -1124,6 +1124,14 @@ def peak_loo_summary(rows: list[dict], forms=LOO_PEAK_FORMS) -> list[str]:
     return L
 
 
+def peak_loo_main(path: str, fitset: list[Case], doc: dict) -> None:
+    """--loo-rows: the peak rows (one JSON line per run) to ``path``, the summary to stdout."""
+    rows = peak_loo_rows(fitset, doc)
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    print("\n".join(peak_loo_summary(rows)))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", action="store_true", help="refit, leave-one-source-out, report")
@@ -1142,10 +1150,7 @@ def main(argv: list[str]) -> int:
         return prefill_main(cases, cal0, a.md)
     main_cases = [c for c in cases if not c.approx]
     if a.loo_rows:
-        rows = peak_loo_rows([c for c in main_cases if not excluded(c)], doc)
-        with open(a.loo_rows, "w") as f:
-            f.writelines(json.dumps(r) + "\n" for r in rows)
-        print("\n".join(peak_loo_summary(rows)))
+        peak_loo_main(a.loo_rows, [c for c in main_cases if not excluded(c)], doc)
         return 0
     if a.rows:
         with open(a.rows, "w") as f:

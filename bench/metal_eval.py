@@ -716,19 +716,23 @@ MEM_FORMS = {  # name: (calibration constants fitted, extra formula parameters, 
     "F3k": (P7, ["cb_inflight", "cb_inflight_small", "cb_inflight_m5", "softcap", "act_linear"],
             {"cb": 1.0, "cb_inflight": 8.0, "cb_inflight_small": 8.0, "cb_inflight_m5": 8.0,
              "softcap": 2.0, "act_linear": 20.0}),
-    # issue 26: F3k with F2kg's gated-delta term
-    "F3kg": (P7, ["cb_inflight", "cb_inflight_small", "cb_inflight_m5", "softcap", "act_linear"],
-             {"cb": 1.0, "cb_inflight": 8.0, "cb_inflight_small": 8.0, "cb_inflight_m5": 8.0,
-              "softcap": 2.0, "act_linear": 5.0, "lin_mech": 1.0}),
     # the shipped floor with a level per chip class: Max/Ultra (floor), base/Pro, M5
     "F2k": (P7, ["floor", "c0", "floor_small", "floor_m5", "softcap", "act_linear"],
             {"floor": 0.6, "c0": 500.0, "floor_small": 0.6, "floor_m5": 0.6, "softcap": 2.0,
              "act_linear": 20.0}),
+}
+# Issue 26's forms, fitted by --loo-rows only (through peak_fast; --fit keeps MEM_FORMS).
+LOO_MEM_FORMS = {
+    **MEM_FORMS,
     # issue 26 (shipped): F2k with the gated-delta term sized by what one layer writes per token
     # (q/k/v/z projections, conv, norms: memory.gated_delta_token_elems); act_linear = layers' worth
     "F2kg": (P7, ["floor", "c0", "floor_small", "floor_m5", "softcap", "act_linear"],
              {"floor": 0.6, "c0": 500.0, "floor_small": 0.6, "floor_m5": 0.6, "softcap": 2.0,
               "act_linear": 5.0, "lin_mech": 1.0}),
+    # issue 26: F3k with F2kg's gated-delta term
+    "F3kg": (P7, ["cb_inflight", "cb_inflight_small", "cb_inflight_m5", "softcap", "act_linear"],
+             {"cb": 1.0, "cb_inflight": 8.0, "cb_inflight_small": 8.0, "cb_inflight_m5": 8.0,
+              "softcap": 2.0, "act_linear": 5.0, "lin_mech": 1.0}),
 }
 DEC4 = ("eta", "fixed_s", "per_layer_s", "per_moe_layer_s")
 SPD_FORMS = {  # name: (extra formula parameters fitted, fixed switches)
@@ -993,7 +997,7 @@ def peak_fast(c: Case, metal: dict, ex: dict) -> float:
 
 def fit_peak_fast(cases: list[Case], form: str, start: dict | None = None) -> tuple[dict, dict]:
     """fit_peak_form through peak_fast."""
-    params, ex_params, ex0 = MEM_FORMS[form]
+    params, ex_params, ex0 = LOO_MEM_FORMS[form]
     cs = [c for c in cases if c.peak is not None]
     # A class's floor is fitted only where that class has runs without gated-delta layers: on a
     # hybrid at a fixed chunk the floor and the gated-delta term are both constant in the
@@ -1056,7 +1060,7 @@ def peak_loo_predictions(fitset: list[Case], doc: dict, form: str,
             train = [c for c in cs if key(c) != g]
             # A constant no training run depends on keeps the form's own start value: a warm
             # start from the full fit would carry the held-out runs' value into the fold.
-            fitted = MEM_FORMS[form][0] + MEM_FORMS[form][1]
+            fitted = LOO_MEM_FORMS[form][0] + LOO_MEM_FORMS[form][1]
             blind = [p for p in start if p in fitted and not _identified(train, full, p)]
             warm = {p: v for p, v in start.items() if p not in blind}
             log(f"  {form} {kind}: holding out {g} ({len(held)} runs)"

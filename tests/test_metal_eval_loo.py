@@ -44,7 +44,7 @@ def test_the_basis_equals_peak_form_away_from_the_fitted_constants(me, small_set
     metal = {"act_hidden": 3.0, "act_ffn": 1.5, "act_q": 9.0, "act_moe": 2.0,
              "score_arrays": 1.3, "growth_copy_layers": 0.7, "base_bytes": 2.0e8}
     for form in ("F2k", "F2kg", "F3kg"):
-        ex = {**me.MEM_FORMS[form][2], "floor_small": 0.5, "act_linear": 7.0}
+        ex = {**me.LOO_MEM_FORMS[form][2], "floor_small": 0.5, "act_linear": 7.0}
         assert me.peak_basis_check(small_set, doc, (metal, ex)) < 1e-9
 
 
@@ -55,7 +55,7 @@ def test_a_held_out_prediction_is_the_fit_without_that_source(me, small_set) -> 
     train = [c for c in small_set if c.source != "ax-engine"]
     full = me.fit_peak_fast(small_set, "F2kg")
     start = {**full[0], **full[1]}
-    fitted = me.MEM_FORMS["F2kg"][0] + me.MEM_FORMS["F2kg"][1]
+    fitted = me.LOO_MEM_FORMS["F2kg"][0] + me.LOO_MEM_FORMS["F2kg"][1]
     warm = {p: v for p, v in start.items()
             if p not in fitted or me._identified(train, full, p)}
     alone = me.fit_peak_fast(train, "F2kg", warm)

@@ -12,6 +12,7 @@ truth for the weights, the caches and the transients of MLX's CPU backend; see
     python bench/measure_cpu.py --list          # list the runs, measure nothing
     python bench/measure_cpu.py --summary       # table of an existing results file
     python bench/measure_cpu.py --mixers        # issue 12: RWKV-7 / RG-LRU / GLA / KDA mixers
+    python bench/measure_cpu.py --qwen35        # issue 26: Qwen3.5 at 0.8B- and 4B-like ratios
 
 float32 matmuls go through BLAS; if Debian's OpenBLAS is installed
 (``apt-get install libopenblas0-pthread``) the script re-executes itself with it preloaded, which
@@ -33,6 +34,7 @@ REPO = HERE.parent
 DEFAULT_OUT = HERE / "results" / "cpu_measurements.jsonl"
 LONG_OUT = HERE / "results" / "cpu_measurements_long.jsonl"
 MIXERS_OUT = HERE / "results" / "cpu_measurements_mixers.jsonl"
+QWEN35_OUT = HERE / "results" / "cpu_measurements_qwen35.jsonl"
 OPENBLAS = "/usr/lib/x86_64-linux-gnu/libopenblas.so.0"
 
 # --------------------------------------------------------------------------------------------
@@ -483,6 +485,57 @@ def mixers_campaign() -> list[dict]:
     return runs
 
 
+# Issue 26: Qwen3.5's text model (qwen3_5.py: packed in_proj_qkv, in_proj_z/b/a, gated RMSNorm)
+# at the two width ratios of the published small models: 0.8B-like (as many value heads as key
+# heads: conv_dim = 3 x Hv x Dv) and 4B/9B-like (twice as many: conv_dim = 2 x Hv x Dv).
+QWEN35_TEXT = {
+    "model_type": "qwen3_5_text",
+    "hidden_size": 256,
+    "num_hidden_layers": 4,
+    "intermediate_size": 512,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "head_dim": 64,
+    "linear_num_key_heads": 4,
+    "linear_num_value_heads": 4,
+    "linear_key_head_dim": 32,
+    "linear_value_head_dim": 32,
+    "linear_conv_kernel_dim": 4,
+    "full_attention_interval": 4,
+    "rms_norm_eps": 1e-6,
+    "vocab_size": 2000,
+    "max_position_embeddings": 40960,
+    "tie_word_embeddings": True,
+    "rope_parameters": {"type": "default", "mrope_section": [11, 11, 10], "rope_theta": 100000,
+                        "partial_rotary_factor": 0.25},
+}
+
+
+def qwen35_campaign() -> list[dict]:
+    """Issue 26: Qwen3.5 hybrids at 0.8B-like (Hv = Hk) and 4B-like (Hv = 2 Hk) head ratios, the
+    full-attention layer last (so prefill computes the gated-delta layers only) and every fourth
+    (attention computed too), float32 and bf16 (``--qwen35``; cpu_measurements_qwen35.jsonl)."""
+    runs: list[dict] = []
+
+    def add(name, text, ctx, **kw):
+        tag = "_".join(f"{k}{v}" for k, v in sorted(kw.items()))
+        runs.append({"group": "qwen35", "name": f"qwen35/{name}/ctx{ctx}/{tag}",
+                     "config": {"model_type": "qwen3_5", "text_config": text,
+                                "tie_word_embeddings": True}, "ctx": ctx, "kw": kw})
+
+    r08 = dict(QWEN35_TEXT)  # Hk = Hv = 4: the 0.8B's ratio (16/16)
+    r4b = dict(QWEN35_TEXT, linear_num_value_heads=8)  # Hv = 2 Hk: the 4B/9B ratio (32/16)
+    wide08 = dict(r08, hidden_size=512, linear_num_key_heads=8, linear_num_value_heads=8)
+    wide4b = dict(r4b, hidden_size=512, linear_num_key_heads=8, linear_num_value_heads=16)
+    for name, text in (("r08_hv4", r08), ("r4b_hv8", r4b), ("r08_hv8_h512", wide08),
+                       ("r4b_hv16_h512", wide4b)):
+        add(name, text, 1100, prefill_step_size=512)
+        add(name, text, 2100, prefill_step_size=1024, dtype="bfloat16")
+    # Attention computed in prefill (layer 2 of 4 is full attention).
+    add("r4b_hv8_attn", dict(r4b, full_attention_interval=2), 2100, prefill_step_size=1024)
+    return runs
+
+
 def _maybe_reexec_with_openblas(args) -> None:
     if args.no_openblas or os.environ.get("MLXFIT_BENCH_CHILD") == "1":
         return
@@ -562,17 +615,21 @@ def main(argv=None) -> int:
                     help="the long-prompt MLA / hybrid runs of issue 18 instead of the campaign")
     ap.add_argument("--mixers", action="store_true",
                     help="issue 12's RWKV-7 / RG-LRU / GLA / KDA mixer runs instead")
+    ap.add_argument("--qwen35", action="store_true",
+                    help="issue 26's Qwen3.5 runs at 0.8B-like and 4B-like head ratios instead")
     args = ap.parse_args(argv)
     if args.long and args.out == DEFAULT_OUT:
         args.out = LONG_OUT
     if args.mixers and args.out == DEFAULT_OUT:
         args.out = MIXERS_OUT
+    if args.qwen35 and args.out == DEFAULT_OUT:
+        args.out = QWEN35_OUT
 
     if args.summary:
         summarize(args.out)
         return 0
     runs = [r for r in (long_campaign() if args.long else mixers_campaign() if args.mixers
-                        else campaign())
+                        else qwen35_campaign() if args.qwen35 else campaign())
             if not args.only or any(s in r["name"] for s in args.only)]
     if args.list:
         for r in runs:

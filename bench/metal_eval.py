@@ -48,7 +48,13 @@ from metal_descriptors import load_descriptor
 
 from mlxfit.calibration.constants import Calibration, parse_calibration
 from mlxfit.estimate.kernels import arch_gen
-from mlxfit.estimate.memory import Run, decode_phase, floor_scale, prefill_phase
+from mlxfit.estimate.memory import (
+    Run,
+    decode_phase,
+    floor_scale,
+    gated_delta_token_elems,
+    prefill_phase,
+)
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import decode_seconds, kv_read_term, weights_read_term
 from mlxfit.hardware.resolve import resolve_machine
@@ -456,6 +462,15 @@ def _linear_width(cfg: ModelConfig) -> int:
     return cfg.linear_v_heads * cfg.linear_v_dim
 
 
+def _linear_bytes_per_token(cfg: ModelConfig, ex: dict) -> float:
+    """The gated-delta feature act_linear multiplies: issue 26's ("lin_mech") is what one layer
+    writes per token on the kernel path (memory.gated_delta_token_elems, the shipped term);
+    before it, float32 copies of the value width Hv x Dv."""
+    if ex.get("lin_mech"):
+        return gated_delta_token_elems(cfg) * cfg.act_bytes
+    return _linear_width(cfg) * 4
+
+
 def peak_form(c: Case, cal: Calibration, ex: dict) -> float:
     m = load_model(c.desc)
     cfg, run = m.cfg, run_of(c)
@@ -478,7 +493,7 @@ def peak_form(c: Case, cal: Calibration, ex: dict) -> float:
             scale, _ = floor_scale(cfg, chunk, be, run, m.w.total_bytes)
             A = max(A, fl * 1e9 * min(1.0, chunk / ex.get("c0", 1.0)) * scale)
         S = t["attention_scores"] * (ex.get("softcap", 1.0) if cfg.scores_always else 1.0)
-        lin = ex.get("act_linear", 0.0) * chunk * _linear_width(cfg) * 4
+        lin = ex.get("act_linear", 0.0) * chunk * _linear_bytes_per_token(cfg, ex)
         tr = A + S + lin + sum(v for k, v in t.items() if k not in ("activations", "attention_scores"))
         best = max(best, ph.kv_bytes + tr)
     return (m.w.total_bytes + best) / 1e9
@@ -609,9 +624,11 @@ def tps_form(c: Case, dec: dict, ex: dict) -> float:
 
 
 def fit_peak_form(cases: list[Case], doc: dict, params: list[str], ex0: dict, ex_params: list[str],
-                  bounds: dict) -> tuple[dict, dict]:
+                  bounds: dict, start: dict | None = None) -> tuple[dict, dict]:
+    """``start``: start values by name (a warm start from an earlier fit; issue 26's LOO)."""
     cs = [c for c in cases if c.peak is not None]
-    m0 = {**doc["backend"]["metal"], **ORIGINAL_METAL}
+    m0 = {**doc["backend"]["metal"], **ORIGINAL_METAL, **(start or {})}
+    ex0 = {**ex0, **{k: v for k, v in (start or {}).items() if k in ex0}}
     present = {drain_class(c.machine) for c in cs}
     ex_params = [p for p in ex_params if CLASS_PARAMS.get(p, next(iter(present))) in present]
     ex0 = {k: v for k, v in ex0.items() if CLASS_PARAMS.get(k, next(iter(present))) in present}
@@ -703,6 +720,19 @@ MEM_FORMS = {  # name: (calibration constants fitted, extra formula parameters, 
     "F2k": (P7, ["floor", "c0", "floor_small", "floor_m5", "softcap", "act_linear"],
             {"floor": 0.6, "c0": 500.0, "floor_small": 0.6, "floor_m5": 0.6, "softcap": 2.0,
              "act_linear": 20.0}),
+}
+# Issue 26's forms, fitted by --loo-rows only (through peak_fast; --fit keeps MEM_FORMS).
+LOO_MEM_FORMS = {
+    **MEM_FORMS,
+    # issue 26 (shipped): F2k with the gated-delta term sized by what one layer writes per token
+    # (q/k/v/z projections, conv, norms: memory.gated_delta_token_elems); act_linear = layers' worth
+    "F2kg": (P7, ["floor", "c0", "floor_small", "floor_m5", "softcap", "act_linear"],
+             {"floor": 0.6, "c0": 500.0, "floor_small": 0.6, "floor_m5": 0.6, "softcap": 2.0,
+              "act_linear": 5.0, "lin_mech": 1.0}),
+    # issue 26: F3k with F2kg's gated-delta term
+    "F3kg": (P7, ["cb_inflight", "cb_inflight_small", "cb_inflight_m5", "softcap", "act_linear"],
+             {"cb": 1.0, "cb_inflight": 8.0, "cb_inflight_small": 8.0, "cb_inflight_m5": 8.0,
+              "softcap": 2.0, "act_linear": 5.0, "lin_mech": 1.0}),
 }
 DEC4 = ("eta", "fixed_s", "per_layer_s", "per_moe_layer_s")
 SPD_FORMS = {  # name: (extra formula parameters fitted, fixed switches)
@@ -863,27 +893,275 @@ def issue18_tables(fitset: list[Case], fns_peak: dict) -> list[str]:
     return L
 
 
+# --------------------------------------------------------------------------- issue 26: peak LOO rows
+#
+# Per run: the shipped prediction, and each peak form's in-sample, leave-one-source-out (LOSO) and
+# leave-one-family-kind-out (LOFKO) predictions; every fold refits all the form's constants on the
+# other runs, warm-started from the form's full-data fit. One JSON line per run ("metric": "peak").
+
+# before and after issue 26's gated-delta term, and the command-buffer mechanism with a drain per
+# chip class in place of the floor (issue 18's F3k, with the same gated-delta term: F3kg)
+LOO_PEAK_FORMS = ("F2k", "F2kg", "F3kg")
+SHIPPED_PEAK_FORM = "F2kg"
+
+
+# peak_form is linear in P7's constants within each candidate phase (each term is a constant times
+# a byte count that does not depend on it), so a phase is kept as a basis: its terms with every P7
+# constant at 0, and each term's slope in each constant. The floor, the softcap, act_linear and the
+# max over phases are applied as peak_form applies them. ~100x faster than peak_form in a fit;
+# peak_basis_check compares the two.
+TERM_GROUPS = ("activations", "attention_scores", "other")
+
+
+@dataclass(frozen=True)
+class PhaseBasis:
+    kv: float
+    prefill: bool
+    n: int  # the prefill chunk's index (0: decode)
+    chunk: int
+    scale: float  # floor_scale: the chip's commit rule over the fitted one
+    terms: dict[str, np.ndarray]  # group -> [value at 0, slope per P7 constant...]
+
+
+def _phase_groups(ph) -> dict[str, float]:
+    t = {x.name: float(x.bytes) for x in ph.terms}
+    return {"activations": t.pop("activations", 0.0),
+            "attention_scores": t.pop("attention_scores", 0.0), "other": sum(t.values())}
+
+
+_BASES: dict[int, tuple[PhaseBasis, ...]] = {}
+
+
+def peak_basis(c: Case) -> tuple[PhaseBasis, ...]:
+    if c.idx not in _BASES:
+        _BASES[c.idx] = _peak_basis(c)
+    return _BASES[c.idx]
+
+
+def _peak_basis(c: Case) -> tuple[PhaseBasis, ...]:
+    m = load_model(c.desc)
+    cfg, run = m.cfg, run_of(c)
+    _, _, total = run.schedule().chunks()
+    doc = base_doc()
+    zero = {p: 0.0 for p in P7}
+    cals = [cal_with(doc, zero, neutral=True)] + [
+        cal_with(doc, {**zero, p: SCALE.get(p, 1.0)}, neutral=True) for p in P7]
+    ns = [None] + [n for n in sorted({total, total - 1}) if n >= 1]
+    out = []
+    for n in ns:
+        phases = [decode_phase(cfg, run, cal.backend("metal")) if n is None else
+                  prefill_phase(cfg, run, cal.backend("metal"), n, m.w.total_bytes)
+                  for cal in cals]
+        groups = [_phase_groups(ph) for ph in phases]
+        terms = {g: np.array([groups[0][g]] + [(gk[g] - groups[0][g]) / SCALE.get(p, 1.0)
+                                               for p, gk in zip(P7, groups[1:])])
+                 for g in TERM_GROUPS}
+        chunk = phases[0].terms[0].inputs.get("chunk", 1) if n is not None else 1
+        scale = (floor_scale(cfg, chunk, cals[0].backend("metal"), run, m.w.total_bytes)[0]
+                 if n is not None else 1.0)
+        out.append(PhaseBasis(float(phases[0].kv_bytes), n is not None, n or 0, chunk, scale,
+                              terms))
+    return tuple(out)
+
+
+_RUNS: dict[int, Run] = {}
+
+
+def _run_of_case(c: Case) -> Run:
+    if c.idx not in _RUNS:
+        _RUNS[c.idx] = run_of(c)
+    return _RUNS[c.idx]
+
+
+def peak_fast(c: Case, metal: dict, ex: dict) -> float:
+    """peak_form(c, cal_with(doc, metal, neutral=True), ex) from the case's basis."""
+    m = load_model(c.desc)
+    x = np.array([1.0] + [metal[p] for p in P7])
+    softcap = ex.get("softcap", 1.0) if m.cfg.scores_always else 1.0
+    best = -math.inf
+    for ph in peak_basis(c):
+        A, S, O = (float(ph.terms[g] @ x) for g in TERM_GROUPS)
+        if not ph.prefill:
+            best = max(best, ph.kv + A + S + O)
+            continue
+        A = int(A)
+        if ex.get("cb"):  # the command-buffer mechanism (F3, F3k)
+            A = cb_activations(c, m.cfg, m.w.total_bytes, _run_of_case(c), None, ph.n, A, ex)
+        if ex.get("floor"):
+            fl = ex.get(f"floor_{drain_class(c.machine)}", ex["floor"])
+            A = max(A, fl * 1e9 * min(1.0, ph.chunk / ex.get("c0", 1.0)) * ph.scale)
+        lin = ex.get("act_linear", 0.0) * ph.chunk * _linear_bytes_per_token(m.cfg, ex)
+        best = max(best, ph.kv + A + S * softcap + lin + O)
+    return (m.w.total_bytes + best) / 1e9
+
+
+def fit_peak_fast(cases: list[Case], form: str, start: dict | None = None) -> tuple[dict, dict]:
+    """fit_peak_form through peak_fast."""
+    params, ex_params, ex0 = LOO_MEM_FORMS[form]
+    cs = [c for c in cases if c.peak is not None]
+    # A class's floor is fitted only where that class has runs without gated-delta layers: on a
+    # hybrid at a fixed chunk the floor and the gated-delta term are both constant in the
+    # context, so hybrid runs alone trade one for the other (holding ax-engine out left the M5
+    # floor to Qwen3.6 ladders, which put it at 0.05 GB and the M5 small models at -16 %).
+    present = {drain_class(c.machine) for c in cs if family_kind(c) != "hybrid"}
+    ex_params = [p for p in ex_params if CLASS_PARAMS.get(p, next(iter(present))) in present]
+    ex0 = {k: v for k, v in ex0.items() if CLASS_PARAMS.get(k, next(iter(present))) in present}
+    m0 = {**base_doc()["backend"]["metal"], **ORIGINAL_METAL, **(start or {})}
+    ex0 = {**ex0, **{k: v for k, v in (start or {}).items() if k in ex0}}
+    names = params + ex_params
+    x0 = [(m0[p] if p in params else ex0.get(p, 0.0)) / SCALE.get(p, 1) for p in names]
+    lo = [FORM_BOUNDS[p][0] / SCALE.get(p, 1) for p in names]
+    hi = [FORM_BOUNDS[p][1] / SCALE.get(p, 1) for p in names]
+    meas = np.array([c.peak for c in cs])
+
+    def split(x):
+        vals = {p: float(v) * SCALE.get(p, 1) for p, v in zip(names, x)}
+        return {p: vals[p] for p in params}, {**ex0, **{p: vals[p] for p in ex_params}}
+
+    def fun(x):
+        metal, ex = split(x)
+        return np.array([peak_fast(c, metal, ex) for c in cs]) / meas - 1
+
+    return split(lm_fit(fun, x0, lo, hi, iters=200))
+
+
+def peak_basis_check(cases: list[Case], doc: dict, fitted: tuple[dict, dict]) -> float:
+    """Largest |peak_fast - peak_form| / measured over the cases at the fitted constants."""
+    metal, ex = fitted
+    cal = cal_with(doc, metal, neutral=True)
+    return max(abs(peak_fast(c, metal, ex) - peak_form(c, cal, ex)) / c.peak
+               for c in cases if c.peak is not None)
+
+
+def _fit_peak_named(cases: list[Case], doc: dict, form: str, start: dict | None = None):
+    return fit_peak_fast(cases, form, start)
+
+
+def _peak_fn(doc: dict, fitted: tuple[dict, dict]):
+    metal, ex = fitted
+    return partial(peak_fast, metal=metal, ex=ex)
+
+
+def peak_loo_predictions(fitset: list[Case], doc: dict, form: str,
+                         log=print) -> dict[int, dict[str, float]]:
+    """{case idx: {"in_sample", "loso", "lofko"}} for one peak form."""
+    cs = [c for c in fitset if c.peak is not None]
+    full = _fit_peak_named(cs, doc, form)
+    log(f"  {form} full fit: " + ", ".join(f"{k} = {v:.4g}" for k, v in {**full[0],
+                                                                          **full[1]}.items())
+        + f"; basis vs peak_form max {100 * peak_basis_check(cs, doc, full):.4f} %",
+        file=sys.stderr)
+    start = {**full[0], **full[1]}
+    fn = _peak_fn(doc, full)
+    out = {c.idx: {"in_sample": fn(c)} for c in cs}
+    for kind, key in (("loso", lambda c: c.source), ("lofko", family_kind)):
+        for g in sorted({key(c) for c in cs}):
+            held = [c for c in cs if key(c) == g]
+            train = [c for c in cs if key(c) != g]
+            # A constant no training run depends on keeps the form's own start value: a warm
+            # start from the full fit would carry the held-out runs' value into the fold.
+            fitted = LOO_MEM_FORMS[form][0] + LOO_MEM_FORMS[form][1]
+            blind = [p for p in start if p in fitted and not _identified(train, full, p)]
+            warm = {p: v for p, v in start.items() if p not in blind}
+            log(f"  {form} {kind}: holding out {g} ({len(held)} runs)"
+                + (f"; not identified: {', '.join(blind)}" if blind else ""), file=sys.stderr)
+            fn = _peak_fn(doc, _fit_peak_named(train, doc, form, warm))
+            for c in held:
+                out[c.idx][kind] = fn(c)
+    return out
+
+
+def _identified(cases: list[Case], fitted: tuple[dict, dict], name: str) -> bool:
+    """Whether some run's predicted peak moves with the constant ``name`` (taken to its upper
+    bound: a constant under a max, such as act_q beside the floor, moves nothing near 0)."""
+    metal, ex = fitted
+    v = FORM_BOUNDS[name][1] if name in FORM_BOUNDS else 2 * {**metal, **ex}[name] + 1
+    bumped = ({**metal, name: v}, ex) if name in metal else (metal, {**ex, name: v})
+    return any(abs(peak_fast(c, *bumped) - peak_fast(c, metal, ex)) > 1e-9 for c in cases)
+
+
+def peak_loo_rows(fitset: list[Case], doc: dict, forms=LOO_PEAK_FORMS) -> list[dict]:
+    cal0 = cal_with(doc)
+    preds = {f: peak_loo_predictions(fitset, doc, f) for f in forms}
+    rows = []
+    for c in fitset:
+        if c.peak is None:
+            continue
+        shipped = preds.get(SHIPPED_PEAK_FORM, preds[forms[-1]])[c.idx]
+        rows.append({"metric": "peak", "idx": c.idx, "label": c.label, "desc": c.desc,
+                     "source": c.source, "chip_class": chip_group(c.machine),
+                     "machine": c.machine, "family_kind": family_kind(c), "family": c.family,
+                     "params_b": round(param_count(c.desc) / 1e9, 2), "prompt": c.P,
+                     "context": c.P + c.G, "prefill_step": c.step, "measured": c.peak,
+                     "predicted": predict_peak(c, cal0)[0], **shipped,
+                     "forms": {f: preds[f][c.idx] for f in forms}})
+    return rows
+
+
+def peak_loo_summary(rows: list[dict], forms=LOO_PEAK_FORMS) -> list[str]:
+    """Markdown: in-sample / LOSO / LOFKO |error| median, p90, max per form, by chip class and
+    family kind; the worst held-out runs; the Qwen3.5/3.6 hybrid rows."""
+    def err(r, form, kind):
+        return (r["forms"][form][kind] - r["measured"]) / r["measured"]
+
+    def cell(rs, form, kind):
+        a = np.abs([err(r, form, kind) for r in rs])
+        return (f"{100 * np.median(a):.2f} / {100 * np.quantile(a, .9):.2f} / "
+                f"{100 * a.max():.1f} %") if len(a) else ""
+
+    L = ["| segment | runs | " + " | ".join(f"{f} {k}" for f in forms
+                                            for k in ("in-sample", "LOSO", "LOFKO")) + " |",
+         "|---|---:|" + "---|" * (3 * len(forms))]
+    segs = [("all", rows)]
+    for key in ("chip_class", "family_kind"):
+        for g in sorted({r[key] for r in rows}):
+            segs.append((g, [r for r in rows if r[key] == g]))
+    for name, rs in segs:
+        L.append(f"| {name} | {len(rs)} | " + " | ".join(
+            cell(rs, f, k) for f in forms for k in ("in_sample", "loso", "lofko")) + " |")
+    last = SHIPPED_PEAK_FORM if SHIPPED_PEAK_FORM in forms else forms[-1]
+    L += ["", f"Worst held-out runs ({last}):", ""]
+    for kind in ("loso", "lofko"):
+        worst = sorted(rows, key=lambda r: -abs(err(r, last, kind)))[:5]
+        L += [f"- {kind.upper()}: " + "; ".join(
+            f"{r['label']} on {r['machine']} {100 * err(r, last, kind):+.1f} %" for r in worst)]
+    return L
+
+
+def peak_loo_main(path: str, fitset: list[Case], doc: dict) -> None:
+    """--loo-rows: the peak rows (one JSON line per run) to ``path``, the summary to stdout."""
+    rows = peak_loo_rows(fitset, doc)
+    with open(path, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    print("\n".join(peak_loo_summary(rows)))
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--fit", action="store_true", help="refit, leave-one-source-out, report")
     ap.add_argument("--md", help="write the markdown report here")
     ap.add_argument("--rows", help="write one JSON line per evaluated run (shipped calibration)")
+    ap.add_argument("--loo-rows", help="one JSON line per run here: with --speed, each run and "
+                                       "speed quantity with its in-sample, LOSO and LOFKO "
+                                       "predictions (format: bench/speed_eval.py's docstring); "
+                                       "without it, each peak form refitted leaving each "
+                                       "source and each family kind out (issue 26)")
     ap.add_argument("--prefill", action="store_true",
                     help="prompt tok/s only: fit [prefill], in-sample and leave-one-source-out "
                          "by chip family (with --md: its own section of the report)")
     ap.add_argument("--speed", action="store_true",
                     help="decode and prompt tok/s (issue 25): per-op fit, in-sample, "
                          "leave-one-source-out and leave-one-family-kind-out")
-    ap.add_argument("--loo-rows", help="with --speed: one JSON line per run and quantity with "
-                                       "its in-sample, LOSO and LOFKO predictions "
-                                       "(format: bench/speed_eval.py's docstring)")
     a = ap.parse_args(argv)
     cases, skipped = load_cases()
     doc = base_doc()
     cal0 = cal_with(doc)
-    if a.speed or a.prefill or a.loo_rows:  # --prefill: the prompt-speed half is --speed's now
+    if a.speed or a.prefill:  # --prefill: the prompt-speed half is --speed's now
         return speed_main(cases, a.md, a.loo_rows)
     main_cases = [c for c in cases if not c.approx]
+    if a.loo_rows:
+        peak_loo_main(a.loo_rows, [c for c in main_cases if not excluded(c)], doc)
+        return 0
     if a.rows:
         with open(a.rows, "w") as f:
             f.writelines(json.dumps(d) + "\n" for d in evaluate(cases, cal0))

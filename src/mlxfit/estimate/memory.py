@@ -335,6 +335,22 @@ def ffn_width(cfg: ModelConfig) -> int:
     return max(dense, cfg.top_k * cfg.moe_intermediate + cfg.shared_intermediate)
 
 
+def gated_delta_token_elems(cfg: ModelConfig) -> int:
+    """Elements one gated-delta layer writes per prompt token on the kernel path (Metal):
+    qwen3_5.py / qwen3_next.py GatedDeltaNet.__call__ and gated_delta.py gated_delta_update.
+    The packed q/k/v projection (conv_dim = 2 x Hk x Dk + Hv x Dv) is written four times (the
+    projection, its concatenation after the conv window, conv1d, SiLU), q and k twice more
+    each (rms_norm, then the scale: 4 x Hk x Dk), and the value width three times (z, the
+    kernel's output, the gated RMSNorm). b, a, beta and g are Hv wide: left out. 0 for layers
+    without the gated delta rule."""
+    if cfg.linear_scan != "gated_delta":
+        return 0
+    key = (cfg.linear_k_heads or cfg.linear_v_heads) * cfg.linear_k_dim
+    value = cfg.linear_v_heads * cfg.linear_v_dim
+    conv_dim = 2 * key + value
+    return 4 * conv_dim + 4 * key + 3 * value
+
+
 def _act_dtype_bytes(cfg: ModelConfig, be: Backend) -> float:
     # The CPU backend upcasts norms and RoPE to float32, so bf16 costs more than 2 bytes.
     return be.bf16_act_bytes if cfg.act_bytes == 2 else float(cfg.act_bytes)
@@ -426,8 +442,9 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = No
     floor *= scale
     linear = 0.0
     if cfg.linear_scan == "gated_delta" and be.act_linear:
-        # Gated-delta layers (Qwen3-Next / 3.5): float32 copies of the value state per token.
-        linear = be.act_linear * c * cfg.linear_v_heads * cfg.linear_v_dim * 4
+        # Gated-delta layers (Qwen3-Next / 3.5): act_linear layers' worth of the arrays one
+        # layer writes per token (gated_delta_token_elems), held while their buffers run.
+        linear = be.act_linear * c * gated_delta_token_elems(cfg) * cfg.act_bytes
     # RG-LRU (recurrent_gemma.py RGLRU): its gates, decay and normalized input, lru_width wide
     # per token, on top of a plain layer's activations.
     lru = be.rglru_arrays * c * cfg.lru_width * _act_dtype_bytes(cfg, be)
@@ -436,7 +453,8 @@ def activations_term(cfg: ModelConfig, c: int, be: Backend, run: Run | None = No
         int(max(c * per_tok, floor) + linear + lru),
         "max(chunk x dtype x (act_hidden*hidden + act_ffn*ffn + act_q*q_width "
         "+ act_moe*top_k*hidden), act_floor[drain_class] x min(1, chunk/act_floor_tokens) "
-        "x floor_scale) + act_linear x chunk x Hv x Dv x 4 + rglru_arrays x chunk x lru_width x dtype",
+        "x floor_scale) + act_linear x chunk x gated_delta_token_elems x dtype "
+        "+ rglru_arrays x chunk x lru_width x dtype",
         {"chunk": c, "hidden": h, "ffn": f, "q_width": q, "moe_copies": moe_copies,
          "bytes_per_chunk_token": round(per_tok), "floor": int(floor),
          "drain_class": drain, "commit_rule_ops_mb": list(rule),

@@ -20,8 +20,8 @@ def linear_state_bytes(c: Ctx) -> int:
     kernel = f.int("linear_conv_kernel_dim", 4, minimum=1)
     conv = (kernel - 1) * (2 * kh * kd + vh * vd) * c.act_bytes
     recurrent = vh * vd * kd * 4  # gated_delta.py: float32 state (B, Hv, Dv, Dk)
-    c.mixer.update(linear_scan="gated_delta", linear_v_heads=vh, linear_k_dim=kd,
-                   linear_v_dim=vd, linear_state_bytes=4)
+    c.mixer.update(linear_scan="gated_delta", linear_v_heads=vh, linear_k_heads=kh,
+                   linear_k_dim=kd, linear_v_dim=vd, linear_state_bytes=4)
     return conv + recurrent
 
 
@@ -171,8 +171,8 @@ def _kda_state(c: Ctx, cfg: Fields) -> int:
     heads = cfg.int("num_heads", c.heads, minimum=1)
     hd = cfg.int("head_dim", c.head_dim, minimum=1)
     kernel = cfg.int("short_conv_kernel_size", 4, minimum=1)
-    c.mixer.update(linear_scan="gated_delta", linear_v_heads=heads, linear_k_dim=hd,
-                   linear_v_dim=hd, linear_state_bytes=4)
+    c.mixer.update(linear_scan="gated_delta", linear_v_heads=heads, linear_k_heads=heads,
+                   linear_k_dim=hd, linear_v_dim=hd, linear_state_bytes=4)
     return (kernel - 1) * 3 * heads * hd * c.act_bytes + heads * hd * hd * 4
 
 

@@ -105,6 +105,7 @@ class ModelConfig:
     ssm_heads: int = 0
     ssm_head_dim: int = 0
     linear_v_heads: int = 0
+    linear_k_heads: int = 0  # key heads (Qwen3-Next / 3.5: fewer than the value heads)
     linear_k_dim: int = 0
     linear_v_dim: int = 0
     linear_scan: str = ""

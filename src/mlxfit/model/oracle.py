@@ -385,8 +385,15 @@ def derive_mixer(run: OracleRun) -> dict[str, Any]:
         return {}
     _, heads, d1, d2 = max(states, key=lambda sh: sh[1] * sh[2] * sh[3])
     if "gated_delta" in run.recurrences:
-        return {"linear_scan": "gated_delta", "linear_v_heads": heads, "linear_v_dim": d1,
-                "linear_k_dim": d2, "linear_state_bytes": 4}
+        mixer = {"linear_scan": "gated_delta", "linear_v_heads": heads, "linear_v_dim": d1,
+                 "linear_k_dim": d2, "linear_state_bytes": 4}
+        # The conv state (B, kernel - 1, 2 x Hk x Dk + Hv x Dv) gives the key heads.
+        convs = [shape[-1] for e in run.entries if e.state_bytes
+                 for role, shape, _ in e.arrays if role == "state" and len(shape) == 3]
+        key = (max(convs, default=0) - heads * d1) // 2
+        if key > 0 and key % d2 == 0:
+            mixer["linear_k_heads"] = key // d2
+        return mixer
     if "ssm" in run.recurrences:
         return {"ssm_heads": heads, "ssm_head_dim": d1}
     return {}

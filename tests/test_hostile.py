@@ -21,7 +21,6 @@ import stat
 import struct
 import subprocess
 import sys
-import time
 import tracemalloc
 from pathlib import Path
 
@@ -458,12 +457,11 @@ def test_config_not_an_object(top) -> None:
     one_line(info.value)
 
 
-def test_a_million_layers_is_refused_quickly() -> None:
-    t = time.perf_counter()
+def test_a_million_layers_is_refused() -> None:
+    # Refused before any per-layer work (speed is bench/'s business, not a timed assert here)
     with pytest.raises(ConfigError) as info:
         parse_config(dict(QWEN3_8B, num_hidden_layers=10**6))
     one_line(info.value, "num_hidden_layers")
-    assert time.perf_counter() - t < 0.5
 
 
 @pytest.mark.parametrize("pattern", ["", "M" * 150_000], ids=["empty", "150k"])
@@ -491,13 +489,11 @@ def test_unknown_model_type_with_newline_stays_one_line() -> None:
 
 
 def test_the_layer_cap_is_sized_exactly() -> None:
-    """100,000 layers (the most accepted) is sized in bounded time, and exactly: the KV cache of
-    a uniform model is linear in its depth."""
+    """100,000 layers (the most accepted) is sized exactly: the KV cache of a uniform model is
+    linear in its depth."""
     run = Run(ctx=32768)
     small = kv_term(parse_config(QWEN3_8B), run).bytes
-    t = time.perf_counter()
     big = kv_term(parse_config(dict(QWEN3_8B, num_hidden_layers=100_000)), run).bytes
-    assert time.perf_counter() - t < 5
     assert big * QWEN3_8B["num_hidden_layers"] == small * 100_000
 
 

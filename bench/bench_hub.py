@@ -67,6 +67,9 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=100)
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added to every request")
     ap.add_argument("--workers", type=int, default=None, help="default: HubSettings.max_workers")
+    ap.add_argument("--today", action="store_true",
+                    help="the server answers as today's Hub: small files by a 307 to "
+                         "/api/resolve-cache, CDN links bound to their first Range")
     args = ap.parse_args()
 
     from mlxfit.sources.hub import fetch as hub
@@ -79,7 +82,8 @@ def main() -> None:
         # turns with the client's for one interpreter lock and inflate the figures.
         server = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "hub_server.py"), "--latency",
-             str(args.latency), "--model", f"bench/q8b-100={work / 'model'}"],
+             str(args.latency), "--model", f"bench/q8b-100={work / 'model'}",
+             *(["--today"] if args.today else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         url = json.loads(server.stdout.readline())["url"]
         os.environ["HF_ENDPOINT"] = url
@@ -114,7 +118,8 @@ def main() -> None:
     med = statistics.median(cold)
     serial = args.shards * args.latency
     print(f"model: {args.shards} shards, {size / 1e9:.1f} GB on the server; "
-          f"latency {args.latency * 1000:.0f} ms per request; {workers} workers; runs={args.runs}")
+          f"latency {args.latency * 1000:.0f} ms per request; {workers} workers; runs={args.runs}"
+          f"{'; as today' + chr(39) + 's Hub (307 JSON, range-bound CDN links)' if args.today else ''}")
     print(f"requests per cold run: {n_requests} (client counted {transfer.requests}); "
           f"bytes served: {served:,} ({transfer.header_bytes:,} of safetensors headers), "
           f"{served / size * 100:.6f}% of the weights")

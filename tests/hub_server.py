@@ -76,6 +76,7 @@ class Rule:
     drip_headers: float = 0.0  # send the status line, then header bytes one every this long
     range_start: int | None = None  # only requests whose Range starts here
     method: str | None = None
+    server: str | None = None  # only requests to this server ("hub" or "cdn")
     times: int | None = None  # how many requests it applies to (None: all)
     hits: int = 0
 
@@ -178,10 +179,13 @@ class FakeHub:
         return sum(e.sent for e in self.requests(server))
 
     # -- internals used by the handler
-    def _rule_for(self, method: str, path: str, range_start: int | None) -> Rule | None:
+    def _rule_for(self, method: str, path: str, range_start: int | None,
+                  role: str = "hub") -> Rule | None:
         with self.lock:
             for r in self.rules:
                 if r.match not in path or (r.method and r.method != method):
+                    continue
+                if r.server is not None and r.server != role:
                     continue
                 if r.range_start is not None and r.range_start != range_start:
                     continue
@@ -282,7 +286,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if hub.latency:
                 time.sleep(hub.latency)
-            rule = hub._rule_for(method, self._path, range_start)
+            rule = hub._rule_for(method, self._path, range_start, self.server.role)
             if self.server.role == "hub":
                 bucket = "resolvers" if ("/resolve/" in self._path or "/resolve-cache/"
                                          in self._path) else "api"

@@ -9,6 +9,7 @@ than its file, a connection cut mid-header. The token never appears in any outpu
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import struct
@@ -22,6 +23,7 @@ from st_helpers import (
     ON_M4PRO,
     config_dict,
     invoke,
+    make_folder,
     make_hf_cache,
     make_qwen3_8b_bf16,
     qwen_tiny,
@@ -37,6 +39,7 @@ from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.safetensors_header import read_headers
 
 SENTINEL = "hf_SENTINELtokenZZZ0123456789abcdef"
+FIRST_READ = 100_000  # bytes of a shard's first read (huggingface_hub's rule)
 
 
 # --- environment ------------------------------------------------------------------------------
@@ -94,21 +97,28 @@ def test_sharded_model_headers_only(server: FakeHub, tmp_path: Path) -> None:
     st = [e for e in log if e.path.endswith(".safetensors")]
     assert all(e.method == "GET" and e.range for e in st)  # never an unbounded GET of weights
     for p in shard_paths(folder):
-        n = header_len(p)
+        assert p.stat().st_size > FIRST_READ and 8 + header_len(p) <= FIRST_READ
         mine = sorted((e.server, e.range) for e in st if e.path.endswith(p.name))
-        # resolve -> 302 to the CDN for the length; the header straight from the CDN
-        assert mine == [("cdn", "bytes=0-7"), ("cdn", f"bytes=8-{7 + n}"), ("hub", "bytes=0-7")]
+        # one request: resolve -> 302 to the CDN, its first 100 KB hold the length and header
+        assert mine == [("cdn", f"bytes=0-{FIRST_READ - 1}"), ("hub", f"bytes=0-{FIRST_READ - 1}")]
     assert not any(e.path.endswith("README.md") for e in log)
 
     header_bytes = sum(8 + header_len(p) for p in shard_paths(folder))
     json_bytes = sum((folder / n).stat().st_size for n in jsons)
-    assert server.bytes_sent("cdn") == header_bytes
-    assert server.bytes_sent() == header_bytes + json_bytes + info[0].sent
+    assert server.bytes_sent("cdn") == 3 * FIRST_READ
+    assert server.bytes_sent() == 3 * FIRST_READ + json_bytes + info[0].sent
     t = src.transfer
     assert t is not None and not t.from_cache
     assert (t.requests, t.bytes) == (len(log), server.bytes_sent())
     assert (t.header_bytes, t.shards) == (header_bytes, 3)
-    assert "no tensor data" in t.describe() and f"{t.bytes:,} bytes" in t.describe()
+    assert t.tail_bytes == 3 * FIRST_READ - header_bytes
+    assert f"{t.tail_bytes:,} bytes past the headers" in t.describe()
+    assert f"{t.bytes:,} bytes" in t.describe()
+    # only the headers are kept
+    (entry,) = env_cache(tmp_path).rglob("*.json.gz")
+    shards = json.loads(gzip.decompress(entry.read_bytes()))["shards"]
+    assert sorted(len(base64.b64decode(raw)) for _, _, raw in shards) == \
+        sorted(8 + header_len(p) for p in shard_paths(folder))
 
 
 def test_big_sparse_model_costs_kilobytes(server: FakeHub, tmp_path: Path) -> None:
@@ -121,8 +131,8 @@ def test_big_sparse_model_costs_kilobytes(server: FakeHub, tmp_path: Path) -> No
 
     assert r.source_kind == "hub"
     assert r.weights_bytes == sum(t.nbytes for t in read_headers(shard_paths(folder)))
-    assert server.bytes_sent() < 200_000  # of 16.4 GB
-    assert server.bytes_sent("cdn") == sum(8 + header_len(p) for p in shard_paths(folder))
+    assert server.bytes_sent() < 500_000  # of 16.4 GB
+    assert server.bytes_sent("cdn") == 4 * FIRST_READ
     assert any(n.startswith("read from the Hub:") for n in r.notes)
 
 
@@ -145,11 +155,11 @@ def test_canonical_repo_without_org(server: FakeHub, tmp_path: Path) -> None:
 
 def test_requests_run_in_parallel(server: FakeHub, tmp_path: Path) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t", n_shards=12))
-    server.latency = 0.2  # 1 + 3 + 12 x 3 = 40 requests: 8 s one after the other
+    server.latency = 0.2  # 1 + 3 + 12 x 2 = 28 requests: 5.6 s one after the other
     t = time.perf_counter()
     resolve_model("acme/tiny")
     wall = time.perf_counter() - t
-    assert len(server.requests()) == 40
+    assert len(server.requests()) == 28
     assert wall < 3.0, wall  # about 4 round trips
 
 
@@ -464,7 +474,11 @@ def test_header_larger_than_the_file(server: FakeHub, tmp_path: Path) -> None:
     assert msg.startswith(f"acme/tiny@{sha[:12]}/model-00002-of-00003.safetensors: ")
     size = bad.stat().st_size
     assert f"header length runs past the end of the file, {size} bytes" in msg
-    assert sum(r.sent for r in server.requests() if r.path.endswith(bad.name)) == 8
+    mine = [r for r in server.requests() if r.path.endswith(bad.name)]
+    assert size < FIRST_READ
+    assert [(r.server, r.range) for r in mine] == [("hub", f"bytes=0-{size - 1}"),
+                                                   ("cdn", f"bytes=0-{size - 1}")]
+    assert sum(r.sent for r in mine) == size  # the first read only: the header never asked
 
 
 def test_invalid_header_named_like_a_local_file(server: FakeHub, tmp_path: Path) -> None:
@@ -490,7 +504,7 @@ def test_missing_shard_listed_in_index(server: FakeHub, tmp_path: Path) -> None:
 def test_connection_cut_mid_header(server: FakeHub, tmp_path: Path) -> None:
     folder = qwen_tiny(tmp_path / "t")
     server.add_model("acme/tiny", folder)
-    server.fault("model-00001-of-00003", drop=True, range_start=8)
+    server.fault("model-00001-of-00003", server="cdn", drop=True)
     with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
@@ -501,7 +515,7 @@ def test_connection_cut_mid_header(server: FakeHub, tmp_path: Path) -> None:
 def test_connection_cut_once_is_retried(server: FakeHub, tmp_path: Path) -> None:
     folder = qwen_tiny(tmp_path / "t")
     server.add_model("acme/tiny", folder)
-    server.fault("model-00001-of-00003", drop=True, range_start=8, times=1)
+    server.fault("model-00001-of-00003", server="cdn", drop=True, times=1)
     assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
 
 
@@ -521,13 +535,58 @@ def test_json_file_too_large_is_not_read(server: FakeHub, tmp_path: Path,
     assert not any(e.path.endswith(".json") for e in server.requests())
 
 
-def test_expired_cdn_url_falls_back_to_resolve(server: FakeHub, tmp_path: Path) -> None:
-    folder = qwen_tiny(tmp_path / "t")
-    server.add_model("acme/tiny", folder)
-    server.fault("/cdn/acme/tiny/", status=403, range_start=8, times=1)
-    assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
-    assert [e.status for e in server.requests("cdn") if e.range and e.range.startswith(
-        "bytes=8-")].count(403) == 1
+def long_header_model(root: Path, layers: int = 160) -> Path:
+    """Two shards: one whose header is longer than the first read (all the layers), one
+    whose header is short (the embedding and the norm)."""
+    cfg = config_dict("Qwen__Qwen3-0.6B")
+    cfg["num_hidden_layers"] = layers
+    layer: dict = {}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        layer.update({p + "self_attn.q_proj.weight": ("BF16", [2048, 1024]),
+                      p + "self_attn.k_proj.weight": ("BF16", [1024, 1024]),
+                      p + "self_attn.v_proj.weight": ("BF16", [1024, 1024]),
+                      p + "self_attn.o_proj.weight": ("BF16", [1024, 2048]),
+                      p + "mlp.up_proj.weight": ("BF16", [3072, 1024]),
+                      p + "mlp.gate_proj.weight": ("BF16", [3072, 1024]),
+                      p + "mlp.down_proj.weight": ("BF16", [1024, 3072]),
+                      p + "input_layernorm.weight": ("BF16", [1024])})
+    rest = {"model.embed_tokens.weight": ("BF16", [151936, 1024]),
+            "model.norm.weight": ("BF16", [1024])}
+    return make_folder(root, cfg, {"model-00001-of-00002.safetensors": layer,
+                                   "model-00002-of-00002.safetensors": rest}, index=True)
+
+
+@pytest.mark.parametrize("bound", [True, "hang"])
+def test_second_read_goes_to_the_resolve_url_not_the_signed_link(
+        tmp_path: Path, env: Path, monkeypatch: pytest.MonkeyPatch, bound: bool | str) -> None:
+    """Today's Hub: signed CDN links bound to the range they were first used with (another
+    range: 403, or no answer). A header longer than the first read is finished through the
+    resolve URL (a fresh link); a short one costs one request."""
+    from huggingface_hub.utils import close_session
+
+    folder = long_header_model(tmp_path / "long")
+    big, small = shard_paths(folder)
+    n = header_len(big)
+    assert 8 + n > FIRST_READ > 8 + header_len(small)
+    with FakeHub(range_bound=bound, json_redirect=True) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        hub.add_model("acme/long", folder)
+        src = resolve_model("acme/long", settings=with_hub(timeout=3, retries=1))
+        close_session()
+    assert list(src.tensors) == read_headers([big, small])
+    log = hub.requests()
+    assert all(e.status < 400 for e in log), [(e.path, e.status) for e in log]
+    mine = [(e.server, e.range) for e in log if e.path.endswith(big.name)]
+    assert sorted(mine) == sorted([("hub", f"bytes=0-{FIRST_READ - 1}"),
+                                   ("cdn", f"bytes=0-{FIRST_READ - 1}"),
+                                   ("hub", f"bytes={FIRST_READ}-{7 + n}"),
+                                   ("cdn", f"bytes={FIRST_READ}-{7 + n}")])
+    assert sorted(e.server for e in log if e.path.endswith(small.name)) == ["cdn", "hub"]
+    links = [e.query for e in log if e.server == "cdn"]
+    assert len(links) == len(set(links)) == 3  # each signed link used once
+    # small JSON files by a 307 to /api/resolve-cache, followed with the token kept
+    assert sum(1 for e in log if e.path.startswith("/api/resolve-cache/")) == 2
 
 
 def test_not_a_repo_id_is_never_asked(server: FakeHub) -> None:

@@ -225,7 +225,7 @@ def fetch_model(
         bar.stop()
         header_bytes = sum(len(raw) for _, _, raw in snap.shards)
         transfer = HubTransfer(http.requests, http.bytes, False, commit, snap.fetched_at,
-                               header_bytes, len(snap.shards), http.unasked)
+                               header_bytes, len(snap.shards), http.unasked, http.discarded)
         src = to_source(snap, transfer)  # validates: an invalid model is never cached
         notes: tuple[str, ...] = ()
         entry = snap.to_json()

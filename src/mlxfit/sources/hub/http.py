@@ -79,6 +79,7 @@ class Http:
         self.requests = 0
         self.bytes = 0
         self.unasked = 0  # bytes a server sent past the range asked (dropped unread)
+        self.discarded = 0  # bytes asked for past a shard's header (the first read's tail)
         self.cancelled = threading.Event()  # set when one request of the fetch has failed
 
     # -- accounting
@@ -87,6 +88,10 @@ class Http:
             self.requests += requests
             self.bytes += nbytes
             self.unasked += unasked
+
+    def discard(self, nbytes: int) -> None:
+        with self.lock:
+            self.discarded += nbytes
 
     def _headers_for(self, url: str) -> dict[str, str]:
         # The token goes to the endpoint's origin only, never to a CDN URL we were sent to.

@@ -686,3 +686,71 @@ def test_progress_on_a_terminal(server: FakeHub, tmp_path: Path,
     (p,) = started
     assert not p.live.is_started
     assert [(t.completed, t.total) for t in p.tasks] == [(3, 3)]
+
+
+# --- rate limits (today's Hub: RateLimit r=0;t=N, no Retry-After) ------------------------------
+
+
+def test_rate_limit_window_is_waited_out(tmp_path: Path, env: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resolvers bucket of 4 requests a 1-second window: the fetch needs 1 + 6, so some get
+    429 with `RateLimit: "resolvers";r=0;t=1` and no Retry-After. They wait for the window
+    (our own backoff here is 5-20 ms, far shorter) and the fetch succeeds."""
+    from huggingface_hub.utils import close_session
+
+    folder = qwen_tiny(tmp_path / "t")
+    with FakeHub(quota={"resolvers": 4}, window=1.0) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        hub.add_model("acme/tiny", folder)
+        src = resolve_model("acme/tiny", settings=with_hub(retries=2))
+        close_session()
+    assert list(src.tensors) == read_headers(shard_paths(folder))
+    limited = [e for e in hub.requests("hub") if e.status == 429]
+    assert limited and all("/resolve/" in e.path for e in limited)
+
+
+@pytest.mark.parametrize("headers", [{"RateLimit": '"api";r=0;t=100000'},
+                                     {"Retry-After": "9" * 5000},
+                                     {"Retry-After": "301"}])
+def test_a_wait_past_the_cap_fails_at_once_in_one_line(server: FakeHub, tmp_path: Path,
+                                                       headers: dict) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/api/models/", status=429, headers=headers, times=1)
+    with pytest.raises(mhub_http.HubUnreachable) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "answered 429" in msg and "asked to wait" in msg and "300 s" in msg, msg
+    assert "HF_TOKEN" in msg and len(msg) < 400
+    assert len(server.requests()) == 1  # not retried: the answer would be the same
+
+
+def test_a_wait_past_the_fetch_deadline_fails_at_once(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/api/models/", status=429, headers={"RateLimit": '"api";r=0;t=120'},
+                 times=1)
+    with pytest.raises(mhub_http.HubUnreachable) as e:
+        resolve_model("acme/tiny", settings=with_hub(fetch_deadline_seconds=30))
+    msg = one_line(e)
+    assert "asked to wait 121 s" in msg and "MLXFIT_HUB_FETCH_DEADLINE_SECONDS" in msg, msg
+    assert len(server.requests()) == 1
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "soon", "Wed, 99 Foo 2026 99:99:99 GMT",
+                                   "-5", "1e9", ""])
+def test_unreadable_retry_after_is_backoff(server: FakeHub, tmp_path: Path, value: str) -> None:
+    """A Retry-After that is no number of seconds (a superscript two is a Unicode digit) and no
+    HTTP date: our own backoff, then success; never a traceback."""
+    folder = qwen_tiny(tmp_path / "t")
+    server.add_model("acme/tiny", folder)
+    raw = value.encode("utf-8").decode("latin-1")  # http.server writes headers as latin-1
+    server.fault("/api/models/", status=429, headers={"Retry-After": raw}, times=1)
+    assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
+
+
+def test_rate_limited_cli_is_one_line_exit_2(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/api/models/", status=429, headers={"Retry-After": "\u00b2".encode()
+                                                      .decode("latin-1")})
+    r = invoke("fit", "acme/tiny", *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1 and "answered 429" in lines[0], r.output

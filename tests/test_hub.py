@@ -754,3 +754,71 @@ def test_rate_limited_cli_is_one_line_exit_2(server: FakeHub, tmp_path: Path) ->
     r = invoke("fit", "acme/tiny", *ON_M4PRO)
     lines = [ln for ln in r.output.strip().splitlines() if ln]
     assert r.exit_code == 2 and len(lines) == 1 and "answered 429" in lines[0], r.output
+
+
+# --- the token: its sources, and a Hub that echoes it -----------------------------------------
+
+
+def test_broken_oidc_resource_is_one_line(server: FakeHub, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_OIDC_RESOURCE set outside a CI that mints id tokens: huggingface_hub's get_token()
+    raises; one line, exit 2, and the Hub is not asked."""
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    monkeypatch.setenv("HF_OIDC_RESOURCE", "acme/tiny")
+    monkeypatch.delenv("HF_OIDC_ID_TOKEN", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.delenv("ACTIONS_ID_TOKEN_REQUEST_URL", raising=False)
+    r = invoke("fit", "acme/tiny", *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "cannot get the Hugging Face token (HF_OIDC_RESOURCE is set)" in lines[0]
+    assert server.requests() == []
+
+
+def test_token_file_that_is_a_fifo_never_hangs(server: FakeHub, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import huggingface_hub.constants as hfc
+
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    fifo = tmp_path / "token-fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(hfc, "HF_TOKEN_PATH", str(fifo))
+    with pytest.raises(SourceError, match="token-fifo \\(HF_TOKEN_PATH\\) is not a regular file"):
+        resolve_model("acme/tiny")
+    assert server.requests() == []
+
+
+def test_token_echoed_by_the_hub_is_never_printed_or_cached(
+        server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture) -> None:
+    """The Hub echoes the token into config.json, a header's metadata and a file name."""
+    folder = qwen_tiny(tmp_path / "t")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["_name_or_path"] = SENTINEL
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / f"notes-{SENTINEL}.safetensors").write_bytes(b"")
+    shard = folder / "model-00003-of-00003.safetensors"
+    raw = shard.read_bytes()[: 8 + header_len(shard)]
+    header = json.loads(raw[8:])
+    header["__metadata__"] = {"who": SENTINEL}
+    write_raw(shard, header, shard.stat().st_size - len(raw))
+    server.valid_tokens.add(SENTINEL)
+    server.add_model("acme/echo", folder)
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)
+    capfd.readouterr()
+    r = invoke("fit", "acme/echo", "--ctx", "1024", *ON_M4PRO, "--verbose")
+    out, err = capfd.readouterr()
+    r2 = invoke("fit", "acme/echo", "--ctx", "1024", *ON_M4PRO, "--json", "--verbose")
+    assert r.exit_code in (0, 1) and r2.exit_code in (0, 1), r.output + r2.output
+    assert any(e.authorization == f"Bearer {SENTINEL}" for e in server.requests("hub"))
+    assert server.bytes_sent("hub") > 0
+    for text in (r.output, r2.output, out, err):
+        assert SENTINEL not in text
+    entries = list(env_cache(tmp_path).rglob("*.json.gz"))
+    assert entries
+    for p in entries:
+        assert SENTINEL.encode() not in gzip.decompress(p.read_bytes())
+        assert b"*" * len(SENTINEL) in base64.b64decode(
+            json.loads(gzip.decompress(p.read_bytes()))["files"]["config.json"])

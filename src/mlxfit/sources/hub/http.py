@@ -9,7 +9,9 @@ settings are passed in by ``mlxfit.sources.hub.fetch`` from ``mlxfit.settings.Hu
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass
@@ -20,7 +22,7 @@ from urllib.parse import urlsplit
 
 from mlxfit.errors import Cancelled, HubUnreachable, MlxfitError, SourceError, WeightsError
 from mlxfit.settings import MAX_FILE_BYTES
-from mlxfit.sources.redact import redact_url
+from mlxfit.sources.redact import redact_text, redact_url
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
 # The longest wait a server may ask for (429/503 with RateLimit r=0;t=N or Retry-After) that is
@@ -343,9 +345,27 @@ def _token_to_send(token: str | bool | None, implicit: bool = True) -> str | Non
     if token is None and not implicit:
         return None
     # huggingface_hub is heavy: imported only when the Hub is read
+    from huggingface_hub import constants
     from huggingface_hub.utils import get_token
 
-    found = get_token()
+    if not any(os.environ.get(v) for v in ("HF_OIDC_RESOURCE", "HF_TOKEN",
+                                             "HUGGING_FACE_HUB_TOKEN")):
+        # get_token() would read the stored token with read_text(): a FIFO there never ends
+        path = constants.HF_TOKEN_PATH
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise SourceError(f"the Hugging Face token file {path} (HF_TOKEN_PATH) is not a "
+                              f"regular file: {_LOGIN}")
+    try:
+        found = get_token()
+    except Exception as e:  # noqa: BLE001 - OIDCError, its exchange's HTTP errors, a bad file
+        how = ("HF_OIDC_RESOURCE is set" if os.environ.get("HF_OIDC_RESOURCE") else
+               f"reading {constants.HF_TOKEN_PATH}")
+        raise SourceError(redact_text(
+            f"cannot get the Hugging Face token ({how}): {short_reason(e)}"[:500])) from None
     if token is True and not found:
         raise SourceError(f"no Hugging Face token found: {_LOGIN}")
     return found

@@ -204,11 +204,30 @@ def fetch_snapshot(http: Http, info: dict[str, Any], progress: Any, max_workers:
             files[name] = result.data
         else:
             got[name] = result
+    # A Hub (or a proxy) that echoes the token into what it serves must not get it printed or
+    # cached: masked in every text kept, byte for byte (a header keeps its length N).
+    hide = _masker(http.token)
     return Snapshot(
         repo_id=repo_id, commit=commit, endpoint=http.endpoint, fetched_at=_now(),
-        siblings=siblings, files=files, shards=[(n, got[n][0], got[n][1]) for n in shards],
+        siblings=[(hide(n), size) for n, size in siblings],
+        files={n: hide(b) for n, b in files.items()},
+        shards=[(n, got[n][0], hide(got[n][1])) for n in shards],
         requests=http.requests, bytes=http.bytes,
     )
+
+
+def _masker(token: str | None) -> Any:
+    """A function replacing ``token`` (str or UTF-8 bytes) by as many asterisks."""
+    if not token:
+        return lambda v: v
+    t, tb = token, token.encode()
+
+    def hide(v: Any) -> Any:
+        if isinstance(v, bytes):
+            return v.replace(tb, b"*" * len(tb)) if tb in v else v
+        return v.replace(t, "*" * len(t)) if t in v else v
+
+    return hide
 
 
 def _too_slow(http: Http) -> MlxfitError:

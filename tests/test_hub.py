@@ -822,3 +822,32 @@ def test_token_echoed_by_the_hub_is_never_printed_or_cached(
         assert SENTINEL.encode() not in gzip.decompress(p.read_bytes())
         assert b"*" * len(SENTINEL) in base64.b64decode(
             json.loads(gzip.decompress(p.read_bytes()))["files"]["config.json"])
+
+
+# --- a Hugging Face cache holding only config.json ----------------------------------------------
+
+
+def test_config_only_hf_cache_asks_the_hub(server: FakeHub, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """What AutoConfig.from_pretrained leaves (config.json, no weights) is not the model: the
+    Hub is asked for the rest, and a note says why; offline, one line says so."""
+    folder = qwen_tiny(tmp_path / "t")
+    sha = server.add_model("acme/tiny", folder)
+    make_hf_cache(tmp_path / "hf-cache", "acme/tiny",
+                  {"config.json": (folder / "config.json").read_bytes()}, commit=sha)
+
+    src = resolve_model("acme/tiny")
+
+    assert src.kind == "hub" and src.revision == sha
+    assert list(src.tensors) == read_headers(shard_paths(folder))
+    assert any("no model*.safetensors (only the config was downloaded)" in n for n in src.notes)
+    assert len(server.requests()) > 1
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "empty-cache"))
+    server.clear()
+    r = invoke("fit", "acme/tiny", *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "only the config was downloaded" in lines[0] and "HF_HUB_OFFLINE=1" in lines[0]
+    assert server.requests() == []

@@ -13,6 +13,7 @@ import base64
 import gzip
 import json
 import struct
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -851,3 +852,70 @@ def test_config_only_hf_cache_asks_the_hub(server: FakeHub, tmp_path: Path,
     assert r.exit_code == 2 and len(lines) == 1, r.output
     assert "only the config was downloaded" in lines[0] and "HF_HUB_OFFLINE=1" in lines[0]
     assert server.requests() == []
+
+
+# --- bounds: counts and depths read from names, numbers from headers, revisions ------------------
+
+
+HUGE_OF = "model-00001-of-99999999999.safetensors"
+
+
+def test_shard_name_claiming_billions_of_shards(server: FakeHub, tmp_path: Path) -> None:
+    """Locally and on the Hub: refused in one line, before the missing ones are listed (or,
+    on the Hub, before any shard is asked for)."""
+    folder = qwen_tiny(tmp_path / "t", n_shards=1, index=False, kv_config=False)
+    (folder / "model.safetensors").rename(folder / HUGE_OF)
+    with pytest.raises(WeightsError) as e:
+        resolve_model(str(folder))
+    assert HUGE_OF in one_line(e) and "100,000" in one_line(e)
+
+    server.add_model("acme/huge", folder)
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/huge")
+    assert one_line(e).startswith("acme/huge@") and HUGE_OF in one_line(e)
+    assert [r.path for r in server.requests()] == ["/api/models/acme/huge"]
+
+
+def test_sibling_names_hundreds_of_levels_deep(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/deep", qwen_tiny(tmp_path / "t"))
+    info = json.dumps({"sha": "a" * 40, "siblings": [
+        {"rfilename": "config.json", "size": 10},
+        {"rfilename": "model.safetensors", "size": 100},
+        *({"rfilename": "d/" * 400 + f"x{i}.safetensors", "size": 1} for i in range(50))]})
+    server.fault("/api/models/acme/deep", status=200, body=info.encode())
+    staged = sorted(Path(tempfile.gettempdir()).glob("mlxfit-hub-*"))
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/deep")
+    assert "more than 32 folders deep" in one_line(e)
+    assert len(server.requests()) == 1
+    assert sorted(Path(tempfile.gettempdir()).glob("mlxfit-hub-*")) == staged
+
+
+def test_content_range_of_5000_digits(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/cdn/", status=206, body=b"\0" * 8,
+                 headers={"Content-Range": "bytes 0-7/" + "9" * 5000})
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "unreadable Content-Range" in msg and "5,010 characters" in msg and len(msg) < 300
+
+
+@pytest.mark.parametrize("rev", ["..", "../main", "refs/../main", "", "a b", "main\n",
+                                 "@{1}", "x" * 300, "/main", "main/", ".hidden", "v1.lock",
+                                 "a:b", "a\\b"])
+def test_malformed_revision_is_refused_never_main(server: FakeHub, tmp_path: Path,
+                                                  rev: str) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    r = invoke("fit", "acme/tiny", "--revision", rev, *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "--revision" in lines[0] and "is not a branch, tag or commit name" in lines[0]
+    assert server.requests() == []
+
+
+@pytest.mark.parametrize("rev", ["main", "v1.0", "refs/pr/1", "a" * 40, "release-2026.12"])
+def test_wellformed_revisions_pass(server: FakeHub, tmp_path: Path, rev: str) -> None:
+    sha = server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"), revision=rev,
+                           commit="a" * 40 if rev == "a" * 40 else None)
+    assert resolve_model("acme/tiny", revision=rev).revision == sha

@@ -118,16 +118,33 @@ def _folder_shards(folder: Path) -> tuple[list[Path], tuple[str, ...]]:
 
 _NUMBERED = r"^model-(\d+)-of-(\d+)\.safetensors$"  # compiled on first use (re caches it): start-up
 
+# The most shards the "-of-N" parts of a folder's names may claim, all groups together: the
+# biggest checkpoints have ~1,000 shards (the Hub reader plans at most HubSettings.max_shards,
+# 4,096). A name claiming more (model-00001-of-99999999999) is refused before anything is
+# counted: listing the shards it says are missing would never end.
+MAX_NAMED_SHARDS = 100_000
+
 
 def missing_numbered_shards(names: Iterable[str]) -> list[str]:
     """The shards absent by their siblings' names: model-00002-of-00003.safetensors says there
     are three (an interrupted download without an index, which mlx-lm's glob would load short).
-    Grouped by the "of" part as written; other names are ignored."""
+    Grouped by the "of" part as written; other names are ignored. WeightsError when the names
+    claim more than MAX_NAMED_SHARDS shards."""
     seen: dict[str, set[int]] = {}  # the "of" part as written -> shard numbers present
+    claimed = 0
     for name in names:
         m = re.match(_NUMBERED, name)
         if m:
-            seen.setdefault(m.group(2), set()).add(int(m.group(1)))
+            total = m.group(2)
+            if total not in seen:
+                # at most 1,000 digits (a Hub name's bound), under int()'s 4,300-digit limit
+                claimed += int(total) if len(total.lstrip("0")) <= 7 else MAX_NAMED_SHARDS + 1
+                if claimed > MAX_NAMED_SHARDS:
+                    shown = name if len(name) <= 80 else name[:60] + "..."
+                    raise WeightsError(
+                        f"the shard name {shown!r} says there are more shards than any "
+                        f"checkpoint has (at most {MAX_NAMED_SHARDS:,} in all are accepted)")
+            seen.setdefault(total, set()).add(int(m.group(1)))
     return [f"model-{i:0{len(total)}d}-of-{total}.safetensors"
             for total, have in sorted(seen.items(), key=lambda kv: (int(kv[0]), kv[0]))
             for i in range(1, int(total) + 1) if i not in have]

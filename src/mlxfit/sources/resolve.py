@@ -17,6 +17,7 @@ from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import load_folder, unreadable_error
 from mlxfit.sources.hf_cache import NotDownloaded, from_hf_cache, hf_hub_cache_dir, repo_id_of
+from mlxfit.sources.revision import check_revision
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
 
 
@@ -83,6 +84,7 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     and how the Hub is asked."""
     if not spec.strip():  # Path("") is ".": never size the current folder by accident
         raise SourceError("no model given (the name is empty)")
+    check_revision(revision)
     try:
         path = Path(spec).expanduser()
         is_dir = path.is_dir()

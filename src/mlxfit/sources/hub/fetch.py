@@ -51,6 +51,7 @@ from mlxfit.sources.hub.http import Http, require_hf_http
 from mlxfit.sources.hub.plan import fetch_snapshot, model_info_within_deadline
 from mlxfit.sources.hub.snapshot import to_source
 from mlxfit.sources.redact import redact_text
+from mlxfit.sources.revision import check_revision
 from mlxfit.sources.source import HubTransfer
 
 if TYPE_CHECKING:
@@ -128,6 +129,7 @@ def load_cached(repo_id: str, revision: str | None = None, *,
                 settings: Settings | None = None) -> ModelSource | None:
     """The model from mlxfit's Hub metadata cache, never the network; None when not cached
     (or, with ``ref_ttl``, when the branch/tag mapping is older than that many seconds)."""
+    check_revision(revision)
     s = settings or from_environ()
     repo_dir = repo_cache_dir(hub_cache_dir(cache_dir, settings=s), s.hub.endpoint, repo_id)
     commit, age = cached_commit(repo_dir, revision)
@@ -167,6 +169,7 @@ def fetch_model(
     (default: from the environment now) gives the endpoint, offline mode and the tunables; the
     keyword arguments override them.
     """
+    check_revision(revision)
     hub = (settings or from_environ()).hub
     root = hub_cache_dir(cache_dir, settings=settings)
     ep = hub.endpoint

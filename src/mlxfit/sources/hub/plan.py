@@ -25,12 +25,15 @@ from mlxfit.errors import (
     WeightsError,
 )
 from mlxfit.settings import MAX_FILE_BYTES
+from mlxfit.sources.folder import missing_numbered_shards
 from mlxfit.sources.hub.cache import (
     CONFIG_NAME,
     HEX40,
     KV_CONFIG_NAME,
+    MAX_PATH_DEPTH,
     Snapshot,
     is_shard_name,
+    path_too_deep,
     snapshot_label,
 )
 from mlxfit.sources.hub.http import Http
@@ -86,6 +89,9 @@ def _siblings(info: dict[str, Any]) -> list[tuple[str, int | None]]:
             continue
         if "\x00" in s["rfilename"] or len(s["rfilename"]) > 1000:
             continue  # no file system takes it; not a name the Hub would list
+        if path_too_deep(s["rfilename"]):
+            raise WeightsError(f"the Hub lists a file more than {MAX_PATH_DEPTH} folders deep "
+                               f"({s['rfilename'][:60]!r}...): not a model repo mlxfit reads")
         size = s.get("size")
         lfs = s.get("lfs")
         if type(size) is not int and isinstance(lfs, dict):
@@ -112,6 +118,10 @@ def _plan(repo_id: str, commit: str, siblings: list[tuple[str, int | None]],
     if odd:
         raise WeightsError(f"{label}: the shard name {odd[0]!r} has a character no model "
                            "file name has (a control character or a backslash)")
+    try:
+        missing_numbered_shards(shards)  # its bound only: refused before any request
+    except WeightsError as e:
+        raise WeightsError(f"{label}: {e}") from None
     if len(shards) > max_shards:
         raise WeightsError(f"{label}: lists {len(shards):,} {SHARD_GLOB} files, more than the "
                            f"{max_shards:,} mlxfit reads (each costs two requests; "

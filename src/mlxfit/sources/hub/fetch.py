@@ -10,13 +10,14 @@ client huggingface_hub itself uses, so HF_ENDPOINT, proxies and offline mode beh
    size. One round trip.
 2. In parallel (a thread pool), pinned to that commit so every file comes from one snapshot:
    - ``GET {endpoint}/{repo}/resolve/{sha}/config.json`` (and the index, kv_config.json);
-   - for each ``model*.safetensors`` (the files mlx-lm globs): ``Range: bytes=0-7`` (the header
-     length N), then ``Range: bytes=8-{7+N}`` (the header) sent straight to the URL the first
-     request was redirected to (the CDN), so a shard costs two round trips plus one redirect.
-     The token is only ever sent to the endpoint's own origin.
+   - for each ``model*.safetensors`` (the files mlx-lm globs): ``Range: bytes=0-99999`` (the
+     header length N and, for ~97 % of shards, the whole header: huggingface_hub's rule), and
+     only when the header is longer, the rest from the resolve URL again (a fresh redirect: a
+     signed CDN link may answer only the range it was first used with). One round trip plus
+     one redirect for most shards. The token is only ever sent to the endpoint's own origin.
 
-Bytes transferred are the model-info JSON, the small JSON files and 8 + N per shard, counted
-from the responses (``HubTransfer``). What was read is validated by the very code that reads a
+Bytes transferred are the model-info JSON, the small JSON files and the first 100 KB of each
+shard (of which only 8 + N are kept), counted from the responses (``HubTransfer``). What was read is validated by the very code that reads a
 local folder (``sources.folder._load_folder`` over a throw-away folder of header-only stubs), then kept
 in a metadata cache keyed by endpoint, repo and commit, so the next run needs no network and
 works under HF_HUB_OFFLINE=1.

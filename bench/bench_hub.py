@@ -1,11 +1,11 @@
 """Reading a 100-shard model from the Hub through the local test server, 50 ms per request.
 
-    python bench/bench_hub.py [--runs 5] [--shards 100] [--latency 0.05] [--workers N]
+    python bench/bench_hub.py [--runs 5] [--shards 100] [--latency 0.05] [--workers N] [--today]
 
 Each run starts with an empty mlxfit cache, so every header is fetched again: model info, then
-config.json / index / kv_config.json and, per shard, Range 0-7 at the resolve URL (302 to the
-"CDN" server) and the header straight from the CDN. Done one after the other that is
-1 + 3 + 3 x 100 requests; the target (issue 4) is a few round trips instead, because the
+config.json / index / kv_config.json and, per shard, Range 0-99999 at the resolve URL (302 to
+the "CDN" server), which holds these headers whole. Done one after the other that is
+1 + 3 + 2 x 100 requests (``--today``: each JSON file one 307 hop more); the target (issue 4) is a few round trips instead, because the
 requests run in parallel. Prints the median wall time, the ratio to 100 x latency (the cost of
 reading the shards one request each, one after the other), the number of round trips it
 amounts to, and the second run (from the cache: no request at all).

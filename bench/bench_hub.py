@@ -1,11 +1,11 @@
 """Reading a 100-shard model from the Hub through the local test server, 50 ms per request.
 
-    python bench/bench_hub.py [--runs 5] [--shards 100] [--latency 0.05] [--workers N]
+    python bench/bench_hub.py [--runs 5] [--shards 100] [--latency 0.05] [--workers N] [--today]
 
 Each run starts with an empty mlxfit cache, so every header is fetched again: model info, then
-config.json / index / kv_config.json and, per shard, Range 0-7 at the resolve URL (302 to the
-"CDN" server) and the header straight from the CDN. Done one after the other that is
-1 + 3 + 3 x 100 requests; the target (issue 4) is a few round trips instead, because the
+config.json / index / kv_config.json and, per shard, Range 0-99999 at the resolve URL (302 to
+the "CDN" server), which holds these headers whole. Done one after the other that is
+1 + 3 + 2 x 100 requests (``--today``: each JSON file one 307 hop more); the target (issue 4) is a few round trips instead, because the
 requests run in parallel. Prints the median wall time, the ratio to 100 x latency (the cost of
 reading the shards one request each, one after the other), the number of round trips it
 amounts to, and the second run (from the cache: no request at all).
@@ -67,6 +67,9 @@ def main() -> None:
     ap.add_argument("--shards", type=int, default=100)
     ap.add_argument("--latency", type=float, default=0.05, help="seconds added to every request")
     ap.add_argument("--workers", type=int, default=None, help="default: HubSettings.max_workers")
+    ap.add_argument("--today", action="store_true",
+                    help="the server answers as today's Hub: small files by a 307 to "
+                         "/api/resolve-cache, CDN links bound to their first Range")
     args = ap.parse_args()
 
     from mlxfit.sources.hub import fetch as hub
@@ -79,7 +82,8 @@ def main() -> None:
         # turns with the client's for one interpreter lock and inflate the figures.
         server = subprocess.Popen(
             [sys.executable, str(ROOT / "tests" / "hub_server.py"), "--latency",
-             str(args.latency), "--model", f"bench/q8b-100={work / 'model'}"],
+             str(args.latency), "--model", f"bench/q8b-100={work / 'model'}",
+             *(["--today"] if args.today else [])],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         url = json.loads(server.stdout.readline())["url"]
         os.environ["HF_ENDPOINT"] = url
@@ -114,7 +118,8 @@ def main() -> None:
     med = statistics.median(cold)
     serial = args.shards * args.latency
     print(f"model: {args.shards} shards, {size / 1e9:.1f} GB on the server; "
-          f"latency {args.latency * 1000:.0f} ms per request; {workers} workers; runs={args.runs}")
+          f"latency {args.latency * 1000:.0f} ms per request; {workers} workers; runs={args.runs}"
+          f"{'; as today' + chr(39) + 's Hub (307 JSON, range-bound CDN links)' if args.today else ''}")
     print(f"requests per cold run: {n_requests} (client counted {transfer.requests}); "
           f"bytes served: {served:,} ({transfer.header_bytes:,} of safetensors headers), "
           f"{served / size * 100:.6f}% of the weights")

@@ -14,6 +14,14 @@ RevisionNotFound, EntryNotFound). Like the real Hub: an unknown or private repo 
 token and 404 with one; a gated repo's model info is public but its files are 401 without a
 token and 403 with one that has not been granted access.
 
+Like today's Hub (Dec 2026), optionally: small files answer a 307 with a *relative* Location to
+``/api/resolve-cache/models/{repo}/{sha}/{file}?etag=...`` (``json_redirect``); every CDN link
+is signed (an HMAC over path, expiry and a per-redirect id) and expires (``url_ttl``); in
+``range_bound`` mode a link answers only the Range it was first used with (another gets 403
+"Auth failed: invalid range", or hangs with ``range_bound="hang"``); every Hub answer carries
+``RateLimit: "<bucket>";r=<left>;t=<seconds to the window's end>`` and ``RateLimit-Policy``, and
+a bucket with a ``quota`` answers 429 (RateLimit r=0, no Retry-After) once it is spent.
+
 Faults are injected per request: a fixed latency on every request, and rules matching a path
 fragment (and optionally a range start) that answer a status (429 then 200, 500 forever...),
 delay the answer, cut the connection in the middle of a body, hold it open half-sent
@@ -26,7 +34,10 @@ Models are folders built by the tests (sparse shards for big ones): files are se
 from __future__ import annotations
 
 import hashlib
+import hmac
+import itertools
 import json
+import math
 import re
 import socket
 import threading
@@ -65,6 +76,7 @@ class Rule:
     drip_headers: float = 0.0  # send the status line, then header bytes one every this long
     range_start: int | None = None  # only requests whose Range starts here
     method: str | None = None
+    server: str | None = None  # only requests to this server ("hub" or "cdn")
     times: int | None = None  # how many requests it applies to (None: all)
     hits: int = 0
 
@@ -83,8 +95,21 @@ class FakeHub:
     """Start with ``FakeHub().start()`` (or as a context manager); ``url`` is the HF_ENDPOINT."""
 
     def __init__(self, *, latency: float = 0.0, redirect_lfs: bool = True,
-                 honor_range: bool = True, valid_tokens: tuple[str, ...] = ()):
+                 honor_range: bool = True, valid_tokens: tuple[str, ...] = (),
+                 json_redirect: bool = False, range_bound: bool | str = False,
+                 url_ttl: float = 3600.0, quota: dict[str, int] | None = None,
+                 window: float = 300.0):
         self.latency = latency
+        self.json_redirect = json_redirect  # small files: 307 to /api/resolve-cache/...
+        self.range_bound = range_bound  # a CDN link serves its first Range only (or "hang")
+        self.url_ttl = url_ttl  # seconds a signed CDN link lives
+        self.quota = dict(quota or {})  # bucket ("api", "resolvers") -> requests per window
+        self.window = window  # seconds of a fixed rate-limit window
+        self._window_start = time.monotonic()
+        self._used: dict[str, int] = {}
+        self._secret = hashlib.sha256(str(time.time_ns()).encode()).digest()
+        self._uids = itertools.count(1)
+        self._bound: dict[str, str | None] = {}  # link id -> the Range it was first used with
         self.redirect_lfs = redirect_lfs
         self.honor_range = honor_range  # False: answer 200 with the whole file, as some proxies do
         self.valid_tokens = set(valid_tokens)
@@ -154,10 +179,13 @@ class FakeHub:
         return sum(e.sent for e in self.requests(server))
 
     # -- internals used by the handler
-    def _rule_for(self, method: str, path: str, range_start: int | None) -> Rule | None:
+    def _rule_for(self, method: str, path: str, range_start: int | None,
+                  role: str = "hub") -> Rule | None:
         with self.lock:
             for r in self.rules:
                 if r.match not in path or (r.method and r.method != method):
+                    continue
+                if r.server is not None and r.server != role:
                     continue
                 if r.range_start is not None and r.range_start != range_start:
                     continue
@@ -166,6 +194,29 @@ class FakeHub:
                 r.hits += 1
                 return r
         return None
+
+    def _take(self, bucket: str) -> tuple[bool, dict[str, str]]:
+        """Count one request against ``bucket``: (allowed, the RateLimit headers to send)."""
+        with self.lock:
+            now = time.monotonic()
+            if now - self._window_start >= self.window:
+                self._window_start, self._used = now, {}
+            used = self._used[bucket] = self._used.get(bucket, 0) + 1
+            left = max(1, math.ceil(self._window_start + self.window - now))
+        q = self.quota.get(bucket, 1_000_000)
+        return used <= q, {"RateLimit": f'"{bucket}";r={max(0, q - used)};t={left}',
+                           "RateLimit-Policy": f'"fixed window";"{bucket}";q={q};'
+                                               f"w={self.window:g}"}
+
+    def _sign(self, path: str, expires: int, uid: str) -> str:
+        return hmac.new(self._secret, f"{path}|{expires}|{uid}".encode(),
+                        hashlib.sha256).hexdigest()[:32]
+
+    def _bind(self, uid: str, rng: str | None) -> bool:
+        """True when a link may serve ``rng``: its first use, or the same range again."""
+        with self.lock:
+            first = self._bound.setdefault(uid, rng)
+        return first == rng
 
     def _record(self, entry: Logged) -> None:
         with self.lock:
@@ -224,6 +275,7 @@ class _Handler(BaseHTTPRequestHandler):
         hub = self.server.hub
         parts = urlsplit(self.path)
         self._method, self._sent, self._status = method, 0, 0
+        self._rl: dict[str, str] = {}
         self._path, self._query = unquote(parts.path), parts.query
         rng = self.headers.get("Range")
         m = _RANGE.match(rng.strip()) if rng else None
@@ -234,7 +286,15 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             if hub.latency:
                 time.sleep(hub.latency)
-            rule = hub._rule_for(method, self._path, range_start)
+            rule = hub._rule_for(method, self._path, range_start, self.server.role)
+            if self.server.role == "hub":
+                bucket = "resolvers" if ("/resolve/" in self._path or "/resolve-cache/"
+                                         in self._path) else "api"
+                allowed, self._rl = hub._take(bucket)
+                if not allowed:
+                    self._error(429, "", {}, "You have been rate-limited; you can retry this "
+                                f"action in about {self._rl['RateLimit'].rsplit('t=', 1)[1]} s")
+                    return
             if rule and rule.delay:
                 time.sleep(rule.delay)
             if rule and rule.drip_headers:  # headers that never end (the client gives up)
@@ -251,6 +311,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._error(rule.status, rule.headers.get("X-Error-Code", ""), rule.headers)
             elif self.server.role == "cdn":
                 self._cdn(rule)
+            elif parts.path.startswith("/api/resolve-cache/models/"):
+                self._resolve_cache(self._path[len("/api/resolve-cache/models/"):], rule)
             elif parts.path.startswith("/api/models/"):
                 self._model_info(parts.path[len("/api/models/"):], parts.query)
             elif "/resolve/" in parts.path:
@@ -260,6 +322,11 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             hub._record(Logged(self.server.role, method, self._path, self._query, rng,
                                self._status, self._sent, self.headers.get("Authorization")))
+
+    def end_headers(self) -> None:
+        for k, v in getattr(self, "_rl", {}).items():
+            self.send_header(k, v)
+        super().end_headers()
 
     def _control(self, path: str) -> None:
         hub = self.server.hub
@@ -372,13 +439,33 @@ class _Handler(BaseHTTPRequestHandler):
         size = file.stat().st_size
         etag = hashlib.sha256(f"{sha}/{fname}".encode()).hexdigest()
         meta = {"X-Repo-Commit": sha, "ETag": f'"{etag}"', "Accept-Ranges": "bytes"}
-        if self.server.hub.redirect_lfs and fname.endswith(".safetensors"):
-            loc = (f"{self.server.hub.cdn_url}/cdn/{quote(repo.repo_id)}/{sha}/{quote(fname)}"
-                   f"?X-Amz-Signature={etag[:16]}")
+        hub = self.server.hub
+        if hub.redirect_lfs and fname.endswith(".safetensors"):
+            path = f"/cdn/{quote(repo.repo_id)}/{sha}/{quote(fname)}"
+            expires, uid = int(time.time() + hub.url_ttl), f"u{next(hub._uids)}"
+            loc = (f"{hub.cdn_url}{path}?X-Xet-Cas-Uid={uid}&Expires={expires}"
+                   f"&Signature={hub._sign(unquote(path), expires, uid)}")
             self._send(302, b"", {**meta, "Location": loc, "X-Linked-Size": str(size),
                                   "X-Linked-ETag": f'"{etag}"'})
             return
+        if hub.json_redirect:  # relative, same origin: the token may follow it
+            loc = (f"/api/resolve-cache/models/{quote(repo.repo_id)}/{sha}/{quote(fname)}"
+                   f"?%2F{quote(fname)}=&etag=%22{etag}%22")
+            self._send(307, b"", {**meta, "Location": loc})
+            return
         self._file(file, meta, rule)
+
+    def _resolve_cache(self, rest: str, rule: Rule | None) -> None:
+        m = re.match(r"(.+)/([0-9a-f]{40})/(.+)$", rest)
+        repo = self.server.hub.repos.get(m.group(1)) if m else None
+        if not self._access(repo, files=True):
+            return
+        assert repo is not None and m is not None
+        file = repo.commits.get(m.group(2), Path("/nonexistent")) / m.group(3)
+        if ".." in Path(m.group(3)).parts or not file.is_file():
+            self._error(404, "EntryNotFound", {}, f"{m.group(3)} does not exist")
+            return
+        self._file(file, {"X-Repo-Commit": m.group(2)}, rule)
 
     def _cdn(self, rule: Rule | None) -> None:
         m = re.match(r"/cdn/(.+)/([0-9a-f]{40})/(.+)$", self._path)
@@ -389,6 +476,23 @@ class _Handler(BaseHTTPRequestHandler):
         file = repo.commits[m.group(2)] / m.group(3)
         if ".." in Path(m.group(3)).parts or not file.is_file():
             self._error(404, "", {})
+            return
+        hub = self.server.hub
+        q = {k: v[0] for k, v in parse_qs(self._query).items()}
+        uid, expires = q.get("X-Xet-Cas-Uid", ""), q.get("Expires", "")
+        if not expires.isdigit() or not hmac.compare_digest(
+                q.get("Signature", ""), hub._sign(self._path, int(expires), uid)):
+            self._send(403, b"Auth failed: bad signature", content_type="text/plain")
+            return
+        if int(expires) < time.time():
+            self._send(403, b"Auth failed: expired", content_type="text/plain")
+            return
+        if hub.range_bound and not hub._bind(uid, self.headers.get("Range")):
+            if hub.range_bound == "hang":  # reported too: the request never comes back
+                time.sleep(30)
+                self.close_connection = True
+                return
+            self._send(403, b"Auth failed: invalid range", content_type="text/plain")
             return
         self._file(file, {"Accept-Ranges": "bytes"}, rule)
 
@@ -453,8 +557,11 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--latency", type=float, default=0.0)
     ap.add_argument("--model", action="append", default=[], metavar="REPO=FOLDER")
+    ap.add_argument("--today", action="store_true",
+                    help="answer as today's Hub: 307 for small files, range-bound CDN links")
     args = ap.parse_args()
-    hub = FakeHub(latency=args.latency).start()
+    hub = FakeHub(latency=args.latency, json_redirect=args.today,
+                  range_bound=args.today).start()
     commits = {}
     for spec in args.model:
         repo, folder = spec.split("=", 1)

@@ -9,9 +9,11 @@ than its file, a connection cut mid-header. The token never appears in any outpu
 
 from __future__ import annotations
 
+import base64
 import gzip
 import json
 import struct
+import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -22,6 +24,7 @@ from st_helpers import (
     ON_M4PRO,
     config_dict,
     invoke,
+    make_folder,
     make_hf_cache,
     make_qwen3_8b_bf16,
     qwen_tiny,
@@ -37,6 +40,7 @@ from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.safetensors_header import read_headers
 
 SENTINEL = "hf_SENTINELtokenZZZ0123456789abcdef"
+FIRST_READ = 100_000  # bytes of a shard's first read (huggingface_hub's rule)
 
 
 # --- environment ------------------------------------------------------------------------------
@@ -94,21 +98,28 @@ def test_sharded_model_headers_only(server: FakeHub, tmp_path: Path) -> None:
     st = [e for e in log if e.path.endswith(".safetensors")]
     assert all(e.method == "GET" and e.range for e in st)  # never an unbounded GET of weights
     for p in shard_paths(folder):
-        n = header_len(p)
+        assert p.stat().st_size > FIRST_READ and 8 + header_len(p) <= FIRST_READ
         mine = sorted((e.server, e.range) for e in st if e.path.endswith(p.name))
-        # resolve -> 302 to the CDN for the length; the header straight from the CDN
-        assert mine == [("cdn", "bytes=0-7"), ("cdn", f"bytes=8-{7 + n}"), ("hub", "bytes=0-7")]
+        # one request: resolve -> 302 to the CDN, its first 100 KB hold the length and header
+        assert mine == [("cdn", f"bytes=0-{FIRST_READ - 1}"), ("hub", f"bytes=0-{FIRST_READ - 1}")]
     assert not any(e.path.endswith("README.md") for e in log)
 
     header_bytes = sum(8 + header_len(p) for p in shard_paths(folder))
     json_bytes = sum((folder / n).stat().st_size for n in jsons)
-    assert server.bytes_sent("cdn") == header_bytes
-    assert server.bytes_sent() == header_bytes + json_bytes + info[0].sent
+    assert server.bytes_sent("cdn") == 3 * FIRST_READ
+    assert server.bytes_sent() == 3 * FIRST_READ + json_bytes + info[0].sent
     t = src.transfer
     assert t is not None and not t.from_cache
     assert (t.requests, t.bytes) == (len(log), server.bytes_sent())
     assert (t.header_bytes, t.shards) == (header_bytes, 3)
-    assert "no tensor data" in t.describe() and f"{t.bytes:,} bytes" in t.describe()
+    assert t.tail_bytes == 3 * FIRST_READ - header_bytes
+    assert f"{t.tail_bytes:,} bytes past the headers" in t.describe()
+    assert f"{t.bytes:,} bytes" in t.describe()
+    # only the headers are kept
+    (entry,) = env_cache(tmp_path).rglob("*.json.gz")
+    shards = json.loads(gzip.decompress(entry.read_bytes()))["shards"]
+    assert sorted(len(base64.b64decode(raw)) for _, _, raw in shards) == \
+        sorted(8 + header_len(p) for p in shard_paths(folder))
 
 
 def test_big_sparse_model_costs_kilobytes(server: FakeHub, tmp_path: Path) -> None:
@@ -121,8 +132,8 @@ def test_big_sparse_model_costs_kilobytes(server: FakeHub, tmp_path: Path) -> No
 
     assert r.source_kind == "hub"
     assert r.weights_bytes == sum(t.nbytes for t in read_headers(shard_paths(folder)))
-    assert server.bytes_sent() < 200_000  # of 16.4 GB
-    assert server.bytes_sent("cdn") == sum(8 + header_len(p) for p in shard_paths(folder))
+    assert server.bytes_sent() < 500_000  # of 16.4 GB
+    assert server.bytes_sent("cdn") == 4 * FIRST_READ
     assert any(n.startswith("read from the Hub:") for n in r.notes)
 
 
@@ -145,11 +156,11 @@ def test_canonical_repo_without_org(server: FakeHub, tmp_path: Path) -> None:
 
 def test_requests_run_in_parallel(server: FakeHub, tmp_path: Path) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t", n_shards=12))
-    server.latency = 0.2  # 1 + 3 + 12 x 3 = 40 requests: 8 s one after the other
+    server.latency = 0.2  # 1 + 3 + 12 x 2 = 28 requests: 5.6 s one after the other
     t = time.perf_counter()
     resolve_model("acme/tiny")
     wall = time.perf_counter() - t
-    assert len(server.requests()) == 40
+    assert len(server.requests()) == 28
     assert wall < 3.0, wall  # about 4 round trips
 
 
@@ -464,7 +475,11 @@ def test_header_larger_than_the_file(server: FakeHub, tmp_path: Path) -> None:
     assert msg.startswith(f"acme/tiny@{sha[:12]}/model-00002-of-00003.safetensors: ")
     size = bad.stat().st_size
     assert f"header length runs past the end of the file, {size} bytes" in msg
-    assert sum(r.sent for r in server.requests() if r.path.endswith(bad.name)) == 8
+    mine = [r for r in server.requests() if r.path.endswith(bad.name)]
+    assert size < FIRST_READ
+    assert [(r.server, r.range) for r in mine] == [("hub", f"bytes=0-{size - 1}"),
+                                                   ("cdn", f"bytes=0-{size - 1}")]
+    assert sum(r.sent for r in mine) == size  # the first read only: the header never asked
 
 
 def test_invalid_header_named_like_a_local_file(server: FakeHub, tmp_path: Path) -> None:
@@ -490,7 +505,7 @@ def test_missing_shard_listed_in_index(server: FakeHub, tmp_path: Path) -> None:
 def test_connection_cut_mid_header(server: FakeHub, tmp_path: Path) -> None:
     folder = qwen_tiny(tmp_path / "t")
     server.add_model("acme/tiny", folder)
-    server.fault("model-00001-of-00003", drop=True, range_start=8)
+    server.fault("model-00001-of-00003", server="cdn", drop=True)
     with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
@@ -501,7 +516,7 @@ def test_connection_cut_mid_header(server: FakeHub, tmp_path: Path) -> None:
 def test_connection_cut_once_is_retried(server: FakeHub, tmp_path: Path) -> None:
     folder = qwen_tiny(tmp_path / "t")
     server.add_model("acme/tiny", folder)
-    server.fault("model-00001-of-00003", drop=True, range_start=8, times=1)
+    server.fault("model-00001-of-00003", server="cdn", drop=True, times=1)
     assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
 
 
@@ -521,13 +536,58 @@ def test_json_file_too_large_is_not_read(server: FakeHub, tmp_path: Path,
     assert not any(e.path.endswith(".json") for e in server.requests())
 
 
-def test_expired_cdn_url_falls_back_to_resolve(server: FakeHub, tmp_path: Path) -> None:
-    folder = qwen_tiny(tmp_path / "t")
-    server.add_model("acme/tiny", folder)
-    server.fault("/cdn/acme/tiny/", status=403, range_start=8, times=1)
-    assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
-    assert [e.status for e in server.requests("cdn") if e.range and e.range.startswith(
-        "bytes=8-")].count(403) == 1
+def long_header_model(root: Path, layers: int = 160) -> Path:
+    """Two shards: one whose header is longer than the first read (all the layers), one
+    whose header is short (the embedding and the norm)."""
+    cfg = config_dict("Qwen__Qwen3-0.6B")
+    cfg["num_hidden_layers"] = layers
+    layer: dict = {}
+    for i in range(layers):
+        p = f"model.layers.{i}."
+        layer.update({p + "self_attn.q_proj.weight": ("BF16", [2048, 1024]),
+                      p + "self_attn.k_proj.weight": ("BF16", [1024, 1024]),
+                      p + "self_attn.v_proj.weight": ("BF16", [1024, 1024]),
+                      p + "self_attn.o_proj.weight": ("BF16", [1024, 2048]),
+                      p + "mlp.up_proj.weight": ("BF16", [3072, 1024]),
+                      p + "mlp.gate_proj.weight": ("BF16", [3072, 1024]),
+                      p + "mlp.down_proj.weight": ("BF16", [1024, 3072]),
+                      p + "input_layernorm.weight": ("BF16", [1024])})
+    rest = {"model.embed_tokens.weight": ("BF16", [151936, 1024]),
+            "model.norm.weight": ("BF16", [1024])}
+    return make_folder(root, cfg, {"model-00001-of-00002.safetensors": layer,
+                                   "model-00002-of-00002.safetensors": rest}, index=True)
+
+
+@pytest.mark.parametrize("bound", [True, "hang"])
+def test_second_read_goes_to_the_resolve_url_not_the_signed_link(
+        tmp_path: Path, env: Path, monkeypatch: pytest.MonkeyPatch, bound: bool | str) -> None:
+    """Today's Hub: signed CDN links bound to the range they were first used with (another
+    range: 403, or no answer). A header longer than the first read is finished through the
+    resolve URL (a fresh link); a short one costs one request."""
+    from huggingface_hub.utils import close_session
+
+    folder = long_header_model(tmp_path / "long")
+    big, small = shard_paths(folder)
+    n = header_len(big)
+    assert 8 + n > FIRST_READ > 8 + header_len(small)
+    with FakeHub(range_bound=bound, json_redirect=True) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        hub.add_model("acme/long", folder)
+        src = resolve_model("acme/long", settings=with_hub(timeout=3, retries=1))
+        close_session()
+    assert list(src.tensors) == read_headers([big, small])
+    log = hub.requests()
+    assert all(e.status < 400 for e in log), [(e.path, e.status) for e in log]
+    mine = [(e.server, e.range) for e in log if e.path.endswith(big.name)]
+    assert sorted(mine) == sorted([("hub", f"bytes=0-{FIRST_READ - 1}"),
+                                   ("cdn", f"bytes=0-{FIRST_READ - 1}"),
+                                   ("hub", f"bytes={FIRST_READ}-{7 + n}"),
+                                   ("cdn", f"bytes={FIRST_READ}-{7 + n}")])
+    assert sorted(e.server for e in log if e.path.endswith(small.name)) == ["cdn", "hub"]
+    links = [e.query for e in log if e.server == "cdn"]
+    assert len(links) == len(set(links)) == 3  # each signed link used once
+    # small JSON files by a 307 to /api/resolve-cache, followed with the token kept
+    assert sum(1 for e in log if e.path.startswith("/api/resolve-cache/")) == 2
 
 
 def test_not_a_repo_id_is_never_asked(server: FakeHub) -> None:
@@ -627,3 +687,235 @@ def test_progress_on_a_terminal(server: FakeHub, tmp_path: Path,
     (p,) = started
     assert not p.live.is_started
     assert [(t.completed, t.total) for t in p.tasks] == [(3, 3)]
+
+
+# --- rate limits (today's Hub: RateLimit r=0;t=N, no Retry-After) ------------------------------
+
+
+def test_rate_limit_window_is_waited_out(tmp_path: Path, env: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A resolvers bucket of 4 requests a 1-second window: the fetch needs 1 + 6, so some get
+    429 with `RateLimit: "resolvers";r=0;t=1` and no Retry-After. They wait for the window
+    (our own backoff here is 5-20 ms, far shorter) and the fetch succeeds."""
+    from huggingface_hub.utils import close_session
+
+    folder = qwen_tiny(tmp_path / "t")
+    with FakeHub(quota={"resolvers": 4}, window=1.0) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        hub.add_model("acme/tiny", folder)
+        src = resolve_model("acme/tiny", settings=with_hub(retries=2))
+        close_session()
+    assert list(src.tensors) == read_headers(shard_paths(folder))
+    limited = [e for e in hub.requests("hub") if e.status == 429]
+    assert limited and all("/resolve/" in e.path for e in limited)
+
+
+@pytest.mark.parametrize("headers", [{"RateLimit": '"api";r=0;t=100000'},
+                                     {"Retry-After": "9" * 5000},
+                                     {"Retry-After": "301"}])
+def test_a_wait_past_the_cap_fails_at_once_in_one_line(server: FakeHub, tmp_path: Path,
+                                                       headers: dict) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/api/models/", status=429, headers=headers, times=1)
+    with pytest.raises(mhub_http.HubUnreachable) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "answered 429" in msg and "asked to wait" in msg and "300 s" in msg, msg
+    assert "HF_TOKEN" in msg and len(msg) < 400
+    assert len(server.requests()) == 1  # not retried: the answer would be the same
+
+
+def test_a_wait_past_the_fetch_deadline_fails_at_once(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/api/models/", status=429, headers={"RateLimit": '"api";r=0;t=120'},
+                 times=1)
+    with pytest.raises(mhub_http.HubUnreachable) as e:
+        resolve_model("acme/tiny", settings=with_hub(fetch_deadline_seconds=30))
+    msg = one_line(e)
+    assert "asked to wait 121 s" in msg and "MLXFIT_HUB_FETCH_DEADLINE_SECONDS" in msg, msg
+    assert len(server.requests()) == 1
+
+
+@pytest.mark.parametrize("value", ["\u00b2", "\u0663", "soon", "Wed, 99 Foo 2026 99:99:99 GMT",
+                                   "-5", "1e9", ""])
+def test_unreadable_retry_after_is_backoff(server: FakeHub, tmp_path: Path, value: str) -> None:
+    """A Retry-After that is no number of seconds (a superscript two is a Unicode digit) and no
+    HTTP date: our own backoff, then success; never a traceback."""
+    folder = qwen_tiny(tmp_path / "t")
+    server.add_model("acme/tiny", folder)
+    raw = value.encode("utf-8").decode("latin-1")  # http.server writes headers as latin-1
+    server.fault("/api/models/", status=429, headers={"Retry-After": raw}, times=1)
+    assert list(resolve_model("acme/tiny").tensors) == read_headers(shard_paths(folder))
+
+
+def test_rate_limited_cli_is_one_line_exit_2(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/api/models/", status=429, headers={"Retry-After": "\u00b2".encode()
+                                                      .decode("latin-1")})
+    r = invoke("fit", "acme/tiny", *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1 and "answered 429" in lines[0], r.output
+
+
+# --- the token: its sources, and a Hub that echoes it -----------------------------------------
+
+
+def test_broken_oidc_resource_is_one_line(server: FakeHub, tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """HF_OIDC_RESOURCE set outside a CI that mints id tokens: huggingface_hub's get_token()
+    raises; one line, exit 2, and the Hub is not asked."""
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    monkeypatch.setenv("HF_OIDC_RESOURCE", "acme/tiny")
+    monkeypatch.delenv("HF_OIDC_ID_TOKEN", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    monkeypatch.delenv("ACTIONS_ID_TOKEN_REQUEST_URL", raising=False)
+    r = invoke("fit", "acme/tiny", *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "cannot get the Hugging Face token (HF_OIDC_RESOURCE is set)" in lines[0]
+    assert server.requests() == []
+
+
+def test_token_file_that_is_a_fifo_never_hangs(server: FakeHub, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    import huggingface_hub.constants as hfc
+
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    fifo = tmp_path / "token-fifo"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(hfc, "HF_TOKEN_PATH", str(fifo))
+    with pytest.raises(SourceError, match="token-fifo \\(HF_TOKEN_PATH\\) is not a regular file"):
+        resolve_model("acme/tiny")
+    assert server.requests() == []
+
+
+def test_token_echoed_by_the_hub_is_never_printed_or_cached(
+        server: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capfd: pytest.CaptureFixture) -> None:
+    """The Hub echoes the token into config.json, a header's metadata and a file name."""
+    folder = qwen_tiny(tmp_path / "t")
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["_name_or_path"] = SENTINEL
+    (folder / "config.json").write_text(json.dumps(cfg))
+    (folder / f"notes-{SENTINEL}.safetensors").write_bytes(b"")
+    shard = folder / "model-00003-of-00003.safetensors"
+    raw = shard.read_bytes()[: 8 + header_len(shard)]
+    header = json.loads(raw[8:])
+    header["__metadata__"] = {"who": SENTINEL}
+    write_raw(shard, header, shard.stat().st_size - len(raw))
+    server.valid_tokens.add(SENTINEL)
+    server.add_model("acme/echo", folder)
+    monkeypatch.setenv("HF_TOKEN", SENTINEL)
+    capfd.readouterr()
+    r = invoke("fit", "acme/echo", "--ctx", "1024", *ON_M4PRO, "--verbose")
+    out, err = capfd.readouterr()
+    r2 = invoke("fit", "acme/echo", "--ctx", "1024", *ON_M4PRO, "--json", "--verbose")
+    assert r.exit_code in (0, 1) and r2.exit_code in (0, 1), r.output + r2.output
+    assert any(e.authorization == f"Bearer {SENTINEL}" for e in server.requests("hub"))
+    assert server.bytes_sent("hub") > 0
+    for text in (r.output, r2.output, out, err):
+        assert SENTINEL not in text
+    entries = list(env_cache(tmp_path).rglob("*.json.gz"))
+    assert entries
+    for p in entries:
+        assert SENTINEL.encode() not in gzip.decompress(p.read_bytes())
+        assert b"*" * len(SENTINEL) in base64.b64decode(
+            json.loads(gzip.decompress(p.read_bytes()))["files"]["config.json"])
+
+
+# --- a Hugging Face cache holding only config.json ----------------------------------------------
+
+
+def test_config_only_hf_cache_asks_the_hub(server: FakeHub, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """What AutoConfig.from_pretrained leaves (config.json, no weights) is not the model: the
+    Hub is asked for the rest, and a note says why; offline, one line says so."""
+    folder = qwen_tiny(tmp_path / "t")
+    sha = server.add_model("acme/tiny", folder)
+    make_hf_cache(tmp_path / "hf-cache", "acme/tiny",
+                  {"config.json": (folder / "config.json").read_bytes()}, commit=sha)
+
+    src = resolve_model("acme/tiny")
+
+    assert src.kind == "hub" and src.revision == sha
+    assert list(src.tensors) == read_headers(shard_paths(folder))
+    assert any("no model*.safetensors (only the config was downloaded)" in n for n in src.notes)
+    assert len(server.requests()) > 1
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("MLXFIT_CACHE_DIR", str(tmp_path / "empty-cache"))
+    server.clear()
+    r = invoke("fit", "acme/tiny", *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "only the config was downloaded" in lines[0] and "HF_HUB_OFFLINE=1" in lines[0]
+    assert server.requests() == []
+
+
+# --- bounds: counts and depths read from names, numbers from headers, revisions ------------------
+
+
+HUGE_OF = "model-00001-of-99999999999.safetensors"
+
+
+def test_shard_name_claiming_billions_of_shards(server: FakeHub, tmp_path: Path) -> None:
+    """Locally and on the Hub: refused in one line, before the missing ones are listed (or,
+    on the Hub, before any shard is asked for)."""
+    folder = qwen_tiny(tmp_path / "t", n_shards=1, index=False, kv_config=False)
+    (folder / "model.safetensors").rename(folder / HUGE_OF)
+    with pytest.raises(WeightsError) as e:
+        resolve_model(str(folder))
+    assert HUGE_OF in one_line(e) and "100,000" in one_line(e)
+
+    server.add_model("acme/huge", folder)
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/huge")
+    assert one_line(e).startswith("acme/huge@") and HUGE_OF in one_line(e)
+    assert [r.path for r in server.requests()] == ["/api/models/acme/huge"]
+
+
+def test_sibling_names_hundreds_of_levels_deep(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/deep", qwen_tiny(tmp_path / "t"))
+    info = json.dumps({"sha": "a" * 40, "siblings": [
+        {"rfilename": "config.json", "size": 10},
+        {"rfilename": "model.safetensors", "size": 100},
+        *({"rfilename": "d/" * 400 + f"x{i}.safetensors", "size": 1} for i in range(50))]})
+    server.fault("/api/models/acme/deep", status=200, body=info.encode())
+    staged = sorted(Path(tempfile.gettempdir()).glob("mlxfit-hub-*"))
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/deep")
+    assert "more than 32 folders deep" in one_line(e)
+    assert len(server.requests()) == 1
+    assert sorted(Path(tempfile.gettempdir()).glob("mlxfit-hub-*")) == staged
+
+
+def test_content_range_of_5000_digits(server: FakeHub, tmp_path: Path) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    server.fault("/cdn/", status=206, body=b"\0" * 8,
+                 headers={"Content-Range": "bytes 0-7/" + "9" * 5000})
+    with pytest.raises(WeightsError) as e:
+        resolve_model("acme/tiny")
+    msg = one_line(e)
+    assert "unreadable Content-Range" in msg and "5,010 characters" in msg and len(msg) < 300
+
+
+@pytest.mark.parametrize("rev", ["..", "../main", "refs/../main", "", "a b", "main\n",
+                                 "@{1}", "x" * 300, "/main", "main/", ".hidden", "v1.lock",
+                                 "a:b", "a\\b"])
+def test_malformed_revision_is_refused_never_main(server: FakeHub, tmp_path: Path,
+                                                  rev: str) -> None:
+    server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
+    r = invoke("fit", "acme/tiny", "--revision", rev, *ON_M4PRO)
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert r.exit_code == 2 and len(lines) == 1, r.output
+    assert "--revision" in lines[0] and "is not a branch, tag or commit name" in lines[0]
+    assert server.requests() == []
+
+
+@pytest.mark.parametrize("rev", ["main", "v1.0", "refs/pr/1", "a" * 40, "release-2026.12"])
+def test_wellformed_revisions_pass(server: FakeHub, tmp_path: Path, rev: str) -> None:
+    sha = server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"), revision=rev,
+                           commit="a" * 40 if rev == "a" * 40 else None)
+    assert resolve_model("acme/tiny", revision=rev).revision == sha

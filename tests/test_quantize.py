@@ -393,7 +393,8 @@ def test_hub_checkpoint_sized_as_converted(tmp_path, monkeypatch):
         hub.add_model("Qwen/Qwen3-8B", folder)
         r = mlxfit.fit("Qwen/Qwen3-8B", 4096, machine="M4 Max 64GB", q_bits=4)
         close_session()
-        assert hub.bytes_sent() < 200_000
+        # the JSON, and the first 100 KB of each of the 4 shards (headers kept, the rest dropped)
+        assert hub.bytes_sent() < 500_000
     plan = r.weights_detail.conversion
     assert r.source_kind == "hub"
     assert r.weights_bytes == plan.weight_bytes == load_entry(

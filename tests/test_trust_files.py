@@ -233,4 +233,5 @@ def test_revision_cannot_walk_out_of_refs(tmp_path: Path) -> None:
     outside.write_text("a" * 40)  # would resolve to the cached snapshot if followed
     r = run_cli("fit", "acme/good", "--revision", "../planted", "--machine", M4PRO,
                 env={"HF_HUB_CACHE": str(cache)})
-    assert "is not in the Hugging Face cache" in error_line(r)
+    # refused as no revision name at all (git's ref-name rules) before any cache is looked at
+    assert "--revision '../planted' is not a branch, tag or commit name" in error_line(r)

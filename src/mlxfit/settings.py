@@ -126,7 +126,7 @@ class HubSettings:
     implicit_token: bool = True  # False: HF_HUB_DISABLE_IMPLICIT_TOKEN
     retries: int = 4  # extra attempts after the first, for 408/429/5xx, timeouts, cut connections
     backoff_seconds: float = 0.5  # first wait; doubles up to max_wait_seconds
-    max_wait_seconds: float = 8.0  # also caps a server's Retry-After
+    max_wait_seconds: float = 8.0  # caps the backoff (a server's own ask: RATE_LIMIT_MAX_WAIT)
     max_workers: int = 64  # concurrent requests; 100 shards = 2 waves
     ref_ttl_seconds: float = 24 * 3600  # a branch or tag -> commit mapping is trusted this long
     max_json_bytes: int = MAX_JSON_BYTES  # config/index/kv_config (also the local cap)

@@ -192,4 +192,15 @@ def from_hf_cache(repo_id: str, revision: str | None, cache: Path) -> ModelSourc
     snapshot = snaps / sha
     if not (snapshot / "config.json").is_file():
         read_config(snapshot / "config.json")  # raises: missing or a broken symlink
+    if not any(snapshot.glob("model*.safetensors")):
+        held = sorted(p.name for p in snapshot.iterdir() if not p.name.startswith("."))
+        raise NotDownloaded(
+            f"{repo_id} in the Hugging Face cache at {cache}: snapshot {sha[:12]} holds "
+            f"{', '.join(held[:6])}{', ...' if len(held) > 6 else ''} but no model*.safetensors "
+            "(only the config was downloaded)")
     return load_folder(snapshot, repo_id, "hf-cache", snapshot.name)
+
+
+class NotDownloaded(SourceError):
+    """A cached snapshot with config.json and no weights (what transformers'
+    ``AutoConfig.from_pretrained`` leaves): the Hub can still tell the headers."""

@@ -7,6 +7,7 @@ model code; the network only for the Hub, and never under HF_HUB_OFFLINE=1.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import os
 from dataclasses import replace
@@ -16,7 +17,8 @@ from mlxfit.errors import HubUnreachable, SourceError, WeightsError
 from mlxfit.settings import Settings, from_environ
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import load_folder, unreadable_error
-from mlxfit.sources.hf_cache import from_hf_cache, hf_hub_cache_dir, repo_id_of
+from mlxfit.sources.hf_cache import NotDownloaded, from_hf_cache, hf_hub_cache_dir, repo_id_of
+from mlxfit.sources.revision import check_revision
 from mlxfit.sources.source import CATALOG_NOTE, ModelSource
 
 
@@ -86,6 +88,7 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     and how the Hub is asked."""
     if not spec.strip():  # Path("") is ".": never size the current folder by accident
         raise SourceError("no model given (the name is empty)")
+    check_revision(revision)
     try:
         path = Path(spec).expanduser()
         is_dir = path.is_dir()
@@ -103,8 +106,13 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
 
     s = settings or from_environ()
     cache = hf_hub_cache_dir(s)
+    partial: tuple[str, ...] = ()
     try:
         found = from_hf_cache(spec, revision, cache)
+    except NotDownloaded as e:
+        if s.hub.offline:
+            raise SourceError(f"{e}; HF_HUB_OFFLINE=1 is set, so the Hub was not asked") from None
+        found, partial = None, (f"{e}: the headers were read from the Hub",)
     except OSError as e:  # a cache directory we may not search or list
         raise SourceError(f"cannot read the Hugging Face cache at {cache}: "
                           f"{e.filename}: {e.strerror or e}") from None
@@ -142,7 +150,8 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
             f"{where}, not in mlxfit's Hub metadata cache at {s.hub_cache_dir}; "
             "HF_HUB_OFFLINE=1 is set, so the Hub was not asked", spec, s))
     try:
-        return hub.fetch_model(spec, revision, progress=progress, settings=s)
+        src = hub.fetch_model(spec, revision, progress=progress, settings=s)
+        return dataclasses.replace(src, notes=src.notes + partial) if partial else src
     except HubUnreachable:
         raise
     except SourceError as e:  # the Hub has no such repo (or refuses it): a near name may help

@@ -45,6 +45,9 @@ class HubTransfer:
     # of those bytes: sent by a server past the ranges asked (it ignored Range or sent more),
     # dropped unread; up to that much may have been tensor data
     unasked_bytes: int = 0
+    # of those bytes: asked for past a shard's header (the first read covers 100 KB, as
+    # huggingface_hub's does, to learn the length and the header in one request), never kept
+    tail_bytes: int = 0
 
     def describe(self) -> str:
         if self.from_cache:
@@ -56,6 +59,9 @@ class HubTransfer:
         if self.unasked_bytes:
             data = (f"{self.unasked_bytes:,} bytes past the ranges asked, which the server sent "
                     "anyway, dropped unread")
+        elif self.tail_bytes:
+            data = (f"{self.tail_bytes:,} bytes past the headers came with the first read of "
+                    "each shard (its first 100 KB, one request) and were dropped")
         else:
             data = "no tensor data"
         return (f"read from the Hub: {self.requests} requests, {self.bytes:,} bytes "

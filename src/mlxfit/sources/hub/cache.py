@@ -184,9 +184,20 @@ def _size(v: object, what: str) -> int:
     return v
 
 
+# Folders deep a repo's file may be: real repos nest a few levels (onnx/, openvino/...); a
+# listing of names hundreds of levels deep is refused before any of it is staged.
+MAX_PATH_DEPTH = 32
+
+
+def path_too_deep(name: str) -> bool:
+    return name.count("/") >= MAX_PATH_DEPTH
+
+
 def _sibling_name(n: object) -> str:
     if type(n) is not str or not n or len(n) > 1000 or "\x00" in n:
         raise ValueError(f"a file name {_shown(n)}")
+    if path_too_deep(n):
+        raise ValueError(f"a file name more than {MAX_PATH_DEPTH} folders deep")
     return n
 
 

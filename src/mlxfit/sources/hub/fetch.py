@@ -10,13 +10,14 @@ client huggingface_hub itself uses, so HF_ENDPOINT, proxies and offline mode beh
    size. One round trip.
 2. In parallel (a thread pool), pinned to that commit so every file comes from one snapshot:
    - ``GET {endpoint}/{repo}/resolve/{sha}/config.json`` (and the index, kv_config.json);
-   - for each ``model*.safetensors`` (the files mlx-lm globs): ``Range: bytes=0-7`` (the header
-     length N), then ``Range: bytes=8-{7+N}`` (the header) sent straight to the URL the first
-     request was redirected to (the CDN), so a shard costs two round trips plus one redirect.
-     The token is only ever sent to the endpoint's own origin.
+   - for each ``model*.safetensors`` (the files mlx-lm globs): ``Range: bytes=0-99999`` (the
+     header length N and, for ~97 % of shards, the whole header: huggingface_hub's rule), and
+     only when the header is longer, the rest from the resolve URL again (a fresh redirect: a
+     signed CDN link may answer only the range it was first used with). One round trip plus
+     one redirect for most shards. The token is only ever sent to the endpoint's own origin.
 
-Bytes transferred are the model-info JSON, the small JSON files and 8 + N per shard, counted
-from the responses (``HubTransfer``). What was read is validated by the very code that reads a
+Bytes transferred are the model-info JSON, the small JSON files and the first 100 KB of each
+shard (of which only 8 + N are kept), counted from the responses (``HubTransfer``). What was read is validated by the very code that reads a
 local folder (``sources.folder._load_folder`` over a throw-away folder of header-only stubs), then kept
 in a metadata cache keyed by endpoint, repo and commit, so the next run needs no network and
 works under HF_HUB_OFFLINE=1.
@@ -51,6 +52,7 @@ from mlxfit.sources.hub.http import Http, require_hf_http
 from mlxfit.sources.hub.plan import fetch_snapshot, model_info_within_deadline
 from mlxfit.sources.hub.snapshot import to_source
 from mlxfit.sources.redact import redact_text
+from mlxfit.sources.revision import check_revision
 from mlxfit.sources.source import HubTransfer
 
 if TYPE_CHECKING:
@@ -128,6 +130,7 @@ def load_cached(repo_id: str, revision: str | None = None, *,
                 settings: Settings | None = None) -> ModelSource | None:
     """The model from mlxfit's Hub metadata cache, never the network; None when not cached
     (or, with ``ref_ttl``, when the branch/tag mapping is older than that many seconds)."""
+    check_revision(revision)
     s = settings or from_environ()
     repo_dir = repo_cache_dir(hub_cache_dir(cache_dir, settings=s), s.hub.endpoint, repo_id)
     commit, age = cached_commit(repo_dir, revision)
@@ -167,6 +170,7 @@ def fetch_model(
     (default: from the environment now) gives the endpoint, offline mode and the tunables; the
     keyword arguments override them.
     """
+    check_revision(revision)
     hub = (settings or from_environ()).hub
     root = hub_cache_dir(cache_dir, settings=settings)
     ep = hub.endpoint
@@ -225,7 +229,7 @@ def fetch_model(
         bar.stop()
         header_bytes = sum(len(raw) for _, _, raw in snap.shards)
         transfer = HubTransfer(http.requests, http.bytes, False, commit, snap.fetched_at,
-                               header_bytes, len(snap.shards), http.unasked)
+                               header_bytes, len(snap.shards), http.unasked, http.discarded)
         src = to_source(snap, transfer)  # validates: an invalid model is never cached
         notes: tuple[str, ...] = ()
         entry = snap.to_json()

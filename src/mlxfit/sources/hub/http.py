@@ -9,18 +9,26 @@ settings are passed in by ``mlxfit.sources.hub.fetch`` from ``mlxfit.settings.Hu
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime, timezone
+from email.utils import parsedate_to_datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from mlxfit.errors import Cancelled, HubUnreachable, MlxfitError, SourceError, WeightsError
 from mlxfit.settings import MAX_FILE_BYTES, check_hub_environment
-from mlxfit.sources.redact import redact_url
+from mlxfit.sources.redact import redact_text, redact_url
 
 _RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+# The longest wait a server may ask for (429/503 with RateLimit r=0;t=N or Retry-After) that is
+# honoured: the Hub's rate-limit windows are fixed 5-minute windows (hub-docs rate-limits.md,
+# `RateLimit-Policy: ...;w=300`). A longer ask, or one past the fetch deadline, fails at once.
+RATE_LIMIT_MAX_WAIT = 300.0
 _LOGIN = "log in with `hf auth login` or set HF_TOKEN"
 _OFFLINE_HINT = "HF_HUB_OFFLINE=1 works for models already cached"
 
@@ -75,12 +83,13 @@ class Http:
         self.timeout = timeout
         self.retries = retries
         self.backoff = backoff  # first wait; doubles up to max_wait
-        self.max_wait = max_wait  # also caps a server's Retry-After
+        self.max_wait = max_wait  # caps our own backoff (a server's ask: RATE_LIMIT_MAX_WAIT)
         self.max_body = max_body  # get()'s limit when none is given
         self.lock = threading.Lock()
         self.requests = 0
         self.bytes = 0
         self.unasked = 0  # bytes a server sent past the range asked (dropped unread)
+        self.discarded = 0  # bytes asked for past a shard's header (the first read's tail)
         self.cancelled = threading.Event()  # set when one request of the fetch has failed
 
     # -- accounting
@@ -89,6 +98,10 @@ class Http:
             self.requests += requests
             self.bytes += nbytes
             self.unasked += unasked
+
+    def discard(self, nbytes: int) -> None:
+        with self.lock:
+            self.discarded += nbytes
 
     def _headers_for(self, url: str) -> dict[str, str]:
         # The token goes to the endpoint's origin only, never to a CDN URL we were sent to.
@@ -125,12 +138,22 @@ class Http:
                     answered = True
                     if status in _RETRY_STATUS and not last:
                         self._count(hops, 0)
-                        self._pause(self._retry_after(r, wait), deadline)
-                        wait = min(self.max_wait, wait * 2)
+                        asked = server_wait(r.headers)
+                        if asked is None:
+                            self._pause(wait, deadline)
+                            wait = min(self.max_wait, wait * 2)
+                            continue
+                        if asked > RATE_LIMIT_MAX_WAIT or \
+                                time.monotonic() + asked > self.deadline:
+                            raise self._wait_error(r, what, asked)
+                        # The server said when to come back: that time is not it being slow,
+                        # so it extends this request's deadline (never the fetch's).
+                        deadline = min(self.deadline, deadline + asked)
+                        self._pause(asked, deadline)
                         continue
                     if status == 416 and length is not None:
                         self._count(hops, r.num_bytes_downloaded)
-                        return _Body(b"", str(r.url), _content_range_total(r))
+                        return _Body(b"", str(r.url), _content_range(r, self._what(what))[1])
                     if status >= 300:
                         self._count(hops, 0)
                         raise self._status_error(r, what, attempt)
@@ -176,14 +199,13 @@ class Http:
 
     def _read(self, r: Any, what: str, start: int, length: int | None, limit: int,
               status: int, t0: float, deadline: float) -> _Body:
-        total = _content_range_total(r)
+        got_start, total = _content_range(r, self._what(what))
         if total is not None and total > MAX_FILE_BYTES:
             raise WeightsError(f"{self._what(what)}: the Hub says the file is {total:,} bytes, "
                                "past any real file (2^53)")
         skip = 0
         if length is not None:
             if status == 206:
-                got_start = _content_range_start(r)
                 if got_start is not None and got_start != start:
                     raise WeightsError(f"{self._what(what)}: the server sent bytes from offset "
                                        f"{got_start}, not {start} as asked")
@@ -215,12 +237,6 @@ class Http:
             raise WeightsError(f"{self._what(what)} is larger than {limit:,} bytes: "
                                "not the small JSON file mlxfit expects")
         return _Body(bytes(out), str(r.url), total)
-
-    def _retry_after(self, r: Any, default: float) -> float:
-        value = r.headers.get("retry-after", "")
-        if value.strip().isdigit():
-            return min(self.max_wait, float(value))
-        return default
 
     # -- messages (never the token: we compose them from status codes and names only)
     def _what(self, what: str) -> str:
@@ -266,11 +282,29 @@ class Http:
         if code in _RETRY_STATUS:
             return HubUnreachable(
                 f"the Hub at {ep} answered {code} {_reason(r)} for {self._what(what)} "
-                f"{attempts} time{'s' * (attempts != 1)}; try again later ({_OFFLINE_HINT})")
+                f"{attempts} time{'s' * (attempts != 1)}; {self._limits_hint(code)}"
+                f"try again later ({_OFFLINE_HINT})")
         if 300 <= code < 400:
             return SourceError(f"the Hub at {ep} redirected {self._what(what)} ({code}) "
                                "without a usable location")
         return SourceError(f"the Hub at {ep} answered {code} {_reason(r)} for {self._what(what)}")
+
+    def _wait_error(self, r: Any, what: str, asked: float) -> MlxfitError:
+        left = self.deadline - time.monotonic()
+        if asked > RATE_LIMIT_MAX_WAIT:
+            why = f"more than the {RATE_LIMIT_MAX_WAIT:g} s mlxfit waits"
+        else:
+            why = (f"past the fetch deadline ({left:.0f} s left of "
+                   f"{self.fetch_deadline:g} s, MLXFIT_HUB_FETCH_DEADLINE_SECONDS)")
+        asked_s = f"{asked:,.0f} s" if asked < 1e15 else "forever"
+        return HubUnreachable(
+            f"the Hub at {self.endpoint} answered {r.status_code} {_reason(r)} for "
+            f"{self._what(what)} and asked to wait {asked_s} before trying again, {why}; "
+            f"{self._limits_hint(r.status_code)}try again later ({_OFFLINE_HINT})")
+
+    def _limits_hint(self, code: int) -> str:
+        return ("a token raises the Hub's rate limits (`hf auth login` or HF_TOKEN); "
+                if code == 429 and not self.token else "")
 
     def _deadline_error(self, what: str, t0: float, attempts: int | None) -> MlxfitError:
         now = time.monotonic()
@@ -313,9 +347,27 @@ def _token_to_send(token: str | bool | None, implicit: bool = True) -> str | Non
     if token is None and not implicit:
         return None
     # huggingface_hub is heavy: imported only when the Hub is read
+    from huggingface_hub import constants
     from huggingface_hub.utils import get_token
 
-    found = get_token()
+    if not any(os.environ.get(v) for v in ("HF_OIDC_RESOURCE", "HF_TOKEN",
+                                             "HUGGING_FACE_HUB_TOKEN")):
+        # get_token() would read the stored token with read_text(): a FIFO there never ends
+        path = constants.HF_TOKEN_PATH
+        try:
+            mode = os.stat(path).st_mode
+        except (OSError, ValueError):
+            mode = None
+        if mode is not None and not stat.S_ISREG(mode):
+            raise SourceError(f"the Hugging Face token file {path} (HF_TOKEN_PATH) is not a "
+                              f"regular file: {_LOGIN}")
+    try:
+        found = get_token()
+    except Exception as e:  # noqa: BLE001 - OIDCError, its exchange's HTTP errors, a bad file
+        how = ("HF_OIDC_RESOURCE is set" if os.environ.get("HF_OIDC_RESOURCE") else
+               f"reading {constants.HF_TOKEN_PATH}")
+        raise SourceError(redact_text(
+            f"cannot get the Hugging Face token ({how}): {short_reason(e)}"[:500])) from None
     if token is True and not found:
         raise SourceError(f"no Hugging Face token found: {_LOGIN}")
     return found
@@ -349,26 +401,60 @@ def short_reason(e: BaseException) -> str:
     return f"{type(e).__name__}: {text}" if text else type(e).__name__
 
 
+_DIGITS = re.compile(r"[0-9]{1,15}")  # ASCII only: "²".isdigit() is True, float("²") fails
+_RL_REMAINING = re.compile(r";\s*r\s*=\s*([0-9]{1,15})\s*(?:;|$)")
+_RL_RESET = re.compile(r";\s*t\s*=\s*([0-9]{1,15})\s*(?:;|$)")
+
+
+def server_wait(headers: Any) -> float | None:
+    """Seconds a 429/5xx answer asks to wait, None when it does not say (or says nothing
+    readable): the Hub's ``RateLimit: "<bucket>";r=0;t=<seconds>`` (IETF draft; what the Hub
+    sends, without Retry-After; huggingface_hub waits t + 1), else ``Retry-After`` as seconds
+    or an HTTP date. A value too long to be a number of seconds reads as forever."""
+    waits = []
+    for item in headers.get("ratelimit", "").split(","):
+        rem, reset = _RL_REMAINING.search(item + ";"), _RL_RESET.search(item + ";")
+        if rem and reset and int(rem.group(1)) == 0:
+            waits.append(int(reset.group(1)) + 1.0)
+    if waits:
+        return max(waits)
+    value = headers.get("retry-after", "").strip()
+    if not value:
+        return None
+    if _DIGITS.fullmatch(value):
+        return float(value)
+    if value.isascii() and value.isdigit():
+        return float("inf")  # thousands of digits: no number of seconds anyone would wait
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
 def _reason(r: Any) -> str:
     return getattr(r, "reason_phrase", "") or ""
 
 
-_CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
+# Every number at most 16 digits (2^53, the largest file size, has 16): a longer one is refused
+# before int() sees it (a 5,000-digit one would raise past Python's 4,300-digit limit).
+_CONTENT_RANGE = re.compile(r"bytes[ \t]+(?:([0-9]{1,16})-([0-9]{1,16})|\*)/([0-9]{1,16}|\*)")
 
 
-def _content_range(r: Any) -> tuple[int | None, int | None]:
-    m = _CONTENT_RANGE.match(r.headers.get("content-range", "").strip())
-    if not m:
+def _content_range(r: Any, label: str) -> tuple[int | None, int | None]:
+    """(start, total) of the answer's Content-Range, (None, None) without one; WeightsError
+    naming ``label`` for one that is not a byte range of a plausible file."""
+    value = r.headers.get("content-range", "").strip()
+    if not value:
         return None, None
+    m = _CONTENT_RANGE.fullmatch(value)
+    if not m:
+        shown = repr(value[:40]) + (f" ... ({len(value):,} characters)" if len(value) > 40
+                                    else "")
+        raise WeightsError(f"{label}: the server sent an unreadable Content-Range {shown}")
     start = int(m.group(1)) if m.group(1) else None
     total = int(m.group(3)) if m.group(3) != "*" else None
     return start, total
-
-
-def _content_range_start(r: Any) -> int | None:
-    return _content_range(r)[0]
-
-
-def _content_range_total(r: Any) -> int | None:
-    return _content_range(r)[1]
 

@@ -2,9 +2,9 @@
 commit sha and every file with its size), the plan (the ``model*.safetensors`` shards mlx-lm
 would load, or a one-line error before any file is fetched), then config.json, the shard index,
 kv_config.json and each shard's safetensors header fetched in parallel on a thread pool, pinned
-to that commit. A shard costs two Range requests (8 bytes for the header length N, then the N
-header bytes, sent straight to the CDN URL the first was redirected to); never tensor data. The
-first failure cancels the rest. Returns a ``Snapshot``; caching and validation are the
+to that commit. A shard costs one Range request of its first 100 KB (the header length N and,
+for nearly every shard, the whole header; a second request to the resolve URL when not), and
+only the header is kept. The first failure cancels the rest. Returns a ``Snapshot``; caching and validation are the
 caller's.
 """
 
@@ -18,7 +18,6 @@ from typing import Any
 from urllib.parse import quote
 
 from mlxfit.errors import (
-    Cancelled,
     ConfigError,
     HubUnreachable,
     MlxfitError,
@@ -26,12 +25,15 @@ from mlxfit.errors import (
     WeightsError,
 )
 from mlxfit.settings import MAX_FILE_BYTES
+from mlxfit.sources.folder import missing_numbered_shards
 from mlxfit.sources.hub.cache import (
     CONFIG_NAME,
     HEX40,
     KV_CONFIG_NAME,
+    MAX_PATH_DEPTH,
     Snapshot,
     is_shard_name,
+    path_too_deep,
     snapshot_label,
 )
 from mlxfit.sources.hub.http import Http
@@ -87,6 +89,9 @@ def _siblings(info: dict[str, Any]) -> list[tuple[str, int | None]]:
             continue
         if "\x00" in s["rfilename"] or len(s["rfilename"]) > 1000:
             continue  # no file system takes it; not a name the Hub would list
+        if path_too_deep(s["rfilename"]):
+            raise WeightsError(f"the Hub lists a file more than {MAX_PATH_DEPTH} folders deep "
+                               f"({s['rfilename'][:60]!r}...): not a model repo mlxfit reads")
         size = s.get("size")
         lfs = s.get("lfs")
         if type(size) is not int and isinstance(lfs, dict):
@@ -113,6 +118,10 @@ def _plan(repo_id: str, commit: str, siblings: list[tuple[str, int | None]],
     if odd:
         raise WeightsError(f"{label}: the shard name {odd[0]!r} has a character no model "
                            "file name has (a control character or a backslash)")
+    try:
+        missing_numbered_shards(shards)  # its bound only: refused before any request
+    except WeightsError as e:
+        raise WeightsError(f"{label}: {e}") from None
     if len(shards) > max_shards:
         raise WeightsError(f"{label}: lists {len(shards):,} {SHARD_GLOB} files, more than the "
                            f"{max_shards:,} mlxfit reads (each costs two requests; "
@@ -135,9 +144,19 @@ def _plan(repo_id: str, commit: str, siblings: list[tuple[str, int | None]],
     return shards
 
 
+# The first read of a shard: huggingface_hub's rule (HfApi.parse_safetensors_file_metadata reads
+# bytes 0-100000: "97% of safetensors files have a metadata size < 100kb"). One request holds
+# the length and the whole header of nearly every shard; a longer header costs one more.
+FIRST_READ_BYTES = 100_000
+
+
 def _fetch_shard(http: Http, url: str, name: str, size: int | None) -> tuple[int, bytes, int]:
-    """(file size, first 8 + N bytes, N) of one shard: two Range requests, never tensor data."""
-    first = http.get(url, name, start=0, length=8)
+    """(file size, first 8 + N bytes, N) of one shard: one Range request of its first
+    ``FIRST_READ_BYTES`` at the resolve URL, a second only when the header is longer. The
+    second also goes to the resolve URL, for a fresh redirect: a signed CDN link may be bound
+    to the range it was first used with (403, or no answer at all)."""
+    want = FIRST_READ_BYTES if size is None else max(8, min(size, FIRST_READ_BYTES))
+    first = http.get(url, name, start=0, length=want)
     size = size if size is not None else first.total
     if size is None:
         raise WeightsError(f"{http.repo_id}/{name}: the Hub gave no file size for it")
@@ -147,21 +166,19 @@ def _fetch_shard(http: Http, url: str, name: str, size: int | None) -> tuple[int
     raw = first.data
     if len(raw) < 8:
         return size, raw, 0  # the validator says "too short"
-    n = int.from_bytes(raw, "little")
+    n = int.from_bytes(raw[:8], "little")
     if n == 0 or n > MAX_HEADER_BYTES or 8 + n > size:
-        return size, raw, 0  # the validator names the bad length; no point fetching it
-    # Straight to where the first request was redirected (the CDN): one hop less.
-    target = first.url
-    try:
-        rest = http.get(target, name, start=8, length=n)
-    except MlxfitError as e:
-        if target == url or isinstance(e, (HubUnreachable, Cancelled)):
-            raise
-        rest = http.get(url, name, start=8, length=n)  # the signed URL may have expired
-    if len(rest.data) != n:
-        raise WeightsError(f"{http.repo_id}/{name}: the Hub sent {len(rest.data)} of the {n} "
-                           "header bytes asked for (the file is shorter than it says)")
-    return size, raw + rest.data, n
+        http.discard(len(raw) - 8)
+        return size, raw[:8], 0  # the validator names the bad length; no point fetching it
+    if len(raw) < 8 + n:
+        rest = http.get(url, name, start=len(raw), length=8 + n - len(raw))
+        if len(rest.data) != 8 + n - len(raw):
+            raise WeightsError(f"{http.repo_id}/{name}: the Hub sent {len(raw) + len(rest.data)}"
+                               f" of the {8 + n} header bytes asked for (the file is shorter "
+                               "than it says)")
+        raw += rest.data
+    http.discard(len(raw) - 8 - n)  # the first read's tail: tensor bytes, never kept
+    return size, raw[: 8 + n], n
 
 
 def fetch_snapshot(http: Http, info: dict[str, Any], progress: Any, max_workers: int,
@@ -197,11 +214,30 @@ def fetch_snapshot(http: Http, info: dict[str, Any], progress: Any, max_workers:
             files[name] = result.data
         else:
             got[name] = result
+    # A Hub (or a proxy) that echoes the token into what it serves must not get it printed or
+    # cached: masked in every text kept, byte for byte (a header keeps its length N).
+    hide = _masker(http.token)
     return Snapshot(
         repo_id=repo_id, commit=commit, endpoint=http.endpoint, fetched_at=_now(),
-        siblings=siblings, files=files, shards=[(n, got[n][0], got[n][1]) for n in shards],
+        siblings=[(hide(n), size) for n, size in siblings],
+        files={n: hide(b) for n, b in files.items()},
+        shards=[(n, got[n][0], hide(got[n][1])) for n in shards],
         requests=http.requests, bytes=http.bytes,
     )
+
+
+def _masker(token: str | None) -> Any:
+    """A function replacing ``token`` (str or UTF-8 bytes) by as many asterisks."""
+    if not token:
+        return lambda v: v
+    t, tb = token, token.encode()
+
+    def hide(v: Any) -> Any:
+        if isinstance(v, bytes):
+            return v.replace(tb, b"*" * len(tb)) if tb in v else v
+        return v.replace(t, "*" * len(t)) if t in v else v
+
+    return hide
 
 
 def _too_slow(http: Http) -> MlxfitError:

@@ -52,7 +52,10 @@ def _materialize(folder: Path, snap: Snapshot) -> None:
     written = set(snap.files) | {n for n, _, _ in snap.shards}
     wanted = _index_targets(snap)
     for name, _ in snap.siblings:
-        if name in written or not (name.endswith(".safetensors") or name in wanted):
+        # mlx-lm's glob and the notes see top-level *.safetensors only: a nested one is staged
+        # (folders made) only when the index names it, so a listing cannot make many folders
+        top = "/" not in name and name.endswith(".safetensors")
+        if name in written or not (top or name in wanted):
             continue
         rel = _safe_relpath(name)
         if rel is None:

@@ -100,6 +100,8 @@ class FakeHub:
                  url_ttl: float = 3600.0, quota: dict[str, int] | None = None,
                  window: float = 300.0):
         self.latency = latency
+        self._in_flight = 0
+        self.max_in_flight = 0  # the most requests in their latency at once (parallelism)
         self.json_redirect = json_redirect  # small files: 307 to /api/resolve-cache/...
         self.range_bound = range_bound  # a CDN link serves its first Range only (or "hang")
         self.url_ttl = url_ttl  # seconds a signed CDN link lives
@@ -285,7 +287,15 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             if hub.latency:
-                time.sleep(hub.latency)
+                # Requests whose latency overlaps: how many the client had in flight at once.
+                with hub.lock:
+                    hub._in_flight += 1
+                    hub.max_in_flight = max(hub.max_in_flight, hub._in_flight)
+                try:
+                    time.sleep(hub.latency)
+                finally:
+                    with hub.lock:
+                        hub._in_flight -= 1
             rule = hub._rule_for(method, self._path, range_start, self.server.role)
             if self.server.role == "hub":
                 bucket = "resolvers" if ("/resolve/" in self._path or "/resolve-cache/"

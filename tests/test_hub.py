@@ -14,7 +14,6 @@ import gzip
 import json
 import struct
 import tempfile
-import time
 from dataclasses import replace
 from pathlib import Path
 
@@ -156,12 +155,10 @@ def test_canonical_repo_without_org(server: FakeHub, tmp_path: Path) -> None:
 
 def test_requests_run_in_parallel(server: FakeHub, tmp_path: Path) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t", n_shards=12))
-    server.latency = 0.2  # 1 + 3 + 12 x 2 = 28 requests: 5.6 s one after the other
-    t = time.perf_counter()
+    server.latency = 0.2  # 28 requests, each 0.2 s in the server: overlaps are counted
     resolve_model("acme/tiny")
-    wall = time.perf_counter() - t
     assert len(server.requests()) == 28
-    assert wall < 3.0, wall  # about 4 round trips
+    assert server.max_in_flight >= 4, server.max_in_flight  # shards are read side by side
 
 
 def test_server_that_ignores_range_is_not_read_to_the_end(tmp_path: Path, env: Path,
@@ -416,7 +413,6 @@ def test_429_then_200_is_retried(server: FakeHub, tmp_path: Path) -> None:
 def test_500_forever_gives_up_after_bounded_retries(server: FakeHub, tmp_path: Path) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
     server.fault("/config.json", status=500)
-    t = time.perf_counter()
     with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
@@ -424,7 +420,6 @@ def test_500_forever_gives_up_after_bounded_retries(server: FakeHub, tmp_path: P
     assert f"{RETRIES + 1} times" in msg and "HF_HUB_OFFLINE=1" in msg
     asked = [r for r in server.requests() if r.path.endswith("/config.json")]
     assert len(asked) == RETRIES + 1
-    assert time.perf_counter() - t < 5
     assert list(env_cache(tmp_path).rglob("*.json.gz")) == []  # nothing cached from a failure
 
 
@@ -432,13 +427,11 @@ def test_slow_server_times_out(server: FakeHub, tmp_path: Path,
                                monkeypatch: pytest.MonkeyPatch) -> None:
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "t"))
     server.fault("/api/models/", delay=1.5)
-    t = time.perf_counter()
     with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny", settings=with_hub(timeout=0.2, retries=1))
     msg = one_line(e)
     assert "did not answer within 0.2 s" in msg and "2 attempts" in msg
     assert "HF_HUB_OFFLINE=1 works for models already cached" in msg
-    assert time.perf_counter() - t < 1.4
 
 
 def test_slow_but_in_time_is_fine(server: FakeHub, tmp_path: Path) -> None:
@@ -454,13 +447,12 @@ def test_refused_connection(env: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
-    t = time.perf_counter()
     with pytest.raises(mhub_http.HubUnreachable) as e:
         resolve_model("acme/tiny")
     msg = one_line(e)
     assert f"cannot reach the Hub at http://127.0.0.1:{port}" in msg
     assert "HF_HUB_OFFLINE=1 works for models already cached" in msg
-    assert time.perf_counter() - t < 2  # refused is not retried
+    assert "attempts" not in msg  # refused is not retried
 
 
 def test_header_larger_than_the_file(server: FakeHub, tmp_path: Path) -> None:

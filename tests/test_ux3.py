@@ -1,0 +1,121 @@
+"""Issue 28 (review ux-3): what a Mac owner types gets the right answer. One group of checks
+per finding F1-F10, each through the real console script where the CLI is the subject."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+Q8B = "mlx-community/Qwen3-8B-4bit"
+M4PRO24 = "M4 Pro 24GB"
+
+
+def mlxfit(*args: str, env: dict | None = None, timeout: int = 120) -> subprocess.CompletedProcess:
+    """The console script's own entry (main()), where click's errors are worded."""
+    return subprocess.run([sys.executable, "-m", "mlxfit", *args], capture_output=True,
+                          text=True, check=False, timeout=timeout,
+                          env={**os.environ, "PYTHONPATH": SRC, **(env or {})})
+
+
+def one_error_line(r: subprocess.CompletedProcess) -> str:
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mlxfit: error: "), r.stderr
+    return lines[0]
+
+
+# ---------------------------------------------------------------- F7: verbs mistyped
+@pytest.mark.parametrize("typed, meant", [("fti", "fit"), ("matirx", "matrix"),
+                                          ("serve-paln", "serve-plan")])
+def test_f7_mistyped_verb_gets_did_you_mean(typed, meant):
+    line = one_error_line(mlxfit(typed))
+    assert f"Did you mean '{meant}'" in line
+
+
+def test_f7_python_name_of_a_verb_is_an_alias():
+    a = mlxfit("serve_plan", Q8B, "--machine", M4PRO24, "--ctx", "8k", "--json")
+    b = mlxfit("serve-plan", Q8B, "--machine", M4PRO24, "--ctx", "8k", "--json")
+    assert a.returncode == b.returncode == 0, a.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout)
+
+
+# ---------------------------------------------------------------- F9: positional and habits
+@pytest.mark.parametrize("verb", ["fit", "serve-plan"])
+@pytest.mark.parametrize("word, hint", [("32768", "--ctx 32768"), ("32k", "--ctx 32k"),
+                                        (M4PRO24, f"--machine '{M4PRO24}'")])
+def test_f9_stray_word_after_the_model_names_its_flag(verb, word, hint):
+    line = one_error_line(mlxfit(verb, Q8B, word))
+    assert f"did you mean {hint}?" in line and "chart" not in line
+
+
+def test_f9_a_mac_given_as_the_model_is_refused_with_the_flag():
+    line = one_error_line(mlxfit("fit", M4PRO24))
+    assert f"--machine '{M4PRO24}'" in line and "not found" not in line
+
+
+@pytest.mark.parametrize("verb", ["fit", "serve-plan"])
+def test_f9_model_flag_is_the_positional_model(verb):
+    a = mlxfit(verb, "--model", Q8B, "--machine", M4PRO24, "--ctx", "8k", "--json")
+    b = mlxfit(verb, Q8B, "--machine", M4PRO24, "--ctx", "8k", "--json")
+    c = mlxfit(verb, f"--model={Q8B}", "--machine", M4PRO24, "--ctx", "8k", "--json")
+    assert a.returncode == b.returncode == c.returncode == 0, a.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout) == json.loads(c.stdout)
+
+
+def test_f9_max_tokens_is_gen():
+    a = mlxfit("fit", Q8B, "--machine", M4PRO24, "--max-tokens", "512", "--json")
+    b = mlxfit("fit", Q8B, "--machine", M4PRO24, "--gen", "512", "--json")
+    c = mlxfit("fit", Q8B, "--machine", M4PRO24, "--json")
+    assert a.returncode == b.returncode == 0, a.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout) != json.loads(c.stdout)
+
+
+@pytest.mark.parametrize("verb", ["fit", "serve-plan"])
+def test_f9_no_model_says_which_default_is_sized(verb):
+    from mlxfit.settings import DEFAULT_MODEL
+
+    r = mlxfit(verb, "--machine", M4PRO24, "--ctx", "8k")
+    assert r.returncode in (0, 1), r.stderr
+    assert "no model given" in r.stderr and DEFAULT_MODEL in r.stderr
+    named = mlxfit(verb, DEFAULT_MODEL, "--machine", M4PRO24, "--ctx", "8k")
+    assert "no model given" not in named.stderr
+
+
+# ---------------------------------------------------------------- F10: owners' machine names
+@pytest.mark.parametrize("said, canonical", [
+    ("MacBook Air M3 16GB", "M3 16GB"),
+    ("Mac Studio M2 Ultra 192GB", "M2 Ultra 192GB"),
+    ("M4Max64GB", "M4 Max 64GB"),
+    ("Mac mini M4 Pro 24GB", "M4 Pro 24GB"),
+    ('MacBook Pro 14" M4 Pro 24GB (2024)', "M4 Pro 24GB"),
+    ("M2 Max 12-core CPU 38-core GPU 64GB", "M2 Max 38-core 64GB"),
+    ("M3 Ultra 0.5TB", "M3 Ultra 512GB"),
+])
+def test_f10_owner_names_resolve(said, canonical):
+    from mlxfit.hardware.resolve import resolve_machine
+
+    a, b = resolve_machine(said), resolve_machine(canonical)
+    assert (a.chip, a.gpu_cores, a.ram_bytes) == (b.chip, b.gpu_cores, b.ram_bytes)
+    r = mlxfit("machine", said, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["machine"]["ram_bytes"] == b.ram_bytes
+
+
+def test_f10_bare_chip_lists_its_sizes():
+    from mlxfit.hardware.skus import load_sku_table
+
+    sizes = {r for v in load_sku_table()["chips"]["M4"]["variants"] for r in v["ram_gb"]}
+    line = one_error_line(mlxfit("machine", "M4"))
+    assert all(str(s) in line for s in sizes), line
+
+
+def test_f10_suggestions_stay_in_the_generation():
+    line = one_error_line(mlxfit("machine", "M3 Maxx 36GB"))
+    near = line.split("nearest: ")[1].split(", ")
+    assert near[0] == "M3 Max" and all(n.startswith("M3") for n in near), line

@@ -119,3 +119,40 @@ def test_f10_suggestions_stay_in_the_generation():
     line = one_error_line(mlxfit("machine", "M3 Maxx 36GB"))
     near = line.split("nearest: ")[1].split(", ")
     assert near[0] == "M3 Max" and all(n.startswith("M3") for n in near), line
+
+
+# ---------------------------------------------------------------- F1: matrix --quants formats
+def test_f1_matrix_quants_markdown_and_csv_show_the_converted_rows():
+    import csv
+    import io
+
+    args = ("matrix", "mlx-community/Qwen3-8B-bf16", "--quants", "4,8", "--ctx", "32k",
+            "--chips", "M4")
+    doc = json.loads(mlxfit(*args, "--json").stdout)
+    runs = {(q["label"], r["name"]): r for q in doc["quants"] for r in q["rows"]}
+    source_runs = {r["name"]: r["runs"] for r in doc["rows"]}
+    # The case the review hit: the source does not run where a conversion does.
+    assert any(r["runs"] and not source_runs[n] for (_, n), r in runs.items())
+
+    md = mlxfit(*args, "--format", "markdown")
+    assert md.returncode == 0, md.stderr
+    table = [ln for ln in md.stdout.splitlines() if ln.startswith("| ")]
+    labels = [h.split(" (")[0] for h in table[0].strip("| ").split(" | ")[1:]]
+    assert labels == [q["label"] for q in doc["quants"]]
+    body = table[2:]
+    assert len(body) == len(doc["quants"][0]["rows"])
+    for line in body:
+        name, *cells = line.strip("| ").split(" | ")
+        for label, cell in zip(labels, cells, strict=True):
+            r = runs[(label, name)]
+            assert (cell == "no") == (not r["runs"]), line
+            if r["runs"]:
+                assert cell.startswith(f"{r['max_safe_context'] // 1024}k"), line
+
+    rows = list(csv.DictReader(io.StringIO(mlxfit(*args, "--format", "csv").stdout)))
+    assert len(rows) == len(runs)
+    for row in rows:
+        r = runs[(row["quant"], row["name"])]
+        assert int(row["total_bytes"]) == r["total_bytes"]
+        assert row["runs"] == str(r["runs"]) and int(row["max_safe_context"]) == \
+            r["max_safe_context"]

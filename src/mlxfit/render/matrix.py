@@ -14,7 +14,7 @@ from mlxfit.render import (
     tps_to_json,
 )
 from mlxfit.render.fit import fit_machine, render_conversion
-from mlxfit.render.quants import quants_to_json, render_quants
+from mlxfit.render.quants import quants_text, quants_to_json, render_quants
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
@@ -145,7 +145,10 @@ CSV_HEADERS = ("family", "name", "chip", "gpu_cores", "ram_bytes", "bandwidth_gb
 
 def matrix_text(m: MatrixResult, fmt: str) -> str:
     """--format csv (the JSON's values, one row per SKU) or markdown: a table to paste into a
-    model card, "which Macs run this model, at what context, how fast"."""
+    model card, "which Macs run this model, at what context, how fast". With --quants: the
+    converted columns, as the terminal shows them."""
+    if m.quants:
+        return quants_text(m, fmt)
     if fmt == "csv":
         rows = []
         for r in m.rows:

@@ -156,3 +156,28 @@ def test_f1_matrix_quants_markdown_and_csv_show_the_converted_rows():
         assert int(row["total_bytes"]) == r["total_bytes"]
         assert row["runs"] == str(r["runs"]) and int(row["max_safe_context"]) == \
             r["max_safe_context"]
+
+
+# ---------------------------------------------------------------- F2: a wrong --revision
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_f2_wrong_revision_of_a_cached_model_fails_when_the_hub_cannot_be_asked(tmp_path):
+    from st_helpers import cache_catalog_model
+
+    commit = "b7e3d222acb3" + "0" * 28
+    cache_catalog_model(tmp_path / "hub", Q8B, commit=commit)
+    env = {"HF_HUB_CACHE": str(tmp_path / "hub"), "HF_HUB_OFFLINE": "0", "HF_HOME": "",
+           "HF_ENDPOINT": f"http://127.0.0.1:{_closed_port()}",
+           "MLXFIT_HUB_BACKOFF_SECONDS": "0.005", "MLXFIT_HUB_MAX_WAIT_SECONDS": "0.02"}
+    line = one_error_line(mlxfit("fit", Q8B, "--revision", "zzzz", "--machine", M4PRO24,
+                                 env=env))
+    assert "zzzz" in line and commit[:12] in line, line
+    ok = mlxfit("fit", Q8B, "--revision", commit[:8], "--machine", M4PRO24, "--json", env=env)
+    assert ok.returncode == 0, ok.stderr
+    assert json.loads(ok.stdout)["source"] == "hf-cache"

@@ -104,12 +104,15 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     except OSError as e:  # a cache directory we may not search or list
         raise SourceError(f"cannot read the Hugging Face cache at {cache}: "
                           f"{e.filename}: {e.strerror or e}") from None
-    except SourceError:
-        # The repo is cached but not this revision: the Hub can still tell its headers.
+    except SourceError as e:
+        # The repo is cached but not this revision: the Hub can still tell its headers. The
+        # catalog's one version never stands in for a snapshot the user named (a hash typo).
         if revision is None or s.hub.offline:
             raise
-        found = None
-    found = found or _from_catalog(spec, revision, s.catalog_dir)
+        found, not_cached = None, e
+    else:
+        not_cached = None
+        found = found or _from_catalog(spec, revision, s.catalog_dir)
     if found is not None:
         return found
 
@@ -130,10 +133,14 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
             "HF_HUB_OFFLINE=1 is set, so the Hub was not asked", spec, s))
     try:
         return hub.fetch_model(spec, revision, progress=progress, settings=s)
-    except HubUnreachable:
+    except HubUnreachable as e:
+        if not_cached is not None:  # the cache's refusal names its snapshots: the likely typo
+            raise SourceError(f"{not_cached}; the Hub could not be asked ({e})",
+                              param="revision") from None
         raise
     except SourceError as e:  # the Hub has no such repo (or refuses it): a near name may help
         hint = did_you_mean(spec, s)
         if not hint:
             raise
         raise SourceError(f"{e}; {hint}", param=e.param, file=e.file, field=e.field) from None
+

@@ -181,3 +181,38 @@ def test_f2_wrong_revision_of_a_cached_model_fails_when_the_hub_cannot_be_asked(
     ok = mlxfit("fit", Q8B, "--revision", commit[:8], "--machine", M4PRO24, "--json", env=env)
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["source"] == "hf-cache"
+
+
+# ---------------------------------------------------------------- F5: the GPU watchdog, everywhere
+def test_f5_every_verb_shows_fits_gpu_watchdog_warning():
+    """Llama-3.3-70B 4-bit at 32K on a 16-core M4 Pro 64GB: fit warns that a prefill chunk may
+    trip the watchdog; matrix, pick, serve-plan and a one-host cluster carry the same text."""
+    llama, mac, row = "mlx-community/Llama-3.3-70B-Instruct-4bit", "M4 Pro 64GB", \
+        "M4 Pro 16-core 64GB"
+    fit = json.loads(mlxfit("fit", llama, "--ctx", "32k", "--machine", mac, "--json").stdout)
+    dog = [w for w in fit["warnings"] if "GPU watchdog" in w]
+    assert fit["fits"] and len(dog) == 1, fit["warnings"]
+    dog = dog[0]
+
+    mx = json.loads(mlxfit("matrix", llama, "--ctx", "32k", "--chips", "M4 Pro",
+                           "--json").stdout)
+    rows = {r["name"]: r for r in mx["rows"]}
+    assert rows[row]["watchdog_warning"] == dog
+    assert all(r["watchdog_warning"] is None for r in mx["rows"] if not r["runs"])
+    table = mlxfit("matrix", llama, "--ctx", "32k", "--chips", "M4 Pro").stdout
+    assert "yes!" in table and "GPU watchdog" in table
+    md = mlxfit("matrix", llama, "--ctx", "32k", "--chips", "M4 Pro", "--format",
+                "markdown").stdout
+    assert f"| {row} | 273 | yes! |" in md
+
+    pick = json.loads(mlxfit("pick", "--catalog", "--only-fits", "--ctx", "32k", "--machine",
+                             mac, "--json").stdout)
+    cand = next(c for c in pick["catalog"] if c["model"] == llama)
+    assert cand["watchdog_warning"] == dog
+
+    sp = json.loads(mlxfit("serve-plan", llama, "--ctx", "32k", "--users", "1", "--machine",
+                           mac, "--json").stdout)
+    assert dog in sp["warnings"]
+
+    cl = json.loads(mlxfit("cluster", llama, "--ctx", "32k", "--host", mac, "--json").stdout)
+    assert dog in cl["warnings"]

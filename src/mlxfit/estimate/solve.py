@@ -177,6 +177,10 @@ class FitResult(JsonResult):
     predicted_prefill_tps: float | None = None
     predicted_ttft_s: float | None = None
     prefill_terms: tuple[Any, ...] = field(default=())
+    # estimate.compute.watchdog_warning's text (also in warnings): a prefill chunk may trip
+    # macOS's GPU watchdog. Every verb's rows read it here: one rule for fit, matrix, pick,
+    # serve-plan and a single-host cluster.
+    watchdog: str | None = None
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:
@@ -248,7 +252,7 @@ def fit_core(
         secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
         tps = 1.0 / secs
         speed_terms = tuple(st)
-    prompt = None
+    prompt = dog = None
     if compute is not None and bandwidth_gbs is not None and fits:
         prompt = predicted_ttft(cfg, run, weights, bandwidth_gbs, compute, cal, machine_name)
         if prompt is not None:
@@ -299,4 +303,5 @@ def fit_core(
         predicted_prefill_tps=prompt.prefill_tps if prompt else None,
         predicted_ttft_s=prompt.ttft_s if prompt else None,
         prefill_terms=prompt.terms if prompt else (),
+        watchdog=dog,
     )

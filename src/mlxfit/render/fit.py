@@ -23,6 +23,10 @@ from mlxfit.render import (
 )
 from mlxfit.render.text import esc
 
+# The key of the "!" a table puts after "yes" where FitResult.watchdog is set (matrix, pick).
+WATCHDOG_KEY = ("prefill may trip macOS's GPU watchdog on a Mac with a display: a lower "
+                "--prefill-step-size avoids it (mlxfit fit --machine <Mac> says which)")
+
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
     from mlxfit.verbs.chart import ChartData

@@ -14,6 +14,7 @@ from mlxfit.render import (
     seconds_to_json,
     tps_to_json,
 )
+from mlxfit.render.fit import WATCHDOG_KEY
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
 from mlxfit.verbs.pick import Candidate, PickResult
@@ -43,6 +44,7 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "budget_bytes": c.budget_bytes,
         "reason": c.reason,
         "warnings": list(c.warnings),
+        "watchdog_warning": c.watchdog,
         "notes": list(c.notes),
         # The cache plan's origin, as fit's: "table", "mlx-lm <version>" or unverified.
         "family_known": c.result.family_known if c.result is not None else True,
@@ -87,10 +89,11 @@ def _gb(n: int) -> str:
 
 
 def _fits(c: Any) -> str:
+    dog = "!" if c.watchdog else ""  # prefill may trip the GPU watchdog (FitResult.watchdog)
     if c.fits_coexist:
-        return "[green]yes[/]"
+        return f"[green]yes[/]{dog}"
     if c.runs:
-        return "[yellow]usable[/]"
+        return f"[yellow]usable[/]{dog}"
     return "[yellow]buffer[/]" if c.fits else "[red]no[/]"
 
 
@@ -168,6 +171,8 @@ def render_pick(p: Any, out: Any) -> None:
         out.print("[dim]GB = 10^9 B; total = peak at the context; fits: yes = within the coexist "
                   "budget, usable = only within the usable memory, buffer = the total fits but "
                   "one array exceeds the GPU's largest buffer[/]")
+    if any(c.watchdog for c in (*p.candidates, *(p.catalog or ()))):
+        out.print(f"[dim]! {WATCHDOG_KEY}[/]")
     for w in p.warnings:
         if p.skipped and w.startswith("skipped "):
             continue  # listed under "skipped" already

@@ -61,6 +61,7 @@ class MatrixRow:
     result: FitResult = field(repr=False, compare=False)
     predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
     predicted_ttft_s: float | None = None
+    watchdog: str | None = None  # FitResult.watchdog: prefill may trip macOS's GPU watchdog
 
 
 @dataclass(frozen=True)
@@ -289,6 +290,7 @@ def _rows(inputs, arrays, run: Run, skus: list[Machine], cal, t: SkuTable,
             predicted_decode_tps=r.predicted_decode_tps, unverified=m.unverified,
             this_machine=_is_here(here, m), result=r,
             predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
+            watchdog=r.watchdog if r.runs else None,
         ))
     return rows
 

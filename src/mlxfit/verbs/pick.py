@@ -261,6 +261,7 @@ class Candidate:
     result: FitResult | None = field(default=None, repr=False, compare=False)
     predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
     predicted_ttft_s: float | None = None
+    watchdog: str | None = None  # FitResult.watchdog: prefill may trip macOS's GPU watchdog
 
 
 @dataclass(frozen=True)
@@ -458,6 +459,7 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
         budget=budget, budget_bytes=budget_bytes, reason=reason, warnings=warns,
         notes=notes, result=r,
         predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
+        watchdog=r.watchdog if r.runs else None,
     )
 
 

@@ -154,6 +154,8 @@ def serve_plan(
         head = m.usable_bytes - at(n).total_bytes
         k = int(min(SERVER_PROMPT_CACHE_SIZE, head // per)) if per else SERVER_PROMPT_CACHE_SIZE
         r = at(n, k)
+        if r.watchdog:  # the one rule fit, matrix and pick apply (FitResult.watchdog)
+            warnings.insert(0, r.watchdog)
         # The server trims to (cap - the batch's own caches): with every sequence at the
         # context that leaves k entries.
         cap = (k + n) * per

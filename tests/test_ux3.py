@@ -216,3 +216,40 @@ def test_f5_every_verb_shows_fits_gpu_watchdog_warning():
 
     cl = json.loads(mlxfit("cluster", llama, "--ctx", "32k", "--host", mac, "--json").stdout)
     assert dog in cl["warnings"]
+
+
+# ---------------------------------------------------------------- F6: fit --parallel = serve-plan
+@pytest.mark.parametrize("n", [1, 4])
+def test_f6_fit_parallel_agrees_with_serve_plan(n):
+    base = (Q8B, "--ctx", "32k" if n == 1 else "8k", "--machine", M4PRO24, "--json")
+    f = mlxfit("fit", *base, "--parallel", str(n))
+    s = mlxfit("serve-plan", *base, "--users", str(n))
+    fit, plan = json.loads(f.stdout), json.loads(s.stdout)
+    assert plan["concurrency"] == n, plan
+    assert f.returncode == s.returncode == 0, (f.stderr, s.stderr)
+    assert fit["total_bytes"] == plan["total_bytes"]
+    assert fit["command"] == plan["command"]
+    assert f"--prompt-cache-bytes {plan['prompt_cache_bytes']}" in fit["command"]
+
+
+def test_f6_explicit_prompt_cache_is_sized_and_capped():
+    a = json.loads(mlxfit("fit", Q8B, "--ctx", "8k", "--machine", M4PRO24, "--parallel", "2",
+                          "--prompt-cache", "3", "--json").stdout)
+    b = json.loads(mlxfit("fit", Q8B, "--ctx", "8k", "--machine", M4PRO24, "--parallel", "2",
+                          "--prompt-cache", "1", "--json").stdout)
+    per = (a["total_bytes"] - b["total_bytes"]) // 2  # two more cached prompts
+    assert "--prompt-cache-size 3" in a["command"]
+    assert f"--prompt-cache-bytes {(3 + 2) * per}" in a["command"]
+
+
+def test_f6_server_advice_shows_batched_tok_s():
+    args = (Q8B, "--ctx", "8k", "--parallel", "8", "--prompt-cache", "10", "--machine", M4PRO24)
+    doc = json.loads(mlxfit("fit", *args, "--json").stdout)
+    opts = doc["advice"]["options"]
+    batched = [i for i, o in enumerate(opts) if "--decode-concurrency 8" in (o["command"] or "")]
+    assert batched, opts
+    text = mlxfit("fit", *args).stdout.splitlines()
+    for i in batched:
+        line = next(ln for ln in text if ln.startswith(f" {i + 1}. "))
+        single = f"{opts[i]['predicted_decode_tps']:,.1f} tok/s"
+        assert "tok/s per user" in line and single not in line, line

@@ -322,7 +322,11 @@ def render_advice(a: Any, console: Any) -> None:
                   "your --ctx is never changed silently:")
     for i, o in enumerate(a.options, 1):
         r = o.result
-        speed = (f"{r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
+        bd = r.serving.batched_decode if r.serving is not None else None
+        # A batch's option shows what each user gets and the batch's sum, not one stream's.
+        speed = (f"{bd.per_sequence_tps:,.1f} tok/s per user, {bd.aggregate_tps:,.1f} in all"
+                 if bd is not None
+                 else f"{r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
                  else "speed unknown")
         console.print(f" [bold]{i}. {esc(o.label)}[/]: total {gb(r.total_bytes)} of "
                       f"{gb(r.usable_bytes)}, largest safe context {r.max_safe_context:,}, "

@@ -253,3 +253,56 @@ def test_f6_server_advice_shows_batched_tok_s():
         line = next(ln for ln in text if ln.startswith(f" {i + 1}. "))
         single = f"{opts[i]['predicted_decode_tps']:,.1f} tok/s"
         assert "tok/s per user" in line and single not in line, line
+
+
+# ---------------------------------------------------------------- F3: past the trained context
+def _tiny(root: Path, max_pos: int, rope: dict | None) -> Path:
+    from st_helpers import qwen_tiny
+
+    folder = qwen_tiny(root)
+    cfg = json.loads((folder / "config.json").read_text())
+    cfg["max_position_embeddings"] = max_pos
+    cfg.pop("rope_scaling", None)
+    if rope is not None:
+        cfg["rope_scaling"] = rope
+    (folder / "config.json").write_text(json.dumps(cfg))
+    return folder
+
+
+@pytest.mark.parametrize("max_pos, rope, limit", [
+    (4096, {"rope_type": "yarn", "factor": 4.0}, 4 * 4096),
+    (8192, {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 4096}, 4 * 4096),
+    (4096, {"rope_type": "dynamic", "factor": 2.0}, 2 * 4096),
+    (4096, None, 4096),
+    (4096, {"rope_type": "linear", "factor": 8.0}, 4096),  # trained with it: already the length
+    (4096, {"rope_type": "llama3", "factor": 8.0, "original_max_position_embeddings": 1024},
+     4096),
+])
+def test_f3_rope_scaling_sets_the_context_limit_as_mlx_lm_applies_it(tmp_path, max_pos, rope,
+                                                                      limit):
+    folder = _tiny(tmp_path / "m", max_pos, rope)
+    r = mlxfit("fit", str(folder), "--ctx", "16k", "--machine", M4PRO24, "--json")
+    doc = json.loads(r.stdout)
+    assert doc["context_limit"] == limit
+    assert doc["beyond_context_limit"] == (16384 > limit)
+    assert r.returncode == (1 if 16384 > limit else 0), r.stderr
+
+
+def test_f3_past_the_trained_context_shows_memory_speed_and_a_longer_sibling():
+    args = ("fit", "mlx-community/Qwen3-30B-A3B-4bit", "--ctx", "64k", "--machine",
+            "M4 Pro 48GB")
+    r = mlxfit(*args, "--json")
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1 and doc["beyond_context_limit"] and not doc["fits"]
+    assert doc["total_bytes"] < doc["usable_bytes"]
+    assert doc["predicted_decode_tps"] and doc["predicted_ttft_s"]
+    assert any("past the model's trained context" in w for w in doc["warnings"])
+    text = mlxfit(*args).stdout
+    head = text.splitlines()[0]
+    assert "FITS IN MEMORY" in head and "DOES NOT FIT" not in head
+    assert f"{doc['predicted_decode_tps']:,.1f} tok/s" in text
+    assert "mlx-community/Qwen3-30B-A3B-Instruct-2507-4bit: same size" in text
+    assert "rope_scaling" in text and "YaRN" in text
+    sib = json.loads(mlxfit("fit", "mlx-community/Qwen3-30B-A3B-Instruct-2507-4bit", "--ctx",
+                            "64k", "--machine", "M4 Pro 48GB", "--json").stdout)
+    assert sib["fits"] and f"{sib['predicted_decode_tps']:,.1f} tok/s" in text

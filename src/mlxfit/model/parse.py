@@ -19,6 +19,7 @@ from mlxfit.model.families import (
     resolve_family,
 )
 from mlxfit.model.mlx_lm_fields import absent_fields
+from mlxfit.model.rope_context import scaled_context
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +146,7 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     moe_inter = f.first_int(("moe_intermediate_size", "expert_intermediate_size"), 0)
     shared_inter = f.int("shared_expert_intermediate_size", 0) or shared_n * moe_inter
     intermediate = f.first_int(("intermediate_size", "block_ff_dim", "ffn_hidden_size"), 0)
-    max_pos = f.int("max_position_embeddings", 0) or None
+    max_pos, context_source = scaled_context(t, f.int("max_position_embeddings", 0) or None)
     tie = f.bool("tie_word_embeddings", bool(config.get("tie_word_embeddings", False)))
     if f.has("tie_embedding"):
         tie = f.bool("tie_embedding", tie)
@@ -162,6 +163,7 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         shared_intermediate=shared_inter,
         tie_embeddings=tie,
         max_position=max_pos,
+        context_source=context_source,
         layers=tuple(layers),
         own_cache=family.own_cache,
         scores_always=family.scores_always,

@@ -202,8 +202,12 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
     verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
-    if r.beyond_context:  # memory is not why: say what is
-        verdict += (f" (--ctx {r.context_tokens:,} is beyond the model's context limit of "
+    if r.beyond_context and r.total_bytes <= r.usable_bytes:  # memory is not why: say so
+        verdict = (f"[bold yellow]FITS IN MEMORY[/] ({gb(r.total_bytes)} of "
+                   f"{gb(r.usable_bytes)}), but {r.context_tokens:,} tokens is past the model's "
+                   f"trained context of {r.context_limit:,}")
+    elif r.beyond_context:
+        verdict += (f" (and --ctx {r.context_tokens:,} is past the model's trained context of "
                     f"{r.context_limit:,} tokens)")
     if r.fits and r.oversize_buffers:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
@@ -227,8 +231,9 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     t.add_row("usable", gb(r.usable_bytes), esc(r.usable_source))
     t.add_row("headroom", gb(r.usable_bytes - r.total_bytes), "")
     console.print(t)
+    source = f": {esc(r.context_source)}" if r.context_source else ""
     console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
-                  f"(model limit {r.context_limit:,})")
+                  f"(model limit {r.context_limit:,}{source})")
     if r.predicted_decode_tps is not None:
         console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] "
                       f"at {r.bandwidth_gbs:g} GB/s")

@@ -38,7 +38,7 @@ from mlxfit.model.names import quant_family
 from mlxfit.model.quantize import QuantRecipe
 from mlxfit.model.weights import summarize_weights
 from mlxfit.settings import mlx_scheduler_env
-from mlxfit.sources.catalog import catalog_ids
+from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.convert_plan import (
@@ -279,6 +279,11 @@ def planned_serving(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                    draft=draft, prompt_cache_bytes=(k + n) * per)
 
 
+# "The same size" for a longer-context alternative: weights within 10% (one quantization and
+# parameter count; a different bit width is 25% or more away).
+SAME_SIZE = 0.10
+
+
 class _Evaluator:
     """advise.Evaluator: re-runs the same fit for a changed run, serving set-up, a sibling
     quantization or a wired limit."""
@@ -317,6 +322,24 @@ class _Evaluator:
                     sibs.append((loaded[0].weights.total_bytes, rid))
             self._siblings = [rid for _, rid in sorted(sibs, reverse=True)]
         return self._siblings
+
+    def longer_context(self, run: Run, serving) -> list[tuple[str, FitResult]]:
+        """Catalog models of this one's size (weights within SAME_SIZE) trained to run.ctx or
+        more, with their fit here; closest in size first, at most two."""
+        own = self._inputs.weights.total_bytes
+        found = []
+        for rid in catalog_ids():
+            e = load_entry(rid)
+            if rid.lower() == self._inputs.name.lower() or e is None \
+                    or abs(e.total_bytes - own) > SAME_SIZE * own:
+                continue
+            try:
+                r = self(run, serving, model=rid)
+            except MlxfitError:  # an unreadable entry is simply not offered
+                continue
+            if not r.beyond_context:
+                found.append((abs(e.total_bytes - own), rid, r))
+        return [(rid, r) for _, rid, r in sorted(found, key=lambda x: (x[0], x[1]))[:2]]
 
     def _load(self, rid: str) -> tuple[ModelInputs, tuple]:
         if rid not in self._models:

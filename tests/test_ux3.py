@@ -306,3 +306,74 @@ def test_f3_past_the_trained_context_shows_memory_speed_and_a_longer_sibling():
     sib = json.loads(mlxfit("fit", "mlx-community/Qwen3-30B-A3B-Instruct-2507-4bit", "--ctx",
                             "64k", "--machine", "M4 Pro 48GB", "--json").stdout)
     assert sib["fits"] and f"{sib['predicted_decode_tps']:,.1f} tok/s" in text
+
+
+# ---------------------------------------------------------------- F8: 80 columns and pipes
+def mlxfit_tty(*args: str, cols: int = 80) -> str:
+    """The console script on a real pseudo-terminal `cols` wide (COLUMNS too): its output."""
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": str(cols), "NO_COLOR": "1",
+           "TERM": "dumb"}
+    p = subprocess.Popen([sys.executable, "-m", "mlxfit", *args], stdout=slave, stderr=slave,
+                         stdin=subprocess.DEVNULL, env=env, close_fds=True)
+    os.close(slave)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # the child closed the terminal
+            break
+        if not chunk:
+            break
+        out += chunk
+    os.close(master)
+    p.wait(timeout=120)
+    return out.decode().replace("\r\n", "\n")
+
+
+COMMAND_STARTS = ("$ ", "mlx-lm: ", "mlx_lm.", "mlx.launch", "sudo ")
+
+
+def _prose_fits(text: str, cols: int = 80) -> None:
+    """Every line but a command to copy fits the width: rich word-wrapped it, no terminal cut."""
+    for line in text.splitlines():
+        if len(line) > cols:
+            assert line.strip().startswith(COMMAND_STARTS), line
+
+
+def test_f8_fit_keeps_the_verdict_whole_at_80_columns():
+    llama = "mlx-community/Llama-3.3-70B-Instruct-4bit"
+    out = mlxfit_tty("fit", llama, "--ctx", "64k", "--machine", "M4 Max 64GB")
+    assert "DOES NOT FIT" in out.splitlines()[0], out[:300]
+    _prose_fits(out)
+
+
+def test_f8_pick_never_splits_a_model_id_at_80_columns():
+    args = ("pick", "--catalog", "--machine", "M4 Pro 48GB", "--ctx", "32k")
+    doc = json.loads(mlxfit(*args, "--json").stdout)
+    ids = [c["model"] for c in doc["catalog"]]
+    assert any(len(i) > 40 for i in ids)
+    lines = mlxfit_tty(*args).splitlines()
+    for i in ids:
+        assert any(i in ln for ln in lines), i
+    _prose_fits("\n".join(lines))
+
+
+@pytest.mark.parametrize("args", [
+    ("fit", Q8B, "--machine", M4PRO24),
+    ("matrix", Q8B, "--chips", "M4 Pro"),
+    ("pick", "--catalog", "--machine", M4PRO24),
+    ("serve-plan", Q8B, "--machine", M4PRO24, "--ctx", "8k"),
+])
+def test_f8_piped_tables_have_no_trailing_spaces(args):
+    r = mlxfit(*args)
+    assert r.returncode in (0, 1), r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) > 5
+    assert [ln for ln in lines if ln != ln.rstrip(" ")] == []

@@ -198,6 +198,13 @@ def _weights_note(d: WeightsDetail | None) -> str:
     return "; ".join(parts)
 
 
+def _cells(markup: str) -> int:
+    """Terminal cells a one-line markup string takes."""
+    from rich.text import Text  # rich is heavy: only a text report needs it
+
+    return Text.from_markup(markup).cell_len
+
+
 def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
@@ -212,8 +219,12 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if r.fits and r.oversize_buffers:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
     unverified = "" if r.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"
-    console.print(f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] "
-                  f"at {r.context_tokens:,} tokens: {verdict}{unverified}")
+    what = f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] at {r.context_tokens:,} tokens"
+    head = f"{what}: {verdict}{unverified}"
+    if console.is_terminal and _cells(head) > console.width:
+        # Too wide for the terminal: the verdict first, whole, so a wrap never splits it.
+        head = f"{verdict}{unverified}: {what}"
+    console.print(head)
     render_conversion(_conversion(r), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")

@@ -377,3 +377,84 @@ def test_f8_piped_tables_have_no_trailing_spaces(args):
     lines = r.stdout.splitlines()
     assert len(lines) > 5
     assert [ln for ln in lines if ln != ln.rstrip(" ")] == []
+
+
+# ---------------------------------------------------------------- F4: measure
+def _spawn_tty(*args: str, cols: int = 120):
+    import fcntl
+    import pty
+    import struct
+    import termios
+
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
+    env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": str(cols), "TERM": "xterm"}
+    p = subprocess.Popen([sys.executable, "-m", "mlxfit", *args], stdout=slave, stderr=slave,
+                         stdin=subprocess.DEVNULL, env=env, close_fds=True)
+    os.close(slave)
+    return p, master
+
+
+def _read_until(master: int, p, seen: list[str], done, limit_s: float = 300) -> bool:
+    """Read the terminal into `seen` until done(text) (True) or the process ends (False)."""
+    import select
+    import time
+
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        r, _, _ = select.select([master], [], [], 0.2)
+        if r:
+            try:
+                seen.append(os.read(master, 65536).decode(errors="replace"))
+            except OSError:
+                return False
+            if done("".join(seen)):
+                return True
+        elif p.poll() is not None:
+            return False
+    return False
+
+
+def test_f4_measure_stops_on_ctrl_c_and_its_clock_moves_within_a_chunk():
+    """A 0.6B 4-bit model on MLX's CPU backend spends minutes in its one prefill chunk: the
+    clock must tick while it does, and a real SIGINT must end the run (exit 130)."""
+    import re
+    import signal
+
+    pytest.importorskip("mlx_lm")
+    p, master = _spawn_tty("measure", "mlx-community/Qwen3-0.6B-4bit", "--random-weights",
+                           "--ctx", "1024", "--gen", "1")
+    seen: list[str] = []
+    try:
+        clocks = re.compile(r"prefill 0 of [\d,]+ prompt tokens \(chunk 0 of 1\), (\d+) s")
+        in_chunk = _read_until(master, p, seen, lambda t: len(set(clocks.findall(t))) >= 2)
+        assert in_chunk, "".join(seen)[-2000:]
+        os.kill(p.pid, signal.SIGINT)
+        rc = p.wait(timeout=60)  # the chunk alone takes minutes: only a stop ends it here
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+        os.close(master)
+    assert rc == 130
+
+
+def test_f4_unquantized_builds_the_config_without_its_quantization(tmp_path):
+    pytest.importorskip("mlx_lm")
+    cfg = {"model_type": "qwen3", "hidden_size": 64, "num_hidden_layers": 2,
+           "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+           "intermediate_size": 128, "vocab_size": 256, "rms_norm_eps": 1e-6,
+           "rope_theta": 10000, "max_position_embeddings": 4096, "tie_word_embeddings": True,
+           "quantization": {"group_size": 64, "bits": 4}}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    run = ("measure", str(tmp_path), "--random-weights", "--ctx", "64", "--gen", "2",
+           "--dtype", "float32", "--json")
+    q, u = mlxfit(*run), mlxfit(*run, "--unquantized")
+    assert q.returncode == u.returncode == 0, (q.stderr, u.stderr)
+    wq = {t["name"]: t for t in json.loads(q.stdout)["comparison"]}["weights"]
+    du = json.loads(u.stdout)
+    wu = {t["name"]: t for t in du["comparison"]}["weights"]
+    assert wu["measured"] == wu["predicted"] > 4 * wq["measured"]  # float32 vs 4-bit
+    assert not any("quantized" in w for w in du["warnings"])
+    assert "--unquantized" in one_error_line(mlxfit("measure", str(tmp_path), "--ctx", "64",
+                                                    "--unquantized"))

@@ -458,3 +458,31 @@ def test_f4_unquantized_builds_the_config_without_its_quantization(tmp_path):
     assert not any("quantized" in w for w in du["warnings"])
     assert "--unquantized" in one_error_line(mlxfit("measure", str(tmp_path), "--ctx", "64",
                                                     "--unquantized"))
+
+
+# ---------------------------------------------------------------- an mlx-lm older than 0.32
+def _dist(root: Path, version: str) -> Path:
+    """A real installed-package record of mlx-lm at `version` (what importlib.metadata reads)."""
+    d = root / f"mlx_lm-{version}.dist-info"
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: mlx-lm\nVersion: {version}\n")
+    return root
+
+
+@pytest.mark.parametrize("verb", [("fit", Q8B), ("serve-plan", Q8B, "--ctx", "8k"), ("pick",)])
+def test_old_mlx_lm_on_this_machine_gets_one_warning(tmp_path, verb):
+    old = _dist(tmp_path / "old", "0.20.1")
+    new = _dist(tmp_path / "new", "0.32.9")
+    hub = {"HF_HUB_CACHE": str(tmp_path / "hub")}  # pick scans an empty cache, not the user's
+    env_old = {"PYTHONPATH": f"{old}{os.pathsep}{SRC}", **hub}
+    r = mlxfit(*verb, "--json", env=env_old)
+    warn = [w for w in json.loads(r.stdout)["warnings"] if "mlx-lm 0.20.1" in w]
+    assert len(warn) == 1 and "0.32" in warn[0], r.stdout[-800:]
+    # the text report says it on one line
+    lines = [ln for ln in mlxfit(*verb, env=env_old).stdout.splitlines() if "0.20.1" in ln]
+    assert len(lines) == 1 and lines[0].startswith("warning:")
+    # a named Mac is not this machine; 0.32 or newer is what mlxfit models
+    named = mlxfit(*verb, "--machine", M4PRO24, "--json", env=env_old)
+    assert "0.20.1" not in named.stdout
+    current = mlxfit(*verb, "--json", env={"PYTHONPATH": f"{new}{os.pathsep}{SRC}", **hub})
+    assert "mlxfit models mlx-lm" not in current.stdout

@@ -56,6 +56,7 @@ from mlxfit.verbs.edges import (
     machine_for,
     machine_with_wired_limit,
     run_on,
+    this_machine_warnings,
     vision_note,
 )
 from mlxfit.verbs.plan import check_plan, with_plan
@@ -160,7 +161,8 @@ def fit(
                 f"{SERVER_PROMPT_CACHE_SIZE} as fit beside {parallel} sequence(s), as "
                 "serve-plan plans them (--prompt-cache N sizes N)"),) \
         if parallel is not None and prompt_cache is None else ()
-    r = replace(r, warnings=plan_warnings + r.warnings, notes=r.notes + plan_notes + planned)
+    r = replace(r, warnings=this_machine_warnings(machine) + plan_warnings + r.warnings,
+                notes=r.notes + plan_notes + planned)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.

@@ -52,7 +52,12 @@ from mlxfit.sources.hf_cache import (
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
 from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
-from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    check_machine_params,
+    machine_for,
+    this_machine_warnings,
+)
 from mlxfit.verbs.fit import fit_served
 from mlxfit.verbs.pick_rule import Option, choose
 from mlxfit.verbs.pick_rule import gb as _gb
@@ -374,6 +379,7 @@ def pick(
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_cache_dir()
 
     loaded, skipped, warnings = scan_cache(cache)
+    warnings[:0] = this_machine_warnings(machine)
     notes = list(m.notes)
     if not cache.exists():
         notes.append(f"no Hugging Face cache at {cache}")

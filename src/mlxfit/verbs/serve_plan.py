@@ -28,7 +28,12 @@ from mlxfit.json_result import JsonResult
 from mlxfit.mlx_lm_defaults import DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.model.inputs import model_arrays, model_inputs
 from mlxfit.sources.resolve import resolve_model
-from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    check_machine_params,
+    machine_for,
+    this_machine_warnings,
+)
 from mlxfit.verbs.fit import fit_served, planned_serving
 
 # The largest concurrency searched without --users: far beyond where a Mac's aggregate
@@ -128,7 +133,7 @@ def serve_plan(
     arrays = model_arrays(src)
     m = machine_for(machine, memory_budget_gb, macos)
     cfg = inputs.cfg
-    warnings = [WARN_CONTEXT, WARN_BYTES_CAP, WARN_SEQUENTIAL]
+    warnings = [*this_machine_warnings(machine), WARN_CONTEXT, WARN_BYTES_CAP, WARN_SEQUENTIAL]
     blockers = batch_blockers(cfg, run, Serving(parallel=2))
     batched = not blockers
     if not batched:

@@ -486,3 +486,11 @@ def test_old_mlx_lm_on_this_machine_gets_one_warning(tmp_path, verb):
     assert "0.20.1" not in named.stdout
     current = mlxfit(*verb, "--json", env={"PYTHONPATH": f"{new}{os.pathsep}{SRC}", **hub})
     assert "mlxfit models mlx-lm" not in current.stdout
+
+
+@pytest.mark.parametrize("verb", [("matrix", "--chips", "M4 Pro"), ("cluster", "--host", M4PRO24)])
+def test_f9_model_flag_in_the_other_model_verbs(verb):
+    a = mlxfit(verb[0], "--model", Q8B, *verb[1:], "--json")
+    b = mlxfit(verb[0], Q8B, *verb[1:], "--json")
+    assert a.returncode == b.returncode == 0, a.stderr
+    assert json.loads(a.stdout) == json.loads(b.stdout)

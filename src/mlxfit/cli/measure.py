@@ -23,6 +23,7 @@ from mlxfit.cli.options import (
     QuantizedKvStartOpt,
     RevisionOpt,
 )
+from mlxfit.cli.positional import ModelFlagCommand
 from mlxfit.cli.progress import ProgressLine
 from mlxfit.errors import MlxfitError
 from mlxfit.mlx_lm_defaults import (
@@ -90,7 +91,7 @@ def run_in_child(kwargs: dict, display: ProgressLine):
         proc.join()
         recv.close()
 
-@app.command("measure")
+@app.command("measure", cls=ModelFlagCommand)  # --model X: mlx-lm's spelling
 def measure_cmd(
     model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id; with "
                                 "--random-weights also a catalog/Hub id or a config.json."),

@@ -31,6 +31,7 @@ from mlxfit.mlx_lm_defaults import (
     DEFAULT_PREFILL_STEP_SIZE,
     DEFAULT_QUANTIZED_KV_START,
 )
+from mlxfit.model.mlx_extra import require_mlx
 from mlxfit.render import dumps
 from mlxfit.render.measure import measurement_to_json, render_measurement
 from mlxfit.verbs.measure.twin import measure
@@ -60,6 +61,7 @@ def _child(conn, kwargs: dict) -> None:
 
 def run_in_child(kwargs: dict, display: ProgressLine):
     """``measure(**kwargs)`` in a spawned process; KeyboardInterrupt here kills it."""
+    require_mlx()  # here, where the install hint is one line before a process is spawned
     mp = multiprocessing.get_context("spawn")
     recv, send = mp.Pipe(duplex=False)
     proc = mp.Process(target=_child, args=(send, kwargs), daemon=True)

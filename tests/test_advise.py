@@ -38,7 +38,8 @@ CASES = {
     "smaller-quant": (Q30_8, 32768, {"machine": "M4 Max 36GB"}),
     "sliding-window": (GEMMA, 32768, {"machine": M4PRO}),
     "sinks-budget": (GPTOSS, 131072, {"machine": M4PRO, "memory_budget_gb": 13}),
-    "server": (Q8B, 32768, {"machine": M4PRO, "parallel": 4}),
+    # --prompt-cache 10 asked for: without it fit plans the cached prompts that fit (issue 28)
+    "server": (Q8B, 32768, {"machine": M4PRO, "parallel": 4, "prompt_cache": 10}),
     "server-cache": (Q8B, 32768, {"machine": M4PRO, "parallel": 2, "prompt_cache": 4}),
     "draft": (Q8B, 32768, {"machine": M4PRO, "memory_budget_gb": 10, "draft_model": Q4B}),
     # Gemma 3 12B (head_dim 256: unfused on Metal) with a 50000-token chunk at 100K: one
@@ -59,7 +60,7 @@ def rerun_kwargs(option, base_kw: dict) -> tuple[str, dict]:
              "--kv-group-size": "kv_group_size", "--quantized-kv-start": "quantized_kv_start",
              "--max-kv-size": "max_kv_size", "--decode-concurrency": "parallel",
              "--prompt-cache-size": "prompt_cache", "--max-tokens": None,
-             "--prompt-concurrency": None}
+             "--prompt-concurrency": None, "--prompt-cache-bytes": None}
     model = None
     i = 1
     while i < len(words):

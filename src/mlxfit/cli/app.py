@@ -4,6 +4,7 @@ runs, so `mlxfit fit` never pays for `cluster` or `measure`."""
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import sys
 from typing import NoReturn
@@ -25,6 +26,9 @@ except ImportError:  # pragma: no cover
 # In the order `mlxfit --help` lists them.
 VERBS = ("fit", "serve-plan", "machine", "matrix", "pick", "models", "measure", "calibrate",
          "cluster", "families")
+# Other spellings of a verb: the Python twin's name, and the words other tools use.
+VERB_ALIASES = {"serve_plan": "serve-plan", "serve": "serve-plan", "list": "models",
+                "machines": "machine"}
 
 
 class _Verbs(TyperGroup):
@@ -41,9 +45,25 @@ class _Verbs(TyperGroup):
             stdout_gone()
 
     def get_command(self, ctx, name: str):
+        name = VERB_ALIASES.get(name, name)
         if name not in VERBS:
             return None
         return get_command(importlib.import_module(f"mlxfit.cli.{name.replace('-', '_')}").app)
+
+    def resolve_command(self, ctx, args):
+        """An unknown verb's error keeps a "did you mean" (click's own message drops Typer's)."""
+        name = args[0] if args else ""
+        if args and self.get_command(ctx, name) is None and not ctx.resilient_parsing:
+            near = near_verbs(name)
+            hint = f" Did you mean {' or '.join(repr(v) for v in near)}?" if near else ""
+            ctx.fail(f"No such command {name!r}.{hint}")
+        return super().resolve_command(ctx, args)
+
+
+def near_verbs(name: str) -> list[str]:
+    """The verbs a mistyped one is closest to (`fti` -> fit, `matirx` -> matrix)."""
+    word = name.lower().replace("_", "-")
+    return difflib.get_close_matches(word, VERBS + tuple(VERB_ALIASES), n=2, cutoff=0.5)
 
 
 app = typer.Typer(

@@ -27,6 +27,7 @@ from mlxfit.cli.options import (
     RevisionOpt,
     WithVisionOpt,
 )
+from mlxfit.cli.positional import ModelFlagCommand
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.mlx_lm_defaults import (
     DEFAULT_KV_GROUP_SIZE,
@@ -41,7 +42,7 @@ from mlxfit.verbs.cluster.twin import cluster
 
 app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
-@app.command("cluster")
+@app.command("cluster", cls=ModelFlagCommand)  # --model X: mlx-lm's spelling
 def cluster_cmd(
     model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
     host: list[str] | None = typer.Option(  # noqa: B008 (Typer's idiom for a list option)

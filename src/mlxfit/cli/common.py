@@ -56,18 +56,60 @@ UNWRAPPED_WIDTH = 10_000
 MIN_TERMINAL_WIDTH = 40
 
 
+# A line holding a command to copy: the terminal soft-wraps it (one logical line pastes whole);
+# every other line is word-wrapped to the terminal's width.
+_COMMAND_STARTS = ("$ ", "mlx-lm: ", "mlx_lm.", "mlx.launch", "sudo ")
+
+
+class _StripTrailing:
+    """A text stream that drops the spaces a table pads its last column with, line by line."""
+
+    def __init__(self, stream):
+        self._stream = stream
+        self._pending = ""
+
+    def write(self, text: str) -> int:
+        *lines, self._pending = (self._pending + text).split("\n")
+        for line in lines:
+            self._stream.write(line.rstrip(" ") + "\n")
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._stream.write(self._pending)
+            self._pending = ""
+        self._stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
 def console(stderr: bool = False):
     from rich.console import Console  # rich is heavy: imported when a report is printed
+    from rich.text import Text
+
+    class _Terminal(Console):
+        """Prose a renderer prints unwrapped (soft_wrap=True) is word-wrapped on a terminal,
+        never cut mid-word; a command line stays one logical line."""
+
+        def print(self, *objects, soft_wrap=None, **kw):
+            if soft_wrap and len(objects) == 1 and isinstance(objects[0], str) \
+                    and not Text.from_markup(objects[0]).plain.lstrip().startswith(
+                        _COMMAND_STARTS):
+                soft_wrap = False
+            super().print(*objects, soft_wrap=soft_wrap, **kw)
 
     # No emoji codes either: a model named "x:fire:" is printed as written.
-    c = Console(stderr=stderr, highlight=False, emoji=False)
+    c = _Terminal(stderr=stderr, highlight=False, emoji=False)
     if not c.is_terminal:
-        c = Console(stderr=stderr, highlight=False, emoji=False, width=UNWRAPPED_WIDTH,
+        # Piped: unwrapped, and without the spaces a table pads its last column with.
+        stream = _StripTrailing(sys.stderr if stderr else sys.stdout)
+        c = Console(file=stream, highlight=False, emoji=False, width=UNWRAPPED_WIDTH,
                     soft_wrap=True)
     elif not MIN_TERMINAL_WIDTH <= c.width <= UNWRAPPED_WIDTH:
         # COLUMNS=0 printed an empty report (exit 0); COLUMNS=10^9 would pad lines to it.
-        c = Console(stderr=stderr, highlight=False, emoji=False,
-                    width=min(max(c.width, MIN_TERMINAL_WIDTH), UNWRAPPED_WIDTH))
+        c = _Terminal(stderr=stderr, highlight=False, emoji=False,
+                      width=min(max(c.width, MIN_TERMINAL_WIDTH), UNWRAPPED_WIDTH))
     c.on_broken_pipe = stdout_gone  # Rich's own exits 1, which says "does not fit"
     return c
 

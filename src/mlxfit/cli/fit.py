@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import typer
-from typer.core import TyperCommand
 
 from mlxfit.cli.common import console, fail
 from mlxfit.cli.options import (
@@ -29,6 +28,7 @@ from mlxfit.cli.options import (
     RevisionOpt,
     WithVisionOpt,
 )
+from mlxfit.cli.positional import ModelFlagCommand, model_or_default, unexpected
 from mlxfit.errors import MlxfitError
 from mlxfit.mlx_lm_defaults import (
     DEFAULT_KV_GROUP_SIZE,
@@ -47,20 +47,20 @@ app = typer.Typer(add_completion=False)  # the completion flags are the root com
 CHART_SUFFIXES = (".png", ".svg")
 
 
-def _chart_path(model: str, extra: list[str], chart: bool) -> tuple[str, str | None]:
+def _chart_path(model: str | None, extra: list[str],
+                chart: bool) -> tuple[str | None, str | None]:
     """`--chart [PATH]`: Typer has no optional option values, so a PATH after --chart arrives
     as a positional argument; it is the one ending in .png/.svg. Returns (model, path)."""
-    words = [model] + list(extra)
+    words = ([model] if model is not None else []) + list(extra)
     paths = [w for w in words if w.lower().endswith(CHART_SUFFIXES)]
     rest = [w for w in words if w not in paths]
     if (paths and not chart) or len(paths) > 1 or len(rest) > 1:
-        unexpected = (paths + rest[1:]) if not chart else (paths[1:] + rest[1:])
-        raise typer.BadParameter(f"unexpected argument {unexpected[0]!r} "
-                                 "(a chart file goes after --chart and ends in .png or .svg)")
-    return (rest[0] if rest else DEFAULT_MODEL), (paths[0] if paths else None)
+        stray = (paths + rest[1:]) if not chart else (paths[1:] + rest[1:])
+        raise unexpected(stray[0], "a chart file goes after --chart and ends in .png or .svg")
+    return (rest[0] if rest else None), (paths[0] if paths else None)
 
 
-class _FitCommand(TyperCommand):
+class _FitCommand(ModelFlagCommand):
     """`--chart=out.svg` is `--chart out.svg`: the flag takes no value of its own (Typer has no
     optional option values), so the path is split off and read as the positional word."""
 
@@ -77,7 +77,7 @@ class _FitCommand(TyperCommand):
 @app.command("fit", cls=_FitCommand, context_settings={"allow_extra_args": True})
 def fit_cmd(
     typer_ctx: typer.Context,
-    model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
+    model: str | None = typer.Argument(None, help=f"Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only); also --model. Default: {DEFAULT_MODEL}.", show_default=False),
     ctx: CtxOpt = 8192,
     machine: MachineOpt = None,
     memory_budget: MemoryBudgetOpt = None,
@@ -94,8 +94,8 @@ def fit_cmd(
     as_json: JsonOpt = False,
     explain: ExplainOpt = False,
     advise: bool = typer.Option(False, "--advise", help="What would make it fit, cheapest first, with the mlx-lm command (shown anyway when it does not fit)."),
-    parallel: int | None = typer.Option(None, "--parallel", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
-    prompt_cache: int | None = typer.Option(None, "--prompt-cache", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
+    parallel: int | None = typer.Option(None, "--parallel", "--decode-concurrency", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
+    prompt_cache: int | None = typer.Option(None, "--prompt-cache", "--prompt-cache-size", help="Prompts mlx_lm.server keeps cached (its default is 10 when serving)."),
     draft_model: str | None = typer.Option(None, "--draft-model", help="Speculative decoding draft: its weights and KV count."),
     chart: bool = typer.Option(False, "--chart", help="Memory and tok/s against context in the terminal; --chart out.png|out.svg (or --chart=out.svg) writes a file."),
     verbose: bool = typer.Option(False, "--verbose", help="Say what reading a Hub model cost (requests, bytes)."),
@@ -109,8 +109,9 @@ def fit_cmd(
 ) -> None:
     """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""
     try:
-        model, chart_file = _chart_path(model, typer_ctx.args, chart)
-    except typer.BadParameter as e:
+        given, chart_file = _chart_path(model, typer_ctx.args, chart)
+        model = model_or_default(given, "fit")
+    except (typer.BadParameter, MlxfitError) as e:
         fail(e, as_json)
         return
     try:

@@ -28,6 +28,7 @@ from mlxfit.cli.options import (
     RevisionOpt,
     WithVisionOpt,
 )
+from mlxfit.cli.positional import ModelFlagCommand
 from mlxfit.errors import MlxfitError
 from mlxfit.mlx_lm_defaults import (
     DEFAULT_KV_GROUP_SIZE,
@@ -40,7 +41,7 @@ from mlxfit.verbs.matrix import matrix
 
 app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
-@app.command("matrix")
+@app.command("matrix", cls=ModelFlagCommand)  # --model X: mlx-lm's spelling
 def matrix_cmd(
     model: str = typer.Argument(..., help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
     ctx: CtxOpt = 8192,

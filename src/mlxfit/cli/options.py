@@ -21,11 +21,12 @@ ServeCtxOpt = Annotated[int, typer.Option(
     "--ctx", parser=tokens, metavar="TOKENS",
     help="Tokens each request may reach (prompt + generated).")]
 GenOpt = Annotated[int, typer.Option(
-    "--gen", parser=tokens, metavar="TOKENS",
-    help="How many of the --ctx tokens are generated (the rest is prompt).")]
+    "--gen", "--max-tokens", parser=tokens, metavar="TOKENS",
+    help="How many of the --ctx tokens are generated (the rest is prompt); --max-tokens is "
+         "mlx-lm's name for it.")]
 # measure really generates them and times decode over them: at least 1 (default 16).
 MeasureGenOpt = Annotated[int, typer.Option(
-    "--gen", parser=tokens, metavar="TOKENS",
+    "--gen", "--max-tokens", parser=tokens, metavar="TOKENS",
     help="Tokens generated (>= 1); decode tok/s is over them.")]
 PrefillStepSizeOpt = Annotated[int, typer.Option(
     "--prefill-step-size", parser=tokens, metavar="TOKENS",

@@ -14,6 +14,7 @@ from mlxfit.cli.options import (
     RevisionOpt,
     ServeCtxOpt,
 )
+from mlxfit.cli.positional import ModelFlagCommand, model_or_default, unexpected
 from mlxfit.errors import MlxfitError
 from mlxfit.mlx_lm_defaults import DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.render import dumps
@@ -24,9 +25,10 @@ from mlxfit.verbs.serve_plan import serve_plan
 app = typer.Typer(add_completion=False)  # the completion flags are the root command's
 
 
-@app.command("serve-plan")
+@app.command("serve-plan", cls=ModelFlagCommand, context_settings={"allow_extra_args": True})
 def serve_plan_cmd(
-    model: str = typer.Argument(DEFAULT_MODEL, help="Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only)."),
+    typer_ctx: typer.Context,
+    model: str | None = typer.Argument(None, help=f"Folder, Hugging Face cache repo id, catalog id, or a Hub repo id (headers only); also --model. Default: {DEFAULT_MODEL}.", show_default=False),
     ctx: ServeCtxOpt = 32768,
     machine: MachineOpt = None,
     users: int | None = typer.Option(None, "--users", help="Plan for this many concurrent requests (default: as many as fit)."),
@@ -37,6 +39,13 @@ def serve_plan_cmd(
     as_json: JsonOpt = False,
 ) -> None:
     """How many concurrent requests mlx_lm.server holds at --ctx, how fast, with which flags."""
+    try:
+        if typer_ctx.args:
+            raise unexpected(typer_ctx.args[0], "serve-plan takes one model")
+        model = model_or_default(model, "serve-plan")
+    except (typer.BadParameter, MlxfitError) as e:
+        fail(e, as_json)
+        return
     try:
         p = serve_plan(model, ctx, machine=machine, users=users, memory_budget_gb=memory_budget,
                        macos=macos, revision=revision, prefill_step_size=prefill_step_size,

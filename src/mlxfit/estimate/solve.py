@@ -99,7 +99,9 @@ def context_limit(cfg: ModelConfig, run: Run) -> tuple[int, list[str]]:
     if not cfg.max_position:
         warn.append(f"config has no max_position_embeddings: max context searched up to {limit}")
     if run.ctx > limit:
-        warn.append(f"--ctx {run.ctx} is beyond the model's max_position_embeddings ({limit})")
+        warn.append(f"--ctx {run.ctx:,} is past the model's trained context of {limit:,} tokens "
+                    f"({cfg.context_source or 'max_position_embeddings'}): mlx-lm runs it, but "
+                    "output quality past it is not what the model was trained for")
     return limit, warn
 
 
@@ -196,6 +198,12 @@ class FitResult(JsonResult):
     predicted_decode_tps_short: float | None = None
     # Decode: the per-op seconds of one token (speed.decode_time_terms), for --explain
     decode_terms: tuple[Any, ...] = field(default=())
+    # estimate.compute.watchdog_warning's text (also in warnings): a prefill chunk may trip
+    # macOS's GPU watchdog. Every verb's rows read it here: one rule for fit, matrix, pick,
+    # serve-plan and a single-host cluster.
+    watchdog: str | None = None
+    # Why context_limit is longer than max_position_embeddings (ModelConfig.context_source).
+    context_source: str = ""
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:
@@ -264,9 +272,7 @@ def fit_core(
         warn.append("memory bandwidth unknown for this machine: no decode speed (pass --machine)")
     elif not memory_fits:
         warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
-    elif beyond:
-        pass  # a verdict of "does not fit" never carries a speed (matrix, pick rely on it)
-    else:
+    else:  # past the trained context too: the speed is shown beside its warning (issue 28)
         secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
         tps = 1.0 / secs
         speed_terms = tuple(st)
@@ -276,8 +282,8 @@ def fit_core(
             tps_short = 1.0 / short_s
         decode_terms = predicted_decode_terms(cfg, run, weights, bandwidth_gbs, cal,
                                               machine_name)
-    prompt = None
-    if compute is not None and bandwidth_gbs is not None and fits:
+    prompt = dog = None
+    if compute is not None and bandwidth_gbs is not None and memory_fits:
         prompt = predicted_ttft(cfg, run, weights, bandwidth_gbs, compute, cal, machine_name)
         if prompt is not None:
             dog = watchdog_warning(cfg, run, weights, bandwidth_gbs, compute, cal,
@@ -329,4 +335,6 @@ def fit_core(
         predicted_decode_tps_short=tps_short,
         prefill_terms=prompt.terms if prompt else (),
         decode_terms=decode_terms,
+        watchdog=dog,
+        context_source=cfg.context_source,
     )

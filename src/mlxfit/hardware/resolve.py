@@ -186,7 +186,10 @@ def find_chip(table: SkuTable, text: str) -> str:
     if hit is not None:
         return hit
     names = list(chips)
-    near = difflib.get_close_matches(text.strip(), names, n=3, cutoff=0.5)
+    gen = re.search(r"(?i)\bm\d+", text)
+    same = [n for n in names if gen and n.lower().split()[0] == gen.group(0).lower()]
+    near = (difflib.get_close_matches(text.strip(), same, n=3, cutoff=0.0) if same
+            else difflib.get_close_matches(text.strip(), names, n=3, cutoff=0.5))
     if not near:
         near = difflib.get_close_matches(_norm_chip(text), list(by_norm), n=3, cutoff=0.3)
         near = [by_norm[n] for n in near]
@@ -293,8 +296,28 @@ _CORES_RE = r"(?i)\b(\d+)\s*(?:-\s*)?(?:cores?|c)\b(?:\s*gpu\b)?"
 _RAM_RE = r"(?i)\b(\d+)\s*(?:gb|gib|g)\b"  # compiled on first use (re caches it): start-up
 
 
-def _parse_spec(spec: str) -> tuple[str, int | None, int]:
-    text = spec.strip()
+# Words around the chip in the names owners and shops use ("MacBook Air M3 16GB", "Mac Studio
+# M2 Ultra 192GB", 'MacBook Pro 14" (2024)'): the product says nothing the chip and RAM do not.
+_PRODUCT_RE = (r"(?i)\b(?:macbook\s*(?:air|pro)?|mac\s*(?:mini|studio|pro)|imac)\b"
+               r"|\(?\b(?:19|20)\d\d\)?|\b\d+(?:\.\d+)?\s*(?:-?\s*inch\b|\"|'')")
+# "12-core CPU" (Apple's spec-sheet wording): the CPU cores do not choose the GPU bin.
+_CPU_RE = r"(?i)\b\d+\s*-?\s*cores?\s*cpu\b"
+_TB_RE = r"(?i)\b(\d+(?:\.\d+)?)\s*tb\b"  # "M3 Ultra 0.5TB" = 512GB
+
+
+def _owner_words(spec: str) -> str:
+    """A machine name as an owner writes it, down to chip, cores and RAM: product words and the
+    CPU core count dropped, "M4Max64GB" spaced out, terabytes in GB."""
+    text = re.sub(_PRODUCT_RE, " ", spec)
+    text = re.sub(_CPU_RE, " ", text)
+    text = re.sub(r"(?i)\b(m\d+)\s*(pro|max|ultra)(?=\d|\b)", r"\1 \2 ", text)
+    text = re.sub(r"(?i)\b(m\d+)(?=\d+\s*(?:gb|gib|g|tb)\b)", r"\1 ", text)
+    text = re.sub(_TB_RE, lambda m: f"{round(float(m.group(1)) * 1024)}GB", text)
+    return re.sub(r"\s+", " ", text).strip(" ,-")
+
+
+def _parse_spec(spec: str, table: SkuTable | None = None) -> tuple[str, int | None, int]:
+    text = _owner_words(spec)
     shown = repr(spec if len(spec) <= 80 else spec[:77] + "...")  # one readable line
     if not text:
         raise MachineError("machine is empty; write it like 'M4 Pro 24GB'", param="machine")
@@ -304,7 +327,7 @@ def _parse_spec(spec: str) -> tuple[str, int | None, int]:
         # Accept a bare trailing number as the RAM size ("M4 Pro 24").
         m = re.search(r"\s(\d+)\s*$", rest)
         if not m:
-            raise MachineError(f"machine {shown} has no RAM size; write it like 'M4 Pro 24GB'",
+            raise MachineError(f"machine {shown} has no RAM size; {_sizes_hint(rest, table)}",
                                param="machine")
         rams = [m.group(1)]
         rest = rest[: m.start()]
@@ -327,13 +350,24 @@ def _parse_spec(spec: str) -> tuple[str, int | None, int]:
     return chip_text, cores, int(rams[0])
 
 
+def _sizes_hint(chip_text: str, table: SkuTable | None) -> str:
+    """For a bare chip ("M4"): the RAM sizes it ships in, as names to copy."""
+    t = sku_table_or_default(table)
+    try:
+        chip = find_chip(t, re.sub(_CORES_RE, " ", chip_text).strip())
+    except MachineError:
+        return "write it like 'M4 Pro 24GB'"
+    sizes = sorted({r for v in t["chips"][chip]["variants"] for r in v["ram_gb"]})
+    return (f"{chip} ships with {_gb_list(sizes)}: write it like '{chip} {sizes[0]}GB'")
+
+
 def resolve_machine(spec: str, macos_major: int = DEFAULT_MACOS, table: SkuTable | None = None) -> Machine:
     """A Mac described by a string: "M4 Pro 24GB", "Apple M4 Max 128GB", "M3 Max 30-core 96GB",
     "M4 Max 40c 128 GB". RAM is GB as Apple sells it (binary: 24GB = 24 * 2**30 bytes). Without GPU
     cores the RAM size chooses the bin. The usable figure is the working-set fraction for
     `macos_major` (26 by default: what a Mac bought today runs)."""
     t = sku_table_or_default(table)
-    chip_text, cores, ram_gb = _parse_spec(spec)
+    chip_text, cores, ram_gb = _parse_spec(spec, t)
     chip = find_chip(t, chip_text)
     variants = t["chips"][chip]["variants"]
     all_sizes = [r for v in variants for r in v["ram_gb"]]

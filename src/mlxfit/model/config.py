@@ -118,6 +118,9 @@ class ModelConfig:
     # mlx-lm's own classes ("mlx-lm <version>"), or neither: a plain transformer, unverified.
     family_known: bool = True
     plan_source: str = "table"
+    # Why max_position is longer than max_position_embeddings ("" when it is not): a
+    # rope_scaling mlx-lm applies (mlxfit.model.rope_context).
+    context_source: str = ""
 
     def __hash__(self) -> int:
         # The generated hash walks every layer; the estimators key their caches on the config

@@ -19,6 +19,7 @@ from mlxfit.model.families import (
     resolve_family,
 )
 from mlxfit.model.mlx_lm_fields import absent_fields
+from mlxfit.model.rope_context import scaled_context
 
 
 def text_fields(config: dict[str, Any]) -> dict[str, Any]:
@@ -155,6 +156,7 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         # transformers saves a composite model's text_config as its difference from the text
         # class's defaults, so a trained context equal to the default is left out.
         max_pos = TEXT_CONFIG_CONTEXT_DEFAULTS.get(str(config["text_config"].get("model_type")))
+    max_pos, context_source = scaled_context(t, max_pos)
     tie = f.bool("tie_word_embeddings", bool(config.get("tie_word_embeddings", False)))
     if f.has("tie_embedding"):
         tie = f.bool("tie_embedding", tie)
@@ -171,6 +173,7 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         shared_intermediate=shared_inter,
         tie_embeddings=tie,
         max_position=max_pos,
+        context_source=context_source,
         layers=tuple(layers),
         own_cache=family.own_cache,
         scores_always=family.scores_always,

@@ -25,6 +25,10 @@ from mlxfit.render.figures import duration, tokens_short
 from mlxfit.render.text import esc
 from mlxfit.shown import clip
 
+# The key of the "!" a table puts after "yes" where FitResult.watchdog is set (matrix, pick).
+WATCHDOG_KEY = ("prefill may trip macOS's GPU watchdog on a Mac with a display: a lower "
+                "--prefill-step-size avoids it (mlxfit fit --machine <Mac> says which)")
+
 if TYPE_CHECKING:  # advice and the chart are on demand: a plain fit never imports them
     from mlxfit.verbs.advise import Advice
     from mlxfit.verbs.chart import ChartData
@@ -200,18 +204,33 @@ def _weights_note(d: WeightsDetail | None) -> str:
     return "; ".join(parts)
 
 
+def _cells(markup: str) -> int:
+    """Terminal cells a one-line markup string takes."""
+    from rich.text import Text  # rich is heavy: only a text report needs it
+
+    return Text.from_markup(markup).cell_len
+
+
 def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
     verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
-    if r.beyond_context:  # memory is not why: say what is
-        verdict += (f" (--ctx {r.context_tokens:,} is beyond the model's context limit of "
+    if r.beyond_context and r.total_bytes <= r.usable_bytes:  # memory is not why: say so
+        verdict = (f"[bold yellow]FITS IN MEMORY[/] ({gb(r.total_bytes)} of "
+                   f"{gb(r.usable_bytes)}), but {r.context_tokens:,} tokens is past the model's "
+                   f"trained context of {r.context_limit:,}")
+    elif r.beyond_context:
+        verdict += (f" (and --ctx {r.context_tokens:,} is past the model's trained context of "
                     f"{r.context_limit:,} tokens)")
     if r.fits and r.oversize_buffers:
         verdict = "[bold red]FITS IN MEMORY, BUT AN ARRAY EXCEEDS THE GPU'S LARGEST BUFFER[/]"
     unverified = "" if r.family_known else " [bold yellow](UNVERIFIED: unknown family)[/]"
-    console.print(f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] "
-                  f"at {r.context_tokens:,} tokens: {verdict}{unverified}")
+    what = f"[bold]{esc(r.model)}[/] on [bold]{esc(r.machine_name)}[/] at {r.context_tokens:,} tokens"
+    head = f"{what}: {verdict}{unverified}"
+    if console.is_terminal and _cells(head) > console.width:
+        # Too wide for the terminal: the verdict first, whole, so a wrap never splits it.
+        head = f"{verdict}{unverified}: {what}"
+    console.print(head)
     render_conversion(_conversion(r), console)
     t = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     t.add_column("term")
@@ -229,8 +248,9 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     t.add_row("usable", gb(r.usable_bytes), esc(r.usable_source))
     t.add_row("headroom", gb(r.usable_bytes - r.total_bytes), "")
     console.print(t)
+    source = f": {esc(r.context_source)}" if r.context_source else ""
     console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
-                  f"(model limit {r.context_limit:,})")
+                  f"(model limit {r.context_limit:,}{source})")
     if r.predicted_decode_tps is not None:
         short = (f" ({r.predicted_decode_tps_short:,.1f} tok/s at {tokens_short(SHORT_CONTEXT)})"
                  if r.predicted_decode_tps_short is not None else "")
@@ -336,7 +356,11 @@ def render_advice(a: Any, console: Any) -> None:
                   "your --ctx is never changed silently:")
     for i, o in enumerate(a.options, 1):
         r = o.result
-        speed = (f"{r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
+        bd = r.serving.batched_decode if r.serving is not None else None
+        # A batch's option shows what each user gets and the batch's sum, not one stream's.
+        speed = (f"{bd.per_sequence_tps:,.1f} tok/s per user, {bd.aggregate_tps:,.1f} in all"
+                 if bd is not None
+                 else f"{r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
                  else "speed unknown")
         console.print(f" [bold]{i}. {esc(o.label)}[/]: total {gb(r.total_bytes)} of "
                       f"{gb(r.usable_bytes)}, largest safe context {r.max_safe_context:,}, "

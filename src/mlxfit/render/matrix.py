@@ -13,8 +13,8 @@ from mlxfit.render import (
     seconds_to_json,
     tps_to_json,
 )
-from mlxfit.render.fit import fit_machine, render_conversion
-from mlxfit.render.quants import quants_to_json, render_quants
+from mlxfit.render.fit import WATCHDOG_KEY, fit_machine, render_conversion
+from mlxfit.render.quants import quants_text, quants_to_json, render_quants
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
@@ -35,6 +35,7 @@ def row_to_json(r: MatrixRow) -> dict[str, Any]:
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
         "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
         "predicted_ttft_s": seconds_to_json(r.predicted_ttft_s),
+        "watchdog_warning": r.watchdog,
         "unverified": r.unverified,
         "this_machine": r.this_machine,
     }
@@ -107,7 +108,8 @@ def render_matrix(m: Any, out: Any) -> None:
                 f"{r.ram_gb}GB",
                 f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
                 _gb(r.usable_bytes),
-                "[green]yes[/]" if r.runs else "[yellow]buffer[/]" if r.fits else "[red]no[/]",
+                ("[green]yes[/]" + ("!" if r.watchdog else "")) if r.runs
+                else "[yellow]buffer[/]" if r.fits else "[red]no[/]",
                 f"{r.max_safe_context:,}",
                 f"{r.predicted_decode_tps:,.1f}"
                 if r.runs and r.predicted_decode_tps is not None else "",
@@ -130,6 +132,8 @@ def render_matrix(m: Any, out: Any) -> None:
                   f"first token of the whole prompt; tok/s and TTFT blank where it does not fit[/]")
     if any(r.unverified for r in m.rows):
         out.print("[dim]* rests on a weak source in apple_skus.toml[/]")
+    if any(r.watchdog for r in m.rows):
+        out.print(f"[dim]! {WATCHDOG_KEY}[/]")
     if any(r.fits and not r.runs for r in m.rows):
         out.print("[dim]buffer: the total fits, but one array exceeds the GPU's largest buffer "
                   "(maxBufferLength): Metal cannot allocate it[/]")
@@ -142,12 +146,15 @@ def render_matrix(m: Any, out: Any) -> None:
 CSV_HEADERS = ("family", "name", "chip", "gpu_cores", "ram_bytes", "bandwidth_gbs",
                "usable_bytes", "total_bytes", "headroom_bytes", "fits", "runs",
                "max_safe_context", "predicted_decode_tps", "predicted_prefill_tps",
-               "predicted_ttft_s", "unverified")
+               "predicted_ttft_s", "unverified", "watchdog_warning")
 
 
 def matrix_text(m: MatrixResult, fmt: str) -> str:
     """--format csv (the JSON's values, one row per SKU) or markdown: a table to paste into a
-    model card, "which Macs run this model, at what context, how fast"."""
+    model card, "which Macs run this model, at what context, how fast". With --quants: the
+    converted columns, as the terminal shows them."""
+    if m.quants:
+        return quants_text(m, fmt)
     if fmt == "csv":
         rows = []
         for r in m.rows:
@@ -157,7 +164,8 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             rows.append([flat[k] for k in CSV_HEADERS])
         return csv_text(CSV_HEADERS, rows)
     cells = [[controls(r.name), f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
-              "yes" if r.runs else "buffer" if r.fits else "no", f"{r.max_safe_context:,}",
+              ("yes!" if r.watchdog else "yes") if r.runs else "buffer" if r.fits else "no",
+              f"{r.max_safe_context:,}",
               f"{r.predicted_decode_tps:,.1f}"
               if r.runs and r.predicted_decode_tps is not None else "",
               f"{r.predicted_ttft_s:,.1f}" if r.runs and r.predicted_ttft_s is not None else ""]
@@ -171,6 +179,7 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             "context (faster near empty), blank where it does not run; TTFT: time to first "
             "token of the whole prompt, in seconds; GB = "
             "10^9 B" + ("; * a weakly sourced bandwidth" if any(r.unverified for r in m.rows)
-                        else "") + ".\n")
+                        else "")
+            + (f"; ! {WATCHDOG_KEY}" if any(r.watchdog for r in m.rows) else "") + ".\n")
     return head + markdown(("Mac", "GB/s", "runs", "max context", "decode tok/s", "TTFT s"),
                            cells, right=(False, True, False, True, True, True)) + foot

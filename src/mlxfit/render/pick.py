@@ -14,6 +14,7 @@ from mlxfit.render import (
     seconds_to_json,
     tps_to_json,
 )
+from mlxfit.render.fit import WATCHDOG_KEY
 from mlxfit.render.tabular import csv_text, markdown
 from mlxfit.render.text import controls, esc
 from mlxfit.verbs.pick import Candidate, PickResult
@@ -43,6 +44,7 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "budget_bytes": c.budget_bytes,
         "reason": c.reason,
         "warnings": list(c.warnings),
+        "watchdog_warning": c.watchdog,
         "notes": list(c.notes),
         # The cache plan's origin, as fit's: "table", "mlx-lm <version>" or unverified.
         "family_known": c.result.family_known if c.result is not None else True,
@@ -87,10 +89,11 @@ def _gb(n: int) -> str:
 
 
 def _fits(c: Any) -> str:
+    dog = "!" if c.watchdog else ""  # prefill may trip the GPU watchdog (FitResult.watchdog)
     if c.fits_coexist:
-        return "[green]yes[/]"
+        return f"[green]yes[/]{dog}"
     if c.runs:
-        return "[yellow]usable[/]"
+        return f"[yellow]usable[/]{dog}"
     return "[yellow]buffer[/]" if c.fits else "[red]no[/]"
 
 
@@ -123,6 +126,38 @@ def _table(rows: Any, title: str, catalog: bool) -> Any:
     return t
 
 
+def _stacked(rows: Any, title: str, catalog: bool) -> Any:
+    """The table for a terminal too narrow for it (80 columns): each model id whole on its own
+    line, its figures on the next, so no id is cut into fragments."""
+    from rich.console import Group  # rich is heavy: only a text report needs it
+
+    lines = [f"[bold]{title}[/]"]
+    for i, c in enumerate(rows, 1):
+        mark = "" if catalog else (f"[bold green]> {i}[/]" if c.chosen else f"{i:>3}")
+        name = esc(c.model) + (" (default)" if c.is_default else "")
+        lines.append(f"{mark} {f'[bold green]{name}[/]' if c.chosen else name}".rstrip()
+                     if mark else name)
+        figures = [esc(c.quant), f"weights {_gb(c.weights_bytes)}", f"total {_gb(c.total_bytes)}",
+                   f"fits {_fits(c)}", f"max ctx {c.max_safe_context:,}"]
+        if c.runs and c.predicted_decode_tps is not None:
+            figures.append(f"{c.predicted_decode_tps:,.1f} tok/s")
+        if c.runs and c.predicted_ttft_s is not None:
+            figures.append(f"TTFT {c.predicted_ttft_s:,.1f} s")
+        lines.append("      " + "  ".join(figures))
+    return Group(*lines)
+
+
+def _rows_view(out: Any, rows: Any, title: str, catalog: bool) -> Any:
+    """The table, or its stacked form where the table would cut model ids (a narrow terminal)."""
+    from rich.measure import Measurement  # rich is heavy: only a text report needs it
+
+    t = _table(rows, title, catalog)
+    natural = Measurement.get(out, out.options.update_width(10_000), t).maximum
+    if not out.is_terminal or natural <= out.width:
+        return t
+    return _stacked(rows, title, catalog)
+
+
 def render_pick(p: Any, out: Any) -> None:
     runs_here = [c for c in p.catalog or () if c.runs]
     if p.chosen:
@@ -143,7 +178,7 @@ def render_pick(p: Any, out: Any) -> None:
           "no default model (--default-model or [pick] default_model sets one)")
     out.print(f"  {dm}; cache {esc(p.cache_dir)}")
     if p.candidates:
-        out.print(_table(p.candidates, "downloaded", catalog=False))
+        out.print(_rows_view(out, p.candidates, "downloaded", catalog=False))
         for i, c in enumerate(p.candidates, 1):
             verdict = "[green]chosen[/]" if c.chosen else "passed over"
             out.print(f"  {i}. {verdict} [dim](budget: {esc(c.budget)} "
@@ -160,7 +195,7 @@ def render_pick(p: Any, out: Any) -> None:
                       soft_wrap=True)
     if p.catalog is not None:
         if p.catalog:
-            out.print(_table(p.catalog, "built-in catalog, not downloaded: what could run "
+            out.print(_rows_view(out, p.catalog, "built-in catalog, not downloaded: what could run "
                              "here", catalog=True))
         elif p.only_fits:
             out.print("built-in catalog: nothing (not downloaded) runs here")
@@ -171,6 +206,8 @@ def render_pick(p: Any, out: Any) -> None:
                   "budget, usable = only within the usable memory, buffer = the total fits but "
                   "one array exceeds the GPU's largest buffer; tok/s = decode with the whole "
                   "context in the cache (faster near empty)[/]")
+    if any(c.watchdog for c in (*p.candidates, *(p.catalog or ()))):
+        out.print(f"[dim]! {WATCHDOG_KEY}[/]")
     for w in p.warnings:
         if p.skipped and w.startswith("skipped "):
             continue  # listed under "skipped" already

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import os
-from dataclasses import replace
 from pathlib import Path
 
 from mlxfit.errors import HubUnreachable, SourceError, WeightsError
@@ -107,6 +106,7 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     s = settings or from_environ()
     cache = hf_hub_cache_dir(s)
     partial: tuple[str, ...] = ()
+    not_cached: SourceError | None = None
     try:
         found = from_hf_cache(spec, revision, cache)
     except NotDownloaded as e:
@@ -116,11 +116,12 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     except OSError as e:  # a cache directory we may not search or list
         raise SourceError(f"cannot read the Hugging Face cache at {cache}: "
                           f"{e.filename}: {e.strerror or e}") from None
-    except SourceError:
-        # The repo is cached but not this revision: the Hub can still tell its headers.
+    except SourceError as e:
+        # The repo is cached but not this revision: the Hub can still tell its headers. The
+        # catalog's one version never stands in for a snapshot the user named (a hash typo).
         if revision is None or s.hub.offline:
             raise
-        found = None
+        found, not_cached = None, e
     except WeightsError as e:
         # A half-downloaded (or damaged) snapshot of a model the catalog knows: the catalog's
         # headers are the same files, so the answer does not wait for the download (ux-3 F18).
@@ -129,8 +130,9 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
             raise
         why = (f"the Hugging Face cache's copy cannot be read ({e}): sized from the built-in "
                "catalog's headers of the same repo")
-        found = replace(found, notes=(*found.notes, why))
-    found = found or _from_catalog(spec, revision, s.catalog_dir)
+        found = dataclasses.replace(found, notes=(*found.notes, why))
+    if not_cached is None:  # a revision the cache lacks never falls back to the catalog (F2)
+        found = found or _from_catalog(spec, revision, s.catalog_dir)
     if found is not None:
         return found
 
@@ -152,10 +154,14 @@ def resolve_model(spec: str, revision: str | None = None, *, progress: bool = Fa
     try:
         src = hub.fetch_model(spec, revision, progress=progress, settings=s)
         return dataclasses.replace(src, notes=src.notes + partial) if partial else src
-    except HubUnreachable:
+    except HubUnreachable as e:
+        if not_cached is not None:  # the cache's refusal names its snapshots: the likely typo
+            raise SourceError(f"{not_cached}; the Hub could not be asked ({e})",
+                              param="revision") from None
         raise
     except SourceError as e:  # the Hub has no such repo (or refuses it): a near name may help
         hint = did_you_mean(spec, s)
         if not hint:
             raise
         raise SourceError(f"{e}; {hint}", param=e.param, file=e.file, field=e.field) from None
+

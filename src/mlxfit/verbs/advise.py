@@ -65,6 +65,8 @@ class Evaluator(Protocol):
 
     def ttft(self, run: Run, *, model: str | None = None) -> float | None: ...
 
+    def longer_context(self, run: Run, serving: Serving) -> list[tuple[str, FitResult]]: ...
+
 
 @dataclass(frozen=True)
 class Change:
@@ -393,10 +395,7 @@ def advise(base: FitResult, ev: Evaluator, serving: Serving) -> Advice:
     if not problem:
         return Advice(needed=False, problem="", notes=("fits as asked: nothing to change",))
     if base.beyond_context:  # no memory lever reads past the model's limit; --ctx is the user's
-        note = (f"no setting makes the model read past its {base.context_limit:,}-token limit: "
-                f"ask for --ctx {base.context_limit:,} or less, or use a model with a longer "
-                "context")
-        return Advice(needed=True, problem=problem, notes=(note,))
+        return Advice(needed=True, problem=problem, notes=_past_context(base, ev, serving))
     s = _Search(base, ev, serving)
     start = _Cand(run=base.run, serving=serving)
     levers = _levers(s, base.run, serving)
@@ -449,6 +448,27 @@ def advise(base: FitResult, ev: Evaluator, serving: Serving) -> Advice:
     return Advice(needed=True, problem=problem, options=tuple(options[:MAX_OPTIONS]),
                   refused=tuple(Refused(k, v) for k, v in s.refused.items()),
                   notes=tuple(notes))
+
+
+def _past_context(base: FitResult, ev: Evaluator, serving: Serving) -> tuple[str, ...]:
+    """What reads past the trained context: rope_scaling (mlx-lm applies YaRN from
+    config.json), a same-size catalog model trained longer, or a shorter --ctx."""
+    notes = []
+    if not base.context_source:  # no rope_scaling stretches it yet
+        notes.append(
+            f"past {base.context_limit:,} tokens: mlx-lm applies a rope_scaling entry of "
+            "config.json (YaRN): where the model card documents one (Qwen3's: {\"rope_type\": "
+            "\"yarn\", \"factor\": 4.0, \"original_max_position_embeddings\": 32768}), adding "
+            "it to the model folder's config.json raises the limit to factor x that length")
+    for rid, r in ev.longer_context(base.run, serving):
+        speed = (f", {r.predicted_decode_tps:,.1f} tok/s" if r.predicted_decode_tps is not None
+                 else "")
+        verdict = "fits here" if r.runs else "does not fit here either"
+        notes.append(f"{rid}: same size ({r.weights_bytes / 1e9:,.2f} GB of weights), trained "
+                     f"to {r.context_limit:,} tokens; at {base.context_tokens:,} it {verdict} "
+                     f"({r.total_bytes / 1e9:,.2f} of {r.usable_bytes / 1e9:,.2f} GB{speed})")
+    notes.append(f"or ask for --ctx {base.context_limit:,} or less")
+    return tuple(notes)
 
 
 def _pair(s: _Search, start: _Cand, a: _Lever, b: _Lever) -> _Cand | None:

@@ -4,7 +4,9 @@ at a twin's entry, before any of that I/O."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import replace
+from importlib import metadata
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import load_calibration
@@ -66,6 +68,39 @@ def machine_for(machine: str | None, memory_budget_gb: float | None = None,
     if memory_budget_gb is not None:
         m = machine_with_budget(m, int(gigabytes(memory_budget_gb) * 1e9))
     return m
+
+
+# The mlx-lm release mlxfit's rules are read from (mlx_lm_defaults, model/*: mlx-lm 0.32.2).
+MODELLED_MLX_LM = (0, 32)
+
+
+def mlx_lm_version_warning(installed: str | None) -> tuple[str, ...]:
+    """The warning for sizing this machine with an mlx-lm older than the one mlxfit models
+    (none when it is not installed, is 0.32 or newer, or its version cannot be read)."""
+    if installed is None:
+        return ()
+    parts = re.match(r"(\d+)\.(\d+)", installed)
+    if parts is None or (int(parts[1]), int(parts[2])) >= MODELLED_MLX_LM:
+        return ()
+    want = ".".join(map(str, MODELLED_MLX_LM))
+    return ((f"mlx-lm {installed} is installed; mlxfit models mlx-lm {want}: older releases "
+            "build caches, chunk prefill and serve differently (mlx_lm.server's "
+            "--decode-concurrency, --prompt-concurrency and --prompt-cache-bytes, printed "
+            f"here, are {want}'s), so figures and commands may not match: pip install -U "
+            f"'mlx-lm>={want}'"),)
+
+
+def installed_mlx_lm() -> str | None:
+    """mlx-lm's installed version from its package metadata (never imported: it imports mlx)."""
+    try:
+        return metadata.version("mlx-lm")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def this_machine_warnings(machine: str | None) -> tuple[str, ...]:
+    """Warnings about the software on this machine, when this machine is the one sized."""
+    return () if machine else mlx_lm_version_warning(installed_mlx_lm())
 
 
 def calibration_for_user(calibration: Calibration | None = None) -> Calibration:

@@ -8,12 +8,14 @@ from typing import TYPE_CHECKING
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.estimate.batched import batched_step
+from mlxfit.estimate.batched import batched_step, seq_cache_bytes
 from mlxfit.estimate.command_buffers import parse_mlx_env
 from mlxfit.estimate.compute import predicted_ttft
 from mlxfit.estimate.kernels import kernel_note
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
+    SERVER_PROMPT_CACHE_SIZE,
+    DraftModel,
     Serving,
     all_buffers,
     check_serving,
@@ -36,7 +38,7 @@ from mlxfit.model.names import quant_family
 from mlxfit.model.quantize import QuantRecipe
 from mlxfit.model.weights import summarize_weights
 from mlxfit.settings import mlx_scheduler_env
-from mlxfit.sources.catalog import catalog_ids
+from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.hf_cache import hf_cache_ids
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.verbs.convert_plan import (
@@ -54,6 +56,7 @@ from mlxfit.verbs.edges import (
     machine_for,
     machine_with_wired_limit,
     run_on,
+    this_machine_warnings,
     vision_note,
 )
 from mlxfit.verbs.plan import check_plan, with_plan
@@ -141,11 +144,25 @@ def fit(
         m = machine_with_wired_limit(m, wired_limit_mb)
     arrays = model_arrays(src, with_vision)
     draft = load_draft(draft_model, revision=None, with_vision=False) if draft_model else None
-    serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft)
+    if parallel is not None and prompt_cache is None:
+        # No --prompt-cache: the cached prompts serve-plan plans (planned_serving), not the
+        # server's 10 whatever they cost.
+        serving = planned_serving(inputs, run, m, cal, parallel, arrays,
+                                  CONVERTED_PATH if recipe is not None else model, draft)
+    else:
+        per = seq_cache_bytes(inputs.cfg, run)
+        serving = Serving(parallel=parallel, prompt_cache=prompt_cache, draft=draft,
+                          prompt_cache_bytes=(prompt_cache + (parallel or 1)) * per
+                          if prompt_cache is not None else None)
     # A conversion runs from the folder convert writes (its default --mlx-path).
     ref = CONVERTED_PATH if recipe is not None else model
     r = fit_served(inputs, run, m, cal, serving, arrays, model_ref=ref)
-    r = replace(r, warnings=plan_warnings + r.warnings, notes=r.notes + plan_notes)
+    planned = ((f"cached prompts: {serving.cached_prompts}, as many of mlx_lm.server's "
+                f"{SERVER_PROMPT_CACHE_SIZE} as fit beside {parallel} sequence(s), as "
+                "serve-plan plans them (--prompt-cache N sizes N)"),) \
+        if parallel is not None and prompt_cache is None else ()
+    r = replace(r, warnings=this_machine_warnings(machine) + plan_warnings + r.warnings,
+                notes=r.notes + plan_notes + planned)
     if advise is True or (advise == "auto" and not r.runs):
         # On demand: a run that fits pays for the advisor only when advice is asked for. The
         # name `advise` is this function's parameter.
@@ -212,6 +229,9 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     a batched-decode estimate and the arrays checked against the GPU's maxBufferLength."""
     serving = serving or Serving()
     run2, warns = validate_serving(inputs.cfg, run, serving)
+    if serving.prompt_cache_bytes is not None:  # the cap follows the count and the run
+        serving = replace(serving, prompt_cache_bytes=(
+            serving.cached_prompts + serving.sequences) * seq_cache_bytes(inputs.cfg, run2))
     r = fit_inputs(inputs, run2, m, cal, extra_terms=extra_terms_fn(inputs.cfg, cal, serving),
                    extra_warnings=tuple(warns))
     bd = None
@@ -243,6 +263,27 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
                     f"buffer ({limit / 1e9:,.2f} GB, maxBufferLength)")
     return replace(r, serving=info, buffers=buffers, max_buffer_bytes=limit,
                    max_safe_context=safe, warnings=r.warnings + tuple(extra_warn))
+
+
+def planned_serving(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration, n: int,
+                    arrays: tuple = (), model_ref: str | None = None,
+                    draft: DraftModel | None = None) -> Serving:
+    """mlx_lm.server for ``n`` concurrent sequences as mlxfit plans it: as many cached prompts
+    (up to the server's default 10) as the memory left beside the ``n`` sequences holds, and the
+    --prompt-cache-bytes the server trims to. The one rule of `fit --parallel` and serve-plan."""
+    per = seq_cache_bytes(inputs.cfg, run)
+    bare = fit_served(inputs, run, m, cal, Serving(parallel=n, prompt_cache=0, draft=draft),
+                      arrays, model_ref=model_ref)
+    head = max(m.usable_bytes - bare.total_bytes, 0)
+    k = int(min(SERVER_PROMPT_CACHE_SIZE, head // per)) if per else SERVER_PROMPT_CACHE_SIZE
+    # All ten fit: the server's own default, said as such (ServingSummary.prompt_cache_default).
+    return Serving(parallel=n, prompt_cache=None if k == SERVER_PROMPT_CACHE_SIZE else k,
+                   draft=draft, prompt_cache_bytes=(k + n) * per)
+
+
+# "The same size" for a longer-context alternative: weights within 10% (one quantization and
+# parameter count; a different bit width is 25% or more away).
+SAME_SIZE = 0.10
 
 
 class _Evaluator:
@@ -283,6 +324,24 @@ class _Evaluator:
                     sibs.append((loaded[0].weights.total_bytes, rid))
             self._siblings = [rid for _, rid in sorted(sibs, reverse=True)]
         return self._siblings
+
+    def longer_context(self, run: Run, serving) -> list[tuple[str, FitResult]]:
+        """Catalog models of this one's size (weights within SAME_SIZE) trained to run.ctx or
+        more, with their fit here; closest in size first, at most two."""
+        own = self._inputs.weights.total_bytes
+        found = []
+        for rid in catalog_ids():
+            e = load_entry(rid)
+            if rid.lower() == self._inputs.name.lower() or e is None \
+                    or abs(e.total_bytes - own) > SAME_SIZE * own:
+                continue
+            try:
+                r = self(run, serving, model=rid)
+            except MlxfitError:  # an unreadable entry is simply not offered
+                continue
+            if not r.beyond_context:
+                found.append((abs(e.total_bytes - own), rid, r))
+        return [(rid, r) for _, rid, r in sorted(found, key=lambda x: (x[0], x[1]))[:2]]
 
     def _load(self, rid: str) -> tuple[ModelInputs, tuple]:
         if rid not in self._models:

@@ -61,6 +61,7 @@ class MatrixRow:
     result: FitResult = field(repr=False, compare=False)
     predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
     predicted_ttft_s: float | None = None
+    watchdog: str | None = None  # FitResult.watchdog: prefill may trip macOS's GPU watchdog
 
 
 @dataclass(frozen=True)
@@ -286,9 +287,12 @@ def _rows(inputs, arrays, run: Run, skus: list[Machine], cal, t: SkuTable,
             bandwidth_gbs=float(m.bandwidth_gbs or 0.0), usable_bytes=r.usable_bytes,
             total_bytes=r.total_bytes, headroom_bytes=r.usable_bytes - r.total_bytes,
             fits=r.fits, runs=r.runs, max_safe_context=r.max_safe_context,
-            predicted_decode_tps=r.predicted_decode_tps, unverified=m.unverified,
+            # a row that does not fit (past the trained context too) carries no speed
+            predicted_decode_tps=r.predicted_decode_tps if r.fits else None,
+            unverified=m.unverified,
             this_machine=_is_here(here, m), result=r,
             predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
+            watchdog=r.watchdog if r.runs else None,
         ))
     return rows
 

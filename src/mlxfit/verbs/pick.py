@@ -52,7 +52,12 @@ from mlxfit.sources.hf_cache import (
 from mlxfit.sources.resolve import resolve_model
 from mlxfit.sources.source import CATALOG_NOTE, INDEX_NAME, ModelSource
 from mlxfit.verbs.convert_plan import pick_recipes, predicted_quants
-from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    check_machine_params,
+    machine_for,
+    this_machine_warnings,
+)
 from mlxfit.verbs.fit import fit_served
 from mlxfit.verbs.pick_rule import Option, choose
 from mlxfit.verbs.pick_rule import gb as _gb
@@ -272,6 +277,7 @@ class Candidate:
     result: FitResult | None = field(default=None, repr=False, compare=False)
     predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
     predicted_ttft_s: float | None = None
+    watchdog: str | None = None  # FitResult.watchdog: prefill may trip macOS's GPU watchdog
 
 
 @dataclass(frozen=True)
@@ -392,6 +398,7 @@ def pick(
     cache = Path(cache_dir) if cache_dir is not None else hf_hub_cache_dir()
 
     loaded, skipped, warnings = scan_cache(cache)
+    warnings[:0] = this_machine_warnings(machine)
     notes = list(m.notes)
     if not cache.exists():
         notes.append(f"no Hugging Face cache at {cache}")
@@ -473,10 +480,12 @@ def _candidate(r: FitResult, revision: str | None, location: str, fits_coexist: 
         quant=quant_label(r.weights_detail), weights_bytes=r.weights_bytes,
         total_bytes=r.total_bytes, fits=r.fits, runs=r.runs, fits_coexist=fits_coexist,
         max_safe_context=r.max_safe_context, context_limit=r.context_limit,
-        predicted_decode_tps=r.predicted_decode_tps, is_default=is_default, chosen=chosen,
+        predicted_decode_tps=r.predicted_decode_tps if r.fits else None,
+        is_default=is_default, chosen=chosen,
         budget=budget, budget_bytes=budget_bytes, reason=reason, warnings=warns,
         notes=notes, result=r,
         predicted_prefill_tps=r.predicted_prefill_tps, predicted_ttft_s=r.predicted_ttft_s,
+        watchdog=r.watchdog if r.runs else None,
     )
 
 

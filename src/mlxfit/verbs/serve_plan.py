@@ -17,7 +17,6 @@ from mlxfit.errors import UsageError
 from mlxfit.estimate.batched import seq_cache_bytes
 from mlxfit.estimate.memory import run_from
 from mlxfit.estimate.serving import (
-    SERVER_PROMPT_CACHE_SIZE,
     SERVER_PROMPT_CONCURRENCY,
     Serving,
     batch_blockers,
@@ -29,8 +28,13 @@ from mlxfit.json_result import JsonResult
 from mlxfit.mlx_lm_defaults import DEFAULT_PREFILL_STEP_SIZE
 from mlxfit.model.inputs import model_arrays, model_inputs
 from mlxfit.sources.resolve import resolve_model
-from mlxfit.verbs.edges import calibration_for_user, check_machine_params, machine_for
-from mlxfit.verbs.fit import fit_served
+from mlxfit.verbs.edges import (
+    calibration_for_user,
+    check_machine_params,
+    machine_for,
+    this_machine_warnings,
+)
+from mlxfit.verbs.fit import fit_served, planned_serving
 
 # The largest concurrency searched without --users: far beyond where a Mac's aggregate
 # throughput saturates, and mlx_lm.server's --decode-concurrency default is 32.
@@ -135,7 +139,7 @@ def serve_plan(
     arrays = model_arrays(src)
     m = machine_for(machine, memory_budget_gb, macos)
     cfg = inputs.cfg
-    warnings = [WARN_CONTEXT, WARN_BYTES_CAP, WARN_SEQUENTIAL]
+    warnings = [*this_machine_warnings(machine), WARN_CONTEXT, WARN_BYTES_CAP, WARN_SEQUENTIAL]
     blockers = batch_blockers(cfg, run, Serving(parallel=2))
     batched = not blockers
     if not batched:
@@ -157,12 +161,13 @@ def serve_plan(
     per = seq_cache_bytes(cfg, run)
     k, r, cap = 0, None, 0
     if n:
-        head = m.usable_bytes - at(n).total_bytes
-        k = int(min(SERVER_PROMPT_CACHE_SIZE, head // per)) if per else SERVER_PROMPT_CACHE_SIZE
-        r = at(n, k)
         # The server trims to (cap - the batch's own caches): with every sequence at the
-        # context that leaves k entries.
-        cap = (k + n) * per
+        # context that leaves k entries. The rule `fit --parallel` applies too.
+        sv = planned_serving(inputs, run, m, cal, n, arrays, model)
+        k, cap = sv.prompt_cache or 0, sv.prompt_cache_bytes or 0
+        r = at(n, k)
+        if r.watchdog:  # the one rule fit, matrix and pick apply (FitResult.watchdog)
+            warnings.insert(0, r.watchdog)
         if k == 0:
             warnings.append(f"no room for cached prompts at {n} concurrent requests: each costs "
                             f"{per / 1e9:.2f} GB; plan fewer requests to keep some")

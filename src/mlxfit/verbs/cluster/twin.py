@@ -61,7 +61,7 @@ from mlxfit.verbs.edges import (
     check_machine_params,
     run_on,
 )
-from mlxfit.verbs.fit import sized_source
+from mlxfit.verbs.fit import fit_inputs, sized_source
 from mlxfit.verbs.plan import check_plan, with_plan
 
 # --------------------------------------------------------------------------- the twin
@@ -159,4 +159,10 @@ def cluster(
                           with_vision=with_vision, notes=notes, warnings=plan_warnings,
                           model_path=model_path, single_safetensors=single,
                           params=inputs.weights.params)
-    return replace(result, quantization_plan=conversion)
+    result = replace(result, quantization_plan=conversion)
+    if len(machines) == 1 and machines[0].machine is not None and result.fits:
+        # One Mac: fit's own run on it, for the GPU-watchdog rule every verb applies.
+        dog = fit_inputs(inputs, run, machines[0].machine, cal).watchdog
+        if dog:
+            result = replace(result, warnings=(*result.warnings, dog))
+    return result

@@ -129,9 +129,9 @@ def slow_on_cpu(backend: str, config: dict, wdtype: str, params: int | None) -> 
         bits = q.get("bits") if isinstance(q, dict) else None
         return (f"MLX's CPU backend runs quantized{f' ({bits}-bit)' if bits else ''} matmuls "
                 "very slowly: a 0.6B 4-bit model had not finished a 256-token prompt after 2 "
-                "minutes on a 2-core x86 machine; measure on Apple Silicon (Metal), or an "
-                "unquantized copy of the config (without its \"quantization\") with "
-                "--random-weights")
+                "minutes on a 2-core x86 machine; measure on Apple Silicon (Metal), or add "
+                "--unquantized (with --random-weights: the same model built without its "
+                "quantization)")
     if wdtype in ("bfloat16", "float16") and params is not None and params >= 10**8:
         return (f"MLX's CPU backend is slow at this size ({params / 1e9:.2f}B parameters, "
                 f"{wdtype}): a 0.6B model took about 2 minutes for a 512-token prompt on a "
@@ -203,6 +203,7 @@ def measure(
     on_progress: Progress | None = None,
     on_warning: Callable[[str], None] | None = None,
     force: bool = False,
+    unquantized: bool = False,
 ) -> Measurement:
     """Run ``model`` with mlx-lm so its caches end at ``ctx`` tokens (``gen`` of them
     generated) and compare MLX's counters with mlxfit's prediction of the same run.
@@ -233,11 +234,14 @@ def measure(
     if dtype is not None and not random_weights:
         raise UsageError("dtype applies to random_weights only (a checkpoint has its dtype)",
                          param="dtype", also=("random_weights",))
+    if unquantized and not random_weights:
+        raise UsageError("unquantized applies to random_weights only (a checkpoint's weights "
+                         "are what they are)", param="unquantized", also=("random_weights",))
     require_mlx()
     notes: list[str] = []
 
     cfg_file = config_only(model) if random_weights else None
-    src = None
+    src = name = None
     if cfg_file is None:
         src = resolve_model(model, revision=revision)
         if not random_weights and src.kind not in ("folder", "hf-cache"):
@@ -247,6 +251,17 @@ def measure(
         config = src.config
     else:
         config = read_config(cfg_file)
+    if unquantized:
+        # The same model without its quantization (MLX's CPU backend runs quantized matmuls
+        # very slowly): built from the config alone, predicted from the built tensors.
+        stripped = {k: v for k, v in config.items()
+                    if k not in ("quantization", "quantization_config")}
+        if stripped != config:
+            notes.append("--unquantized: built without the config's quantization")
+        config = stripped
+        if src is not None:
+            cfg_file, name = Path(src.name) / "config.json", f"{src.name} (unquantized)"
+            src = None
     if random_weights:
         wdtype = (dtype or (dtype_from_tensors(src.tensors) if src else None)
                   or dtype_from_config(config) or "bfloat16")
@@ -289,7 +304,8 @@ def measure(
         del built
         gc.collect()
         where = cfg_file.parent if cfg_file.name == "config.json" else cfg_file
-        src = ModelSource(name=str(where), kind="config", location=str(where), config=config,
+        src = ModelSource(name=name or str(where), kind="config", location=str(where),
+                          config=config,
                           tensors=tensors, files=())
         inputs = model_inputs(src)
         refuse_unsupported(inputs.cfg, run)

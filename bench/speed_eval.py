@@ -23,6 +23,7 @@ All speeds in tokens/s; relative error = predicted / measured - 1.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -32,9 +33,9 @@ from mlxfit.estimate.speed import kv_read_parts, weights_split
 
 KINDS = ("dense", "MoE", "MLA", "sliding", "hybrid", "SSM")
 
-# decode constants fitted, with bounds
-DEC_FIT = {"eta": (0.3, 1.2), "expert_eta": (0.1, 1.5), "kv_eta": (0.1, 2.0),
-           "unfused_eta": (0.05, 2.0), "per_layer_s": (0.0, 5e-4), "per_moe_layer_s": (0.0, 5e-4),
+# decode constants fitted, with bounds; each eta is a fraction of the bandwidth: at most 1
+DEC_FIT = {"eta": (0.3, 1.0), "expert_eta": (0.1, 1.0), "kv_eta": (0.1, 1.0),
+           "unfused_eta": (0.05, 1.0), "per_layer_s": (0.0, 5e-4), "per_moe_layer_s": (0.0, 5e-4),
            "gqa_ultra": (0.0, 1.0), "ultra_eta": (0.5, 1.5)}
 PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4": (0.05, 1.5),
            "eff_affine5": (0.05, 1.5), "eff_affine6": (0.05, 1.5), "eff_affine8": (0.05, 1.5),
@@ -63,6 +64,15 @@ def family_kind(cfg) -> str:
     if any(a.cache.name == "rotating" for a in cfg.attention_layers):
         return "sliding"
     return "MoE" if cfg.is_moe else "dense"
+
+
+_QUANT = re.compile(r"[-_](?:q\d|\d+bit|bf16|fp16|mxfp\d|nvfp\d)(?:[-_].*)?$", re.IGNORECASE)
+
+
+def model_key(desc: str) -> str:
+    """One model, whatever its quantization: the 5 quantizations of one checkpoint identify a
+    constant no better than one (they share every shape but the bits)."""
+    return _QUANT.sub("", desc.split("/")[-1]).lower()
 
 
 def source_key(row: dict) -> str:
@@ -178,13 +188,18 @@ def fit(rows, x0, bounds, needs, pred, lm_fit, full: dict | None = None) -> dict
         if k.startswith("eff_"):
             n = sum(1 for r in rows if r["f"].get("fmt") == k[4:])
         else:
-            n = len({r["c"].desc for r in rows if r["f"].get(feat)}) if feat else MIN_MODELS
+            n = (len({model_key(r["c"].desc) for r in rows if r["f"].get(feat)}) if feat
+                 else MIN_MODELS)
         if n >= MIN_MODELS:
             continue
         names.remove(k)
         if full is not None:
             held[k] = full[k]
     return _fit(rows, {**x0, **held}, names, bounds, pred, lm_fit)
+
+
+# (held-out group, its fitted constants) of the last evaluation, for --folds
+FOLDS: list[tuple[str, dict]] = []
 
 
 def held_out(rows, key, x0, bounds, needs, pred, lm_fit, full) -> dict[int, float]:
@@ -195,6 +210,7 @@ def held_out(rows, key, x0, bounds, needs, pred, lm_fit, full) -> dict[int, floa
         if not tr:
             continue
         x = fit(tr, x0, bounds, needs, pred, lm_fit, full)
+        FOLDS.append((g, {k: x[k] for k in bounds if k in x}))
         for r in te:
             out[id(r)] = pred(r["f"], x)
     return out

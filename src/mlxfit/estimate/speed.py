@@ -90,18 +90,31 @@ def _fused_decode(cfg: ModelConfig, a: Attn, fused_decode: tuple[int, ...], quan
             and not (quant and a.cache.holds_quantized(quant)))
 
 
+def kv_rereads(a: Attn) -> int:
+    """How many times one decode token's unfused attention reads each cached K/V head. The
+    fallback (mlx/fast.cpp, mlx-lm's Gemma 2 and quantized SDPA) views the queries as
+    (kv_heads, q_heads/kv_heads, 1, D) and broadcasts K and V over the middle axis: a batch of
+    one-row matvecs that each stream their K/V head, q_heads/kv_heads reads per head. With one
+    KV head the broadcast batch is the only one and MLX folds it into the rows (Matmul::eval_gpu,
+    "Collapse batches into M"): one read. A rule from the code, not fitted."""
+    if a.kv_heads <= 1:
+        return 1
+    return max(a.q_heads // a.kv_heads, 1)
+
+
 def _unfused_layer_bytes(cfg: ModelConfig, a: Attn, n: int, kv: float) -> float:
     """Bytes one unfused decode attention moves over ``n`` keys: the cached K and V read by the
-    two matmuls (MLA absorbed, mlx-lm at one query: the latent is both K and V, read twice, and
-    k_pe once for pe_scores) + the score array's crossings (SCORE_PASSES, + MASK_PASSES for
-    MLA's pe_scores mask, + SOFTCAP_PASSES for Gemma 2)."""
+    two matmuls, once per query head that shares them (``kv_rereads``; MLA absorbed, mlx-lm at
+    one query: the latent is both K and V of one head, read twice, and k_pe once for
+    pe_scores) + the score array's crossings (SCORE_PASSES, + MASK_PASSES for MLA's pe_scores
+    mask, + SOFTCAP_PASSES for Gemma 2)."""
     b = cfg.act_bytes
     if a.mla is not None:
         m = a.mla
         cache = n * (2 * m.kv_lora_rank + m.qk_rope) * b
         return cache + (SCORE_PASSES + MASK_PASSES) * m.heads * n * b
     passes = SCORE_PASSES + (SOFTCAP_PASSES if cfg.scores_always else 0)
-    return kv + passes * a.q_heads * n * b
+    return kv * kv_rereads(a) + passes * a.q_heads * n * b
 
 
 def kv_read_parts(cfg: ModelConfig, run: Run, *, fused_decode: tuple[int, ...],

@@ -134,8 +134,9 @@ def prefill_features(c, model, row, ev, pe) -> dict | None:
 
     step, _ = predicted_decode_seconds(model.cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        m.bandwidth_gbs, ev.base_cal(), m.name)
-    return {**tot, "chunks": n, "layers": k,
-            "moe_layers": sum(1 for ly in model.cfg.layers[:k] if ly.moe),
+    # per-layer chunk costs: every layer mlx-lm builds (compute.prefill_seconds)
+    return {**tot, "chunks": n, "layers": model.cfg.num_layers,
+            "moe_layers": model.cfg.moe_layers,
             "bw": m.bandwidth_gbs * 1e9, "step": step, "fmt": w.params.fmt,
             "T": chip.matmul_flops, "A": chip.gpu_flops, "na": float(chip.neural_accel),
             "ultra": float(chip.ultra), "P": s.prompt}

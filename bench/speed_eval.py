@@ -54,6 +54,23 @@ PRE_NEEDS = {"expert_eff": "experts", "attn_eff": "attn_fused", "attn_unfused_ef
              "ultra_compute": "ultra", "neural_accel_eff": "na"}
 
 
+# Runs whose prompt speeds stay out of the fit and tables (their decode speeds are kept), by a
+# substring of the row's source.
+NO_PROMPT_TPS = {
+    "mlx032-current": (
+        "ax-engine's July 2026 'mlx032-current' runs (homebrew MLX 0.32.0 snapshots, 07-12 and "
+        "07-13): every model's mlx_lm.benchmark prefill there stalls at 2048 tokens (Gemma-4 31B "
+        "4-bit 208 tok/s, Qwen3.6-27B 4-bit 266, Gemma-4 E2B 4-bit 7,893 and 8,755) against "
+        "758 / 930 / 19,874 tok/s for the same models on the same M5 Max in its mlx-lm 0.31.3 "
+        "reference run; decode is unchanged (E2B 4-bit 213-221 vs 225 tok/s). The 6-bit "
+        "Gemma-4 E2B/E4B rows were taken from these runs"),
+}
+
+
+def no_prompt_tps(row: dict) -> str:
+    return next((why for k, why in NO_PROMPT_TPS.items() if k in row.get("source", "")), "")
+
+
 def family_kind(cfg) -> str:
     if any(a.mla is not None for a in cfg.attention_layers):
         return "MLA"
@@ -240,7 +257,7 @@ def collect(ev, pe, cases, rows_by_idx):
         if c.tps is not None:
             dec.append({**base, "f": decode_features(c, model, ev), "meas": float(c.tps),
                         "shipped": ev.predict_tps(c, ev.base_cal())})
-        if r.get("prompt_tps"):
+        if r.get("prompt_tps") and not no_prompt_tps(r):
             f = prefill_features(c, model, r, ev, pe)
             if f is not None:
                 shipped = pe.check_current(c, model, r, ev.base_cal())

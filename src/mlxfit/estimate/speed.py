@@ -149,8 +149,9 @@ def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
                          gqa_ultra=cal.gqa_ultra if cal is not None else 0.0)
     return Term("cache_read_per_token", int(f + u + 2 * cfg.state_bytes),
                 "fused: attended tokens x per-token KV bytes (x (1 + gqa_ultra x gqa) on Ultra "
-                "chips for gqa > 4); unfused: K and V read by two matmuls (MLA: the latent "
-                "twice + k_pe) + the score array's crossings; + 2 x state",
+                "chips for gqa > 4); unfused: K and V read by two matmuls once per query head "
+                "sharing them (MLA: the latent twice + k_pe) + the score array's crossings; "
+                "+ 2 x state",
                 {"ctx": run.ctx, "ultra": ultra, "fused_bytes": int(f), "unfused_bytes": int(u),
                  "state_bytes": 2 * cfg.state_bytes})
 
@@ -207,7 +208,8 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
                  "attended tokens x KV bytes per token, fused sdpa_vector layers / "
                  "(kv_eta x bandwidth)", {"bytes": int(fused), "kv_eta": cal.kv_eta}),
         TimeTerm("decode_attention_unfused_seconds", unfused / (cal.unfused_eta * bw),
-                 f"K and V read by the fallback's two matmuls (MLA: latent twice + k_pe) + "
+                 f"K and V read by the fallback's two matmuls once per query head sharing them "
+                 f"(MLA: latent twice + k_pe) + "
                  f"{SCORE_PASSES} crossings of the scores (+{MASK_PASSES} MLA mask, "
                  f"+{SOFTCAP_PASSES} softcap) / (unfused_eta x bandwidth)",
                  {"bytes": int(unfused), "unfused_eta": cal.unfused_eta}),

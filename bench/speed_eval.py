@@ -23,6 +23,7 @@ All speeds in tokens/s; relative error = predicted / measured - 1.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -32,9 +33,9 @@ from mlxfit.estimate.speed import kv_read_parts, weights_split
 
 KINDS = ("dense", "MoE", "MLA", "sliding", "hybrid", "SSM")
 
-# decode constants fitted, with bounds
-DEC_FIT = {"eta": (0.3, 1.2), "expert_eta": (0.1, 1.5), "kv_eta": (0.1, 2.0),
-           "unfused_eta": (0.05, 2.0), "per_layer_s": (0.0, 5e-4), "per_moe_layer_s": (0.0, 5e-4),
+# decode constants fitted, with bounds; each eta is a fraction of the bandwidth: at most 1
+DEC_FIT = {"eta": (0.3, 1.0), "expert_eta": (0.1, 1.0), "kv_eta": (0.1, 1.0),
+           "unfused_eta": (0.05, 1.0), "per_layer_s": (0.0, 5e-4), "per_moe_layer_s": (0.0, 5e-4),
            "gqa_ultra": (0.0, 1.0), "ultra_eta": (0.5, 1.5)}
 PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4": (0.05, 1.5),
            "eff_affine5": (0.05, 1.5), "eff_affine6": (0.05, 1.5), "eff_affine8": (0.05, 1.5),
@@ -53,6 +54,23 @@ PRE_NEEDS = {"expert_eff": "experts", "attn_eff": "attn_fused", "attn_unfused_ef
              "ultra_compute": "ultra", "neural_accel_eff": "na"}
 
 
+# Runs whose prompt speeds stay out of the fit and tables (their decode speeds are kept), by a
+# substring of the row's source.
+NO_PROMPT_TPS = {
+    "mlx032-current": (
+        "ax-engine's July 2026 'mlx032-current' runs (homebrew MLX 0.32.0 snapshots, 07-12 and "
+        "07-13): every model's mlx_lm.benchmark prefill there stalls at 2048 tokens (Gemma-4 31B "
+        "4-bit 208 tok/s, Qwen3.6-27B 4-bit 266, Gemma-4 E2B 4-bit 7,893 and 8,755) against "
+        "758 / 930 / 19,874 tok/s for the same models on the same M5 Max in its mlx-lm 0.31.3 "
+        "reference run; decode is unchanged (E2B 4-bit 213-221 vs 225 tok/s). The 6-bit "
+        "Gemma-4 E2B/E4B rows were taken from these runs"),
+}
+
+
+def no_prompt_tps(row: dict) -> str:
+    return next((why for k, why in NO_PROMPT_TPS.items() if k in row.get("source", "")), "")
+
+
 def family_kind(cfg) -> str:
     if any(a.mla is not None for a in cfg.attention_layers):
         return "MLA"
@@ -63,6 +81,15 @@ def family_kind(cfg) -> str:
     if any(a.cache.name == "rotating" for a in cfg.attention_layers):
         return "sliding"
     return "MoE" if cfg.is_moe else "dense"
+
+
+_QUANT = re.compile(r"[-_](?:q\d|\d+bit|bf16|fp16|mxfp\d|nvfp\d)(?:[-_].*)?$", re.IGNORECASE)
+
+
+def model_key(desc: str) -> str:
+    """One model, whatever its quantization: the 5 quantizations of one checkpoint identify a
+    constant no better than one (they share every shape but the bits)."""
+    return _QUANT.sub("", desc.split("/")[-1]).lower()
 
 
 def source_key(row: dict) -> str:
@@ -124,8 +151,9 @@ def prefill_features(c, model, row, ev, pe) -> dict | None:
 
     step, _ = predicted_decode_seconds(model.cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        m.bandwidth_gbs, ev.base_cal(), m.name)
-    return {**tot, "chunks": n, "layers": k,
-            "moe_layers": sum(1 for ly in model.cfg.layers[:k] if ly.moe),
+    # per-layer chunk costs: every layer mlx-lm builds (compute.prefill_seconds)
+    return {**tot, "chunks": n, "layers": model.cfg.num_layers,
+            "moe_layers": model.cfg.moe_layers,
             "bw": m.bandwidth_gbs * 1e9, "step": step, "fmt": w.params.fmt,
             "T": chip.matmul_flops, "A": chip.gpu_flops, "na": float(chip.neural_accel),
             "ultra": float(chip.ultra), "P": s.prompt}
@@ -178,13 +206,18 @@ def fit(rows, x0, bounds, needs, pred, lm_fit, full: dict | None = None) -> dict
         if k.startswith("eff_"):
             n = sum(1 for r in rows if r["f"].get("fmt") == k[4:])
         else:
-            n = len({r["c"].desc for r in rows if r["f"].get(feat)}) if feat else MIN_MODELS
+            n = (len({model_key(r["c"].desc) for r in rows if r["f"].get(feat)}) if feat
+                 else MIN_MODELS)
         if n >= MIN_MODELS:
             continue
         names.remove(k)
         if full is not None:
             held[k] = full[k]
     return _fit(rows, {**x0, **held}, names, bounds, pred, lm_fit)
+
+
+# (held-out group, its fitted constants) of the last evaluation, for --folds
+FOLDS: list[tuple[str, dict]] = []
 
 
 def held_out(rows, key, x0, bounds, needs, pred, lm_fit, full) -> dict[int, float]:
@@ -195,6 +228,7 @@ def held_out(rows, key, x0, bounds, needs, pred, lm_fit, full) -> dict[int, floa
         if not tr:
             continue
         x = fit(tr, x0, bounds, needs, pred, lm_fit, full)
+        FOLDS.append((g, {k: x[k] for k in bounds if k in x}))
         for r in te:
             out[id(r)] = pred(r["f"], x)
     return out
@@ -223,7 +257,7 @@ def collect(ev, pe, cases, rows_by_idx):
         if c.tps is not None:
             dec.append({**base, "f": decode_features(c, model, ev), "meas": float(c.tps),
                         "shipped": ev.predict_tps(c, ev.base_cal())})
-        if r.get("prompt_tps"):
+        if r.get("prompt_tps") and not no_prompt_tps(r):
             f = prefill_features(c, model, r, ev, pe)
             if f is not None:
                 shipped = pe.check_current(c, model, r, ev.base_cal())

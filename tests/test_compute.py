@@ -3,15 +3,25 @@ the per-chip compute figures of the SKU table."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from st_helpers import load_config
+from st_helpers import config_dict, load_config
 
 from mlxfit.calibration.load import load_calibration
-from mlxfit.estimate.compute import SCAN_FLOPS, chip_compute, chunk_flops, predicted_ttft
+from mlxfit.estimate.compute import (
+    SCAN_FLOPS,
+    chip_compute,
+    chunk_flops,
+    predicted_ttft,
+    prefill_layers,
+    prefill_seconds,
+)
 from mlxfit.estimate.memory import Run
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.hardware.skus import COMPUTE_KEYS, chip_compute_figures, load_sku_table
 from mlxfit.model.inputs import MatmulParams, WeightsRead
+from mlxfit.model.parse import parse_config
 from mlxfit.verbs.edges import compute_for
 
 
@@ -157,3 +167,26 @@ def test_chunk_read_eta_charges_the_weights_a_chunk_reads():
     assert one.fixed == pytest.approx(4.5e9 / (0.5 * 546e9))
     assert two.fixed == pytest.approx(2 * one.fixed)
     assert (two.matmul, two.attention, two.scan) == (one.matmul, one.attention, one.scan)
+
+
+def test_per_layer_chunk_cost_counts_every_layer_mlx_lm_builds():
+    """mlx-lm builds every layer's graph for each prefill chunk (the GPU idle meanwhile) and
+    evaluates only up to the last cache owner: Gemma-4's KV-shared layers are built, never
+    computed. The per-layer chunk cost counts all of them."""
+    raw = config_dict("google__gemma-4-26B-A4B")
+    text = {**raw["text_config"], "num_kv_shared_layers": 12}
+    cfg = parse_config({**raw, "text_config": text}, act_bytes=2)
+    layers = text["num_hidden_layers"]
+    assert prefill_layers(cfg) < layers - 12  # the shared layers are not computed
+    cal = load_calibration()
+    chip = compute_for(resolve_machine("M5 Max 128GB"))
+    p = MatmulParams(total=4_000_000_000, fmt="affine4")
+    run = _run(6145)  # 3 chunks
+
+    def seconds(per_layer: float) -> float:
+        c = replace(cal, prefill=replace(cal.prefill, per_layer_chunk_s=per_layer,
+                                         per_moe_layer_chunk_s=0.0))
+        return prefill_seconds(cfg, p, run, chip, c, bandwidth_gbs=600.0,
+                               read_bytes=1e9).seconds
+
+    assert seconds(1.0) - seconds(0.0) == pytest.approx(3 * layers)

@@ -19,6 +19,7 @@ from mlxfit.estimate.speed import (
     predicted_decode_terms,
 )
 from mlxfit.model.inputs import WeightsRead
+from mlxfit.model.parse import parse_config
 
 METAL_FUSED = (64, 96, 128, 256)
 
@@ -100,3 +101,20 @@ def test_explain_shows_the_decode_terms():
     for name in ("decode_dense_weights_seconds", "decode_expert_weights_seconds",
                  "decode_attention_fused_seconds", "decode_fixed_seconds"):
         assert name in r.output
+
+
+def test_unfused_decode_reads_each_kv_head_once_per_query_head_sharing_it():
+    """MLX's fallback and mlx-lm's Gemma 2 attention broadcast K and V over the query heads of
+    a group: one-row matvecs per query head, each streaming its K/V head (16 query heads on 8
+    KV heads: twice). With one KV head MLX folds the broadcast into the rows: read once."""
+    raw = config_dict("google__gemma-2-9b-it")
+    n = raw["sliding_window"]  # every layer attends n keys, windowed or not
+    layers, heads, kv, dim = (raw["num_hidden_layers"], raw["num_attention_heads"],
+                              raw["num_key_value_heads"], raw["head_dim"])
+    scores = (4 + 2) * heads * n * 2  # QK^T, softmax read+write, PV; softcap's tanh read+write
+    for kv_heads, rereads in ((kv, heads // kv), (1, 1)):
+        cfg = parse_config({**raw, "num_key_value_heads": kv_heads}, act_bytes=2)
+        fused, unfused = kv_read_parts(cfg, Run(ctx=n), fused_decode=METAL_FUSED)
+        cache = 2 * kv_heads * dim * n * 2
+        assert fused == 0
+        assert unfused == pytest.approx(layers * (cache * rereads + scores))

@@ -28,7 +28,9 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
     chunk's L tokens route to: E x (1 - (1 - k/E)^L) per MoE layer) over chunk_read_eta x the
     bandwidth (prefill-shaped quantized matmuls re-read their weight tiles: the term that
     dominates short prompts), + per_layer_chunk_s per layer and per_moe_layer_chunk_s per MoE
-    layer
+    layer that mlx-lm builds: every chunk's graph is built in Python for every layer (and the
+    head), the GPU idle meanwhile, though only the layers up to the last cache owner are
+    evaluated (Gemma 3n/4 build their KV-shared layers too)
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
 """
@@ -294,7 +296,8 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     s = run.schedule()
     stream = bandwidth_gbs * 1e9 * (cal.decode.ultra_eta if ultra else 1.0)
     layers = prefill_layers(cfg) if computed is None else computed
-    moe_layers = sum(1 for ly in cfg.layers[:layers] if ly.moe)
+    # the per-layer chunk costs are the host's: every layer of cfg is built each chunk
+    built, built_moe = cfg.num_layers, cfg.moe_layers
     attn_layers = max(sum(n for _, n in prefill_attn_groups(cfg, run, layers)), 1)
     total, parts = ChunkFlops(), ChunkTime()
     largest = layer = 0.0
@@ -303,7 +306,7 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
         f = chunk_flops(cfg, p, run, n, computed=layers)
         size = s.chunk_at(n).size
         rb = read_bytes(size) if callable(read_bytes) else read_bytes
-        t = chunk_parts(f, chip, pc, p.fmt, rb, layers, moe_layers, stream)
+        t = chunk_parts(f, chip, pc, p.fmt, rb, built, built_moe, stream)
         if per_chunk_s:
             t = t + ChunkTime(fixed=per_chunk_s(size))
         parts = parts + t
@@ -361,11 +364,12 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         TimeTerm("prefill_fixed_seconds", parts.fixed,
                  "per chunk: (dense weights + the routed experts its tokens touch, "
                  "E x (1 - (1 - k/E)^chunk) per MoE layer) / (chunk_read_eta x bandwidth) + "
-                 "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers",
+                 "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers (every "
+                 "layer mlx-lm builds, computed or not)",
                  {"first_chunk_read_bytes": chunk_read_bytes(cfg, w, s.chunk_at(1).size)
                   if ps.chunks else 0,
                   "chunk_read_eta": pc.chunk_read_eta,
-                  "layers_computed": prefill_layers(cfg)}),
+                  "layers_computed": prefill_layers(cfg), "layers_built": cfg.num_layers}),
         TimeTerm("prefill_seconds", secs, "the four parts above, summed over the chunks",
                  {"chunks": ps.chunks, "prefill_step_size": run.prefill_step_size,
                   "slowest_chunk_s": ps.largest_chunk_s, "slowest_layer_s": ps.largest_layer_s}),

@@ -90,18 +90,31 @@ def _fused_decode(cfg: ModelConfig, a: Attn, fused_decode: tuple[int, ...], quan
             and not (quant and a.cache.holds_quantized(quant)))
 
 
+def kv_rereads(a: Attn) -> int:
+    """How many times one decode token's unfused attention reads each cached K/V head. The
+    fallback (mlx/fast.cpp, mlx-lm's Gemma 2 and quantized SDPA) views the queries as
+    (kv_heads, q_heads/kv_heads, 1, D) and broadcasts K and V over the middle axis: a batch of
+    one-row matvecs that each stream their K/V head, q_heads/kv_heads reads per head. With one
+    KV head the broadcast batch is the only one and MLX folds it into the rows (Matmul::eval_gpu,
+    "Collapse batches into M"): one read. A rule from the code, not fitted."""
+    if a.kv_heads <= 1:
+        return 1
+    return max(a.q_heads // a.kv_heads, 1)
+
+
 def _unfused_layer_bytes(cfg: ModelConfig, a: Attn, n: int, kv: float) -> float:
     """Bytes one unfused decode attention moves over ``n`` keys: the cached K and V read by the
-    two matmuls (MLA absorbed, mlx-lm at one query: the latent is both K and V, read twice, and
-    k_pe once for pe_scores) + the score array's crossings (SCORE_PASSES, + MASK_PASSES for
-    MLA's pe_scores mask, + SOFTCAP_PASSES for Gemma 2)."""
+    two matmuls, once per query head that shares them (``kv_rereads``; MLA absorbed, mlx-lm at
+    one query: the latent is both K and V of one head, read twice, and k_pe once for
+    pe_scores) + the score array's crossings (SCORE_PASSES, + MASK_PASSES for MLA's pe_scores
+    mask, + SOFTCAP_PASSES for Gemma 2)."""
     b = cfg.act_bytes
     if a.mla is not None:
         m = a.mla
         cache = n * (2 * m.kv_lora_rank + m.qk_rope) * b
         return cache + (SCORE_PASSES + MASK_PASSES) * m.heads * n * b
     passes = SCORE_PASSES + (SOFTCAP_PASSES if cfg.scores_always else 0)
-    return kv + passes * a.q_heads * n * b
+    return kv * kv_rereads(a) + passes * a.q_heads * n * b
 
 
 def kv_read_parts(cfg: ModelConfig, run: Run, *, fused_decode: tuple[int, ...],
@@ -136,8 +149,9 @@ def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
                          gqa_ultra=cal.gqa_ultra if cal is not None else 0.0)
     return Term("cache_read_per_token", int(f + u + 2 * cfg.state_bytes),
                 "fused: attended tokens x per-token KV bytes (x (1 + gqa_ultra x gqa) on Ultra "
-                "chips for gqa > 4); unfused: K and V read by two matmuls (MLA: the latent "
-                "twice + k_pe) + the score array's crossings; + 2 x state",
+                "chips for gqa > 4); unfused: K and V read by two matmuls once per query head "
+                "sharing them (MLA: the latent twice + k_pe) + the score array's crossings; "
+                "+ 2 x state",
                 {"ctx": run.ctx, "ultra": ultra, "fused_bytes": int(f), "unfused_bytes": int(u),
                  "state_bytes": 2 * cfg.state_bytes})
 
@@ -194,7 +208,8 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
                  "attended tokens x KV bytes per token, fused sdpa_vector layers / "
                  "(kv_eta x bandwidth)", {"bytes": int(fused), "kv_eta": cal.kv_eta}),
         TimeTerm("decode_attention_unfused_seconds", unfused / (cal.unfused_eta * bw),
-                 f"K and V read by the fallback's two matmuls (MLA: latent twice + k_pe) + "
+                 f"K and V read by the fallback's two matmuls once per query head sharing them "
+                 f"(MLA: latent twice + k_pe) + "
                  f"{SCORE_PASSES} crossings of the scores (+{MASK_PASSES} MLA mask, "
                  f"+{SOFTCAP_PASSES} softcap) / (unfused_eta x bandwidth)",
                  {"bytes": int(unfused), "unfused_eta": cal.unfused_eta}),

@@ -262,6 +262,13 @@ class Candidate:
     predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
     predicted_ttft_s: float | None = None
 
+    @property
+    def verdict(self) -> str:
+        """FitResult's verdict (estimate/bands.verdict); without a result, from ``runs``."""
+        if self.result is not None:
+            return self.result.verdict
+        return "fits" if self.runs else "does_not_fit"
+
 
 @dataclass(frozen=True)
 class PickResult(JsonResult):
@@ -392,7 +399,8 @@ def pick(
             warnings.append(f"skipped {s.model}@{ld.revision[:12]}: {s.reason}")
 
     options = [Option(ld.inputs.name, r.weights_bytes, r.total_bytes, r.runs,
-                      r.runs and r.total_bytes <= coexist, _blocked(r)) for ld, r in evaluated]
+                      r.runs and r.total_bytes <= coexist, _blocked(r),
+                      tight=r.verdict == "tight") for ld, r in evaluated]
     default_skip = next((s for s in skipped
                          if s.model.casefold() == settings.default_model.casefold()), None)
     choice = choose(options, settings.default_model, usable, coexist, settings.coexist_fraction,
@@ -484,8 +492,9 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
                 rows.append(_catalog_row(s, name, run, m, cal, usable, coexist, settings))
             except MlxfitError as err:
                 notes.append(f"catalog {name} left out: {err}")
-    rows.sort(key=lambda c: (0, -c.weights_bytes, c.model) if c.runs
-              else (1, c.total_bytes, c.model))
+    # those that fit outright, then the tight ones (issue 27), then those that do not
+    rows.sort(key=lambda c: (0, c.verdict == "tight", -c.weights_bytes, c.model) if c.runs
+              else (1, False, c.total_bytes, c.model))
     return rows
 
 
@@ -494,7 +503,9 @@ def _catalog_row(src: ModelSource, rid: str, run, m, cal, usable: int, coexist: 
     """One catalog entry (or a predicted conversion of one, "<id> as 4bit") on this machine."""
     r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src), model_ref=rid)
     fc = r.runs and r.total_bytes <= coexist
-    if fc:
+    if r.verdict == "tight":
+        why = "tight: fits the usable memory at the estimate, not at its upper bound"
+    elif fc:
         why = f"fits the coexist budget ({_gb(coexist)})"
     elif r.runs:
         why = f"fits the usable {_gb(usable)}, over the coexist budget ({_gb(coexist)})"

@@ -17,6 +17,7 @@ class Option:
     fits: bool  # runs: total <= usable and no array over the GPU's largest buffer
     fits_coexist: bool  # runs and total <= coexist budget
     blocked: str = ""  # why it cannot run although the total fits (an oversize array)
+    tight: bool = False  # fits at the estimate, not at its peak band's upper bound (issue 27)
 
 
 @dataclass(frozen=True)
@@ -45,7 +46,9 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
     n = len(options)
     default_i = next((i for i, o in enumerate(options)
                       if o.model.casefold() == default_model.casefold()), None)
-    order = sorted(range(n), key=lambda i: (-options[i].weights_bytes, options[i].model))
+    # A model that fits outright comes before a tight one (issue 27), then the largest first.
+    order = sorted(range(n), key=lambda i: (options[i].tight, -options[i].weights_bytes,
+                                            options[i].model))
     cx = f"the coexist budget ({coexist_fraction:g} of RAM, {gb(coexist)})"
     us = f"the usable {gb(usable)}"
 
@@ -92,11 +95,18 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
         if i == default_i:
             continue
         o = options[i]
+        if chosen is not None and i != chosen and o.tight and not options[chosen].tight:
+            verdicts[i] = Verdict(False, budget, f"{own(o)}, but tight: not at the upper "
+                                  f"bound of its peak band; {options[chosen].model} fits "
+                                  "outright")
+            continue
         if i == chosen:
             seen_chosen = True
             why = ("the largest that fits the coexist budget" if rule == "coexist" else
                    f"nothing fits the coexist budget; the largest that fits {us} (other apps "
                    "will be squeezed)")
+            if o.tight:
+                why += "; tight: fits at the estimate, not at its upper bound"
             verdicts[i] = Verdict(True, budget, why)
         elif not seen_chosen:  # larger than the chosen one (or nothing chosen)
             if rule == "coexist":

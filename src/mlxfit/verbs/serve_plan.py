@@ -60,6 +60,7 @@ class PlanRow:
     aggregate_tps: float | None
     per_user_tps: float | None
     bound: str | None
+    verdict: str = "fits"  # FitResult.verdict at this concurrency (issue 27)
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,11 @@ class ServePlan(JsonResult):
     warnings: tuple[str, ...] = ()
     notes: tuple[str, ...] = field(default=())
     machine: Machine | None = None  # the machine planned for (the JSON's machine object)
+
+    @property
+    def verdict(self) -> str:
+        """The plan's FitResult verdict (estimate/bands.verdict); "does_not_fit" without one."""
+        return self.result.verdict if self.result is not None else "does_not_fit"
 
 
 def _table_sizes(n_max: int, users: int | None) -> list[int]:
@@ -175,7 +181,7 @@ def serve_plan(
             agg, per_user, bound = bd.aggregate_tps, bd.per_sequence_tps, bd.bound
         else:
             agg = per_user = bound = None
-        rows.append(PlanRow(size, rr.total_bytes, rr.runs, agg, per_user, bound))
+        rows.append(PlanRow(size, rr.total_bytes, rr.runs, agg, per_user, bound, rr.verdict))
         if not batched:
             break
     plan_row = next((x for x in rows if x.concurrency == n), None)

@@ -492,9 +492,9 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
                 rows.append(_catalog_row(s, name, run, m, cal, usable, coexist, settings))
             except MlxfitError as err:
                 notes.append(f"catalog {name} left out: {err}")
-    # those that fit outright, then the tight ones (issue 27), then those that do not
-    rows.sort(key=lambda c: (0, c.verdict == "tight", -c.weights_bytes, c.model) if c.runs
-              else (1, False, c.total_bytes, c.model))
+    # those that fit outright, largest first, then the tight ones (issue 27), then the rest
+    rows.sort(key=lambda c: (0 if c.verdict == "fits" else 1, -c.weights_bytes, c.model)
+              if c.runs else (2, c.total_bytes, c.model))
     return rows
 
 

@@ -46,9 +46,7 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
     n = len(options)
     default_i = next((i for i, o in enumerate(options)
                       if o.model.casefold() == default_model.casefold()), None)
-    # A model that fits outright comes before a tight one (issue 27), then the largest first.
-    order = sorted(range(n), key=lambda i: (options[i].tight, -options[i].weights_bytes,
-                                            options[i].model))
+    order = sorted(range(n), key=lambda i: (-options[i].weights_bytes, options[i].model))
     cx = f"the coexist budget ({coexist_fraction:g} of RAM, {gb(coexist)})"
     us = f"the usable {gb(usable)}"
 
@@ -87,7 +85,10 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
     chosen = next((i for i in order if options[i].fits_coexist), None)
     rule = "coexist"
     if chosen is None:
-        chosen = next((i for i in order if options[i].fits), None)
+        # A model that fits outright comes before a tight one (issue 27), then the largest.
+        fitting = [i for i in order if options[i].fits]
+        chosen = next((i for i in fitting if not options[i].tight),
+                      fitting[0] if fitting else None)
         rule = "fits" if chosen is not None else "none"
     budget = "coexist" if rule == "coexist" else "usable"
     seen_chosen = False
@@ -95,7 +96,7 @@ def choose(options: Sequence[Option], default_model: str, usable: int, coexist: 
         if i == default_i:
             continue
         o = options[i]
-        if chosen is not None and i != chosen and o.tight and not options[chosen].tight:
+        if rule == "fits" and i != chosen and o.tight and not options[chosen].tight:  # type: ignore[index]
             verdicts[i] = Verdict(False, budget, f"{own(o)}, but tight: not at the upper "
                                   f"bound of its peak band; {options[chosen].model} fits "
                                   "outright")

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from xml.sax.saxutils import escape
 
 import numpy as np
 import tomllib
@@ -457,7 +458,8 @@ def write_svg(stats: dict, rows: list[dict], table: BT.BandTable, path: Path) ->
     for i, (label, cov, n) in enumerate(items):
         y = top + i * (bar_h + 4)
         color = "#2a7" if cov >= 0.85 else "#d63"
-        out += [f'<text x="{left - 6}" y="{y + 11}" text-anchor="end">{label} (n={n})</text>',
+        out += [(f'<text x="{left - 6}" y="{y + 11}" text-anchor="end">{escape(label)} (n={n})'
+                '</text>'),
                 (f'<rect x="{left}" y="{y}" width="{x(cov) - left:.1f}" height="{bar_h}" '
                 f'fill="{color}"/>'),
                 f'<text x="{x(cov) + 4:.1f}" y="{y + 11}">{100 * cov:.0f} %</text>']

@@ -130,7 +130,7 @@ def test_largest_safe_context_is_where_the_upper_bound_fits():
     assert budget.exit_code == 1 and "DOES NOT FIT" in budget.output.splitlines()[0]
 
 
-def test_verbs_agree_on_verdict_and_bands():
+def test_verbs_agree_on_verdict_and_bands(tmp_path):
     """One rule for every verb: fit, a matrix row, a pick catalog row and a single-host
     cluster plan of the same run give the same verdict and the same peak band."""
     ctx = _tight_ctx()
@@ -142,7 +142,7 @@ def test_verbs_agree_on_verdict_and_bands():
         f["machine"]["chip"], f["machine"]["ram_bytes"], f["machine"]["gpu_cores"]))
     c = json.loads(invoke("cluster", Q8B, "--host", PRO24, "--ctx", str(ctx), "--json").output)
     plan = c["plans"][0]
-    p = mlxfit.pick(ctx, machine=PRO24, catalog=True)
+    p = mlxfit.pick(ctx, machine=PRO24, catalog=True, cache_dir=tmp_path)  # nothing downloaded
     cat = next(x for x in p.catalog if x.model == Q8B)
     for doc in (row, plan, c):
         assert doc["verdict"] == f["verdict"], doc
@@ -178,3 +178,18 @@ def test_advise_on_a_tight_run_says_what_buys_margin():
         assert o.result.verdict == "fits", o.label
     out = invoke("fit", Q8B, "--ctx", str(ctx), "--machine", PRO24, "--advise").output
     assert "what buys margin" in out
+
+
+def test_matrix_and_pick_mark_tight_rows(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # nothing downloaded
+    ctx = _tight_ctx()
+    for fmt in ([], ["--format", "markdown"]):
+        out = invoke("matrix", Q8B, "--ctx", str(ctx), "--chips", "M4 Pro", *fmt).output
+        rows = [ln for ln in out.splitlines() if "24GB" in ln and "M4 Pro" in ln]
+        assert rows and all("tight" in ln.split() or "| tight |" in ln for ln in rows), out
+        big = [ln for ln in out.splitlines() if "64GB" in ln and "M4 Pro" in ln]
+        assert big and not any("tight" in ln for ln in big)
+    out = invoke("pick", "--catalog", "--ctx", str(ctx), "--machine", PRO24,
+                 terminal_width=200).output
+    row = next(ln for ln in out.splitlines() if Q8B in ln)
+    assert "tight" in row.split(), out

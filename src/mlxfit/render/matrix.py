@@ -176,8 +176,9 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             f"(macOS {m.macos_major}; weights {_gb(m.weights_bytes)} GB, peak "
             f"{_gb(m.rows[0].total_bytes) if m.rows else '?'} GB; estimated by mlxfit "
             f"{__version__}): {m.n_fit} of {m.skus_considered} SKUs\n\n")
-    foot = ("\n*runs*: the peak fits the GPU's usable memory; *max context*: the largest "
-            "context that fits; decode tok/s: predicted, blank where it does not run; GB = "
+    foot = ("\n*runs*: the peak fits the GPU's usable memory (*tight*: at the estimate, not "
+            "at the upper bound of its peak band); *max context*: the largest context whose "
+            "upper peak bound fits; decode tok/s: predicted, blank where it does not run; GB = "
             "10^9 B" + ("; * a weakly sourced bandwidth" if any(r.unverified for r in m.rows)
                         else "") + ".\n")
     return head + markdown(("Mac", "GB/s", "runs", "max context", "decode tok/s"), cells,

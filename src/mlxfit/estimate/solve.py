@@ -247,14 +247,15 @@ def fit_core(
     memory_fits = t.total <= usable_bytes
     beyond = bool(cfg.max_position) and run.ctx > limit  # a limit the config states
     fits = memory_fits and not beyond
-    max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
-                                extra_terms)
-    band_at = (peak_band_at(cal.bands, machine_name, cfg, weights.total_bytes, cfg.family_known,
-                            run.backend) if cal.bands is not None else None)
-    safe_range = (max_ctx, max_ctx)
-    if band_at is not None:
+    if cal.bands is None:
+        max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
+                                    extra_terms)
+        safe_range = (max_ctx, max_ctx)
+    else:
         # the largest safe context is the one whose UPPER peak bound fits; the band's other
         # end, the one whose lower bound does
+        band_at = peak_band_at(cal.bands, machine_name, cfg, weights.total_bytes,
+                               cfg.family_known, run.backend)
         safe_range = tuple(solve_max_context(
             cfg, weights.total_bytes, run, cal, usable_bytes, limit, extra_terms,
             factor=lambda n, i=i: 1 + band_at(n)[i]) for i in (1, 0))

@@ -193,3 +193,20 @@ def test_matrix_and_pick_mark_tight_rows(tmp_path, monkeypatch):
                  terminal_width=200).output
     row = next(ln for ln in out.splitlines() if Q8B in ln)
     assert "tight" in row.split(), out
+
+
+def test_cpu_backend_runs_take_the_cpu_campaigns_band():
+    """--backend cpu is banded by the CPU campaigns' residuals ("peak_cpu"), not Metal's."""
+    table = load_calibration().bands
+    assert table.get("peak_cpu") is not None
+    metal = mlxfit.fit("mlx-community/Qwen3-0.6B-4bit", 4096, machine=PRO24)
+    cpu = mlxfit.fit("mlx-community/Qwen3-0.6B-4bit", 4096, machine=PRO24, backend="cpu")
+
+    def rel(r):
+        lo, hi = r.bands.total_bytes
+        return round(lo / r.total_bytes - 1, 4), round(hi / r.total_bytes - 1, 4)
+
+    assert rel(cpu) != rel(metal)
+    lo, hi = band_of(table, "peak_cpu", {"chip": "cpu", "kind": "dense", "size": "<4GB",
+                                         "ctx": "1K-8K"}, family_known=True)
+    assert rel(cpu) == (round(lo, 4), round(hi, 4))

@@ -1,10 +1,11 @@
-"""Honest bands (issue 27): out-of-sample residuals of mlxfit's Metal predictions, and the band
-table made from them (data/bands.toml).
+"""Honest bands (issue 27): out-of-sample residuals of mlxfit's Metal (and CPU-backend peak)
+predictions, and the band table made from them (data/bands.toml).
 
-One command regenerates both after any change to the peak, decode or prompt-speed models:
+One command regenerates residuals, table, docs tables and plot after any change to the peak,
+decode or prompt-speed models (about 10-30 minutes; --figures peak redoes one figure, keeping
+the others' residuals; --reuse only rebuilds the table from the residuals file):
 
-  PYTHONPATH=src python bench/fit_bands.py            # residuals + data/bands.toml + report
-  PYTHONPATH=src python bench/fit_bands.py --md docs/accuracy_bands.md --svg docs/bands.svg
+  PYTHONPATH=src python bench/fit_bands.py --md docs/accuracy.md --svg docs/bands_coverage.svg
 
 Residuals (bench/results/band_residuals.jsonl): every published run of the fit set of
 bench/metal_eval.py (the same runs, exclusions and mapping) is predicted by mlxfit's own code
@@ -499,7 +500,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--figures", default="peak,decode,prefill,peak_cpu")
     ap.add_argument("--reuse", action="store_true",
                     help="reuse bench/results/band_residuals.jsonl (no refits): the table only")
-    ap.add_argument("--md", help="write the coverage tables (markdown) here")
+    ap.add_argument("--md", help="write the coverage tables (markdown) here, between the "
+                                 "generated-section markers when the file has them")
     ap.add_argument("--svg", help="write the coverage plot here")
     a = ap.parse_args(argv)
     if a.reuse:

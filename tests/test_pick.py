@@ -584,12 +584,15 @@ def test_catalog_ranks_not_downloaded_variants(tmp_path):
     assert quants[QWEN4] == "4-bit"
     assert quants["mlx-community/Qwen3-4B-Instruct-2507-8bit"] == "8-bit"
     assert quants["mlx-community/Qwen3-4B-Instruct-2507-bf16"] == "bf16"
-    # Ranked: every fitting row first, largest first; then the rest, closest to fitting first.
-    fits = [c for c in p.catalog if c.runs]
+    # Ranked: every row that fits outright first, largest first, then the tight ones
+    # (issue 27); then the rest, closest to fitting first.
+    fits = [c for c in p.catalog if c.verdict == "fits"]
+    tight = [c for c in p.catalog if c.verdict == "tight"]
     rest = [c for c in p.catalog if not c.runs]
-    assert p.catalog == tuple(fits + rest) and fits and rest
-    assert [c.weights_bytes for c in fits] == sorted((c.weights_bytes for c in fits),
-                                                     reverse=True)
+    assert p.catalog == tuple(fits + tight + rest) and fits and rest
+    for group in (fits, tight):
+        assert [c.weights_bytes for c in group] == sorted(
+            (c.weights_bytes for c in group), reverse=True)
     assert [c.total_bytes for c in rest] == sorted(c.total_bytes for c in rest)
     assert all(c.total_bytes <= p.usable_bytes for c in fits)
     # over the memory, or an array over the GPU's buffer, or past its context limit (Phi-3 4k)

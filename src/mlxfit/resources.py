@@ -11,6 +11,7 @@ _REPO = _PKG.parent.parent  # src/mlxfit -> repository root in a checkout / edit
 _CANDIDATES = {
     "apple_skus.toml": [_PKG / "data" / "apple_skus.toml", _REPO / "data" / "apple_skus.toml"],
     "calibration.toml": [_PKG / "data" / "calibration.toml", _REPO / "calibration.toml"],
+    "bands.toml": [_PKG / "data" / "bands.toml", _REPO / "data" / "bands.toml"],
     "links.toml": [_PKG / "data" / "links.toml", _REPO / "data" / "links.toml"],
     "families.json": [_PKG / "data" / "families.json", _REPO / "data" / "families.json"],
 }

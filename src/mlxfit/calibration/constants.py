@@ -13,6 +13,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     pass
 
+from mlxfit.calibration.bands import BandTable, parse_bands
 from mlxfit.errors import MlxfitError, UsageError
 
 
@@ -102,6 +103,8 @@ class Calibration:
     decode: Decode
     source: str
     prefill: Prefill | None = None
+    # The band table (data/bands.toml, issue 27); None: point estimates only (no bands)
+    bands: BandTable | None = None
 
     def backend(self, name: str) -> Backend:
         try:
@@ -157,7 +160,10 @@ def parse_calibration(doc: dict[str, Any], where: str) -> Calibration:
     decode = _build(Decode, doc.get("decode", {}), f"{where} [decode]")
     prefill = (_build(Prefill, doc["prefill"], f"{where} [prefill]")
                if "prefill" in doc else None)
-    return Calibration(backends=backends, decode=decode, source=where, prefill=prefill)
+    bands = doc.get("bands")
+    return Calibration(backends=backends, decode=decode, source=where, prefill=prefill,
+                       bands=parse_bands(bands, f"{where} [bands]")
+                       if isinstance(bands, dict) else None)
 
 
 

@@ -14,6 +14,8 @@ def load_calibration(user_file: Path | None = None) -> Calibration:
     shipped = data_path("calibration.toml")
     doc = read_toml(shipped, "the calibration file")
     where = str(shipped.name)
+    if isinstance(doc.get("bands"), str):  # the band table, a file of its own beside it
+        doc["bands"] = read_toml(data_path(doc["bands"]), "the band table")
     if user_file is not None and user_file.is_file():
         doc = deep_merge(doc, read_toml(user_file, "the calibration file"))
         where = f"{where} + {user_file}"

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from mlxfit.calibration.constants import Calibration
+from mlxfit.estimate.bands import Bands, peak_band_at, run_bands, verdict
 from mlxfit.estimate.compute import ChipCompute, predicted_ttft, watchdog_warning
 from mlxfit.estimate.memory import (
     Phase,
@@ -128,9 +129,11 @@ def largest_true(ok: Callable[[int], bool], hi: int) -> int:
 
 
 def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
-                      usable: int, hi: int, extra: ExtraTerms | None = None) -> int:
+                      usable: int, hi: int, extra: ExtraTerms | None = None,
+                      factor: Callable[[int], float] | None = None) -> int:
     """Largest n in [1, hi] whose total fits (0 if even one token does not): bisection on the
-    same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not."""
+    same total the fit uses, keeping the invariant total(lo) fits and total(hi') does not.
+    ``factor``: the total at n is taken times factor(n) (a bound of its peak band)."""
 
     def total(n: int) -> int:
         r = run_at(run, n)
@@ -138,7 +141,9 @@ def solve_max_context(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calib
             return totals_at(cfg, weights_bytes, r, cal, extra).total
         return memo_totals(cfg, weights_bytes, r, cal).total
 
-    return largest_true(lambda n: total(n) <= usable, hi)
+    if factor is None:
+        return largest_true(lambda n: total(n) <= usable, hi)
+    return largest_true(lambda n: total(n) * factor(n) <= usable, hi)
 
 
 @dataclass(frozen=True)
@@ -204,6 +209,15 @@ class FitResult(JsonResult):
     watchdog: str | None = None
     # Why context_limit is longer than max_position_embeddings (ModelConfig.context_source).
     context_source: str = ""
+    # The range each figure really holds (estimate/bands.py; None without a band table)
+    bands: Bands | None = None
+
+    @property
+    def verdict(self) -> str:
+        """"fits", "tight" (fits at the estimate, not at its peak band's upper bound) or
+        "does_not_fit": estimate/bands.verdict, the rule of every verb."""
+        return verdict(self.runs, self.bands.peak_hi if self.bands else None,
+                       self.usable_bytes)
 
     @property
     def oversize_buffers(self) -> tuple[Any, ...]:
@@ -261,8 +275,19 @@ def fit_core(
     memory_fits = t.total <= usable_bytes
     beyond = bool(cfg.max_position) and run.ctx > limit  # a limit the config states
     fits = memory_fits and not beyond
-    max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
-                                extra_terms)
+    if cal.bands is None:
+        max_ctx = solve_max_context(cfg, weights.total_bytes, run, cal, usable_bytes, limit,
+                                    extra_terms)
+        safe_range = (max_ctx, max_ctx)
+    else:
+        # the largest safe context is the one whose UPPER peak bound fits; the band's other
+        # end, the one whose lower bound does
+        band_at = peak_band_at(cal.bands, machine_name, cfg, weights.total_bytes,
+                               cfg.family_known, run.backend)
+        safe_range = tuple(solve_max_context(
+            cfg, weights.total_bytes, run, cal, usable_bytes, limit, extra_terms,
+            factor=lambda n, i=i: 1 + band_at(n)[i]) for i in (1, 0))
+        max_ctx = safe_range[0]
 
     tps = None
     speed_terms: tuple[Term, ...] = ()
@@ -301,6 +326,12 @@ def fit_core(
         *t.phase.terms,
         *t.extra,
     )
+    bands = None
+    if cal.bands is not None:
+        bands = run_bands(cal.bands, machine_name, cfg, weights.total_bytes, run.ctx,
+                          cfg.family_known, t.total, safe_range, tps,
+                          prompt.prefill_tps if prompt else None,
+                          prompt.ttft_s if prompt else None, run.backend)
     return FitResult(
         model=model,
         source_kind=source_kind,
@@ -337,4 +368,5 @@ def fit_core(
         decode_terms=decode_terms,
         watchdog=dog,
         context_source=cfg.context_source,
+        bands=bands,
     )

@@ -11,6 +11,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # annotations only: kept off every verb's start-up (cli.app imports dumps)
+    from mlxfit.estimate.bands import Bands
     from mlxfit.estimate.memory import Run, Term
     from mlxfit.hardware.resolve import Machine
     from mlxfit.model.quantize import ConversionPlan
@@ -79,6 +80,33 @@ def tps_to_json(tps: float | None) -> float | None:
     """Tokens per second as every verb's JSON gives them: two decimals (so a matrix row and
     `fit --json` on that SKU compare equal), or None where no speed is predicted."""
     return round(tps, 2) if tps is not None else None
+
+
+def bands_to_json(b: Bands | None) -> dict[str, Any] | None:
+    """The "bands" object (issue 27): [lo, hi] of each predicted figure, where the real mlx-lm
+    figure lies 9 times in 10 (null: the figure is not predicted; the object is null without
+    a band table)."""
+    if b is None:
+        return None
+
+    def pair(p, fn):
+        return None if p is None else [fn(p[0]), fn(p[1])]
+
+    return {"total_bytes": list(b.total_bytes),
+            "predicted_decode_tps": pair(b.predicted_decode_tps, tps_to_json),
+            "predicted_prefill_tps": pair(b.predicted_prefill_tps, tps_to_json),
+            "predicted_ttft_s": pair(b.predicted_ttft_s, seconds_to_json),
+            "max_safe_context": list(b.max_safe_context)}
+
+
+# The verdict's words in every report (estimate/bands.verdict decides it).
+VERDICT_TEXT = {"fits": "FITS", "tight": "TIGHT: fits at the estimate, not at its upper bound",
+                "does_not_fit": "DOES NOT FIT"}
+
+
+def gb_range(p: tuple[int, int] | None) -> str:
+    """A peak band as the reports print it beside the figure: "9.76-10.79 GB"."""
+    return "" if p is None else f"{p[0] / 1e9:,.2f}-{p[1] / 1e9:,.2f} GB"
 
 
 def rounded(x: Any) -> Any:

@@ -9,6 +9,8 @@ from typing import Any
 from mlxfit.hardware.resolve import bare_machine
 from mlxfit.render import (
     SCHEMA_VERSION,
+    VERDICT_TEXT,
+    bands_to_json,
     conversion_to_json,
     machine_to_json,
     run_to_json,
@@ -44,7 +46,8 @@ def _host_json(hp: HostPlan, hosts: tuple[HostMachine, ...]) -> dict[str, Any]:
         "replicated_weights_bytes": hp.replicated_weights_bytes, "kv_bytes": hp.kv_bytes,
         "state_bytes": hp.state_bytes, "transient_bytes": hp.transient_bytes,
         "comm_buffer_bytes": hp.comm_bytes, "total_bytes": hp.total_bytes,
-        "headroom_bytes": hp.headroom_bytes, "fits": hp.fits, "peak_phase": hp.peak_phase,
+        "headroom_bytes": hp.headroom_bytes, "fits": hp.fits,
+        "peak_band": list(hp.peak_band) if hp.peak_band else None, "peak_phase": hp.peak_phase,
         "decode_seconds": hp.decode_seconds,
         "terms": [term_to_json(t) for t in hp.terms],
     }
@@ -54,6 +57,7 @@ def plan_to_json(p: Plan, hosts: tuple[HostMachine, ...] = ()) -> dict[str, Any]
     return {
         "strategy": p.strategy, "supported": p.supported, "refusal": p.refusal,
         "fits": p.fits, "failing_hosts": list(p.failing_hosts),
+        "verdict": p.verdict, "bands": bands_to_json(p.bands),  # issue 27
         "max_safe_context": p.max_safe_context,
         "predicted_decode_tps": tps_to_json(p.predicted_decode_tps),
         "predicted_prefill_tps": tps_to_json(p.predicted_prefill_tps),
@@ -79,6 +83,8 @@ def cluster_to_json(r: ClusterResult, written: Sequence[Path | str] = ()) -> dic
         "context_limit": r.context_limit,
         "strategy_requested": r.strategy_requested, "chosen": r.chosen, "why": r.why,
         "fits": r.fits,
+        "verdict": r.verdict,  # issue 27: the chosen plan's
+        "bands": bands_to_json(p.bands) if p is not None and p.supported else None,
         "max_safe_context": p.max_safe_context if p is not None and p.supported else 0,
         "predicted_decode_tps": tps_to_json(p.predicted_decode_tps)
         if p is not None and p.supported else None,
@@ -113,7 +119,8 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
         c.print(f"{head}: [bold red]NO PLAN CAN RUN[/]")
         c.print(f"  {esc(r.why)}")
     else:
-        verdict = "[bold green]FITS[/]" if p.fits else "[bold red]DOES NOT FIT[/]"
+        color = {"fits": "green", "tight": "yellow"}.get(p.verdict, "red")
+        verdict = f"[bold {color}]{VERDICT_TEXT[p.verdict]}[/]"
         c.print(f"{head}, {esc(p.strategy)}" + (f" over {esc(r.link.name)} ({esc(r.link.backend)})"
                                            if n > 1 else "") + f": {verdict}")
         c.print(f"  [dim]{esc(r.why)}[/]")
@@ -125,7 +132,8 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
             t.add_column(col, justify=just, no_wrap=col != "host")  # type: ignore[arg-type]
         for h in p.hosts:
             kv = h.kv_bytes + h.state_bytes
-            mark = "[green]ok[/]" if h.fits else "[bold red]OVER[/]"
+            mark = ("[bold red]OVER[/]" if not h.fits else "[yellow]tight[/]"
+                    if h.peak_band and h.peak_band[1] > h.usable_bytes else "[green]ok[/]")
             who = h.machine_name if h.label == f"host{h.rank}" else \
                 f"{h.label} ({h.machine_name})"
             t.add_row(str(h.rank), esc(who), f"{h.layers[0]}-{h.layers[1] - 1}",
@@ -141,7 +149,9 @@ def render_cluster(r: Any, c: Any, explain: bool = False) -> None:
         if p.predicted_decode_tps is not None:
             comm = (f" (of which link {p.comm_seconds * 1e3:.2f} ms/token)"
                     if p.comm_seconds else "")
-            c.print(f"predicted decode: [bold]{p.predicted_decode_tps:,.1f} tok/s[/]{comm}")
+            b = p.bands.predicted_decode_tps if p.bands else None
+            rng = f" ({b[0]:,.1f}-{b[1]:,.1f})" if b else ""
+            c.print(f"predicted decode: [bold]{p.predicted_decode_tps:,.1f} tok/s[/]{rng}{comm}")
         if p.predicted_ttft_s is not None and p.predicted_prefill_tps is not None:
             c.print(f"predicted prompt: [bold]{p.predicted_prefill_tps:,.0f} tok/s[/], time to "
                     f"first token [bold]{p.predicted_ttft_s:,.1f} s[/]")

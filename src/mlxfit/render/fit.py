@@ -13,7 +13,10 @@ from mlxfit.model.inputs import WeightsDetail
 from mlxfit.model.quantize import ConversionPlan
 from mlxfit.render import (
     SCHEMA_VERSION,
+    VERDICT_TEXT,
+    bands_to_json,
     conversion_to_json,
+    gb_range,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -64,6 +67,9 @@ def fit_to_json(r: FitResult) -> dict[str, Any]:
         "usable_bytes": r.usable_bytes,
         "headroom_bytes": r.usable_bytes - r.total_bytes,
         "fits": r.fits,
+        # additive (issue 27): "fits" | "tight" | "does_not_fit", and the band of each figure
+        "verdict": r.verdict,
+        "bands": bands_to_json(r.bands),
         # additive (issue 13): why it does not fit or run, and the context-limit verdict
         "problems": list(r.problems),
         "beyond_context_limit": r.beyond_context,
@@ -214,7 +220,8 @@ def _cells(markup: str) -> int:
 def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     from rich.table import Table  # rich is heavy: only a text report needs a table
 
-    verdict = "[bold green]FITS[/]" if r.fits else "[bold red]DOES NOT FIT[/]"
+    color = {"fits": "green", "tight": "yellow"}.get(r.verdict, "red")
+    verdict = f"[bold {color}]{VERDICT_TEXT[r.verdict] if r.fits else VERDICT_TEXT['does_not_fit']}[/]"
     if r.beyond_context and r.total_bytes <= r.usable_bytes:  # memory is not why: say so
         verdict = (f"[bold yellow]FITS IN MEMORY[/] ({gb(r.total_bytes)} of "
                    f"{gb(r.usable_bytes)}), but {r.context_tokens:,} tokens is past the model's "
@@ -244,22 +251,33 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     for term in r.extra_terms:
         t.add_row(esc(term.name.replace("_", " ")), gb(term.bytes),
                   esc(_EXTRA_WHAT.get(term.name, "")))
-    t.add_row("[bold]total (peak)[/]", f"[bold]{gb(r.total_bytes)}[/]", "")
+    band = r.bands.total_bytes if r.bands else None
+    t.add_row("[bold]total (peak)[/]", f"[bold]{gb(r.total_bytes)}[/]",
+              f"9 in 10 real peaks: {gb_range(band)}" if band else "")
     t.add_row("usable", gb(r.usable_bytes), esc(r.usable_source))
     t.add_row("headroom", gb(r.usable_bytes - r.total_bytes), "")
     console.print(t)
+    b = r.bands
+    upto = (f" (at the peak band's upper bound; {b.max_safe_context[1]:,} at its lower)"
+            if b and b.max_safe_context[1] != b.max_safe_context[0] else "")
     source = f": {esc(r.context_source)}" if r.context_source else ""
-    console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens "
+    console.print(f"largest safe context: [bold]{r.max_safe_context:,}[/] tokens{upto} "
                   f"(model limit {r.context_limit:,}{source})")
     if r.predicted_decode_tps is not None:
+        rng = (f" ({b.predicted_decode_tps[0]:,.1f}-{b.predicted_decode_tps[1]:,.1f})"
+               if b and b.predicted_decode_tps else "")
         short = (f" ({r.predicted_decode_tps_short:,.1f} tok/s at {tokens_short(SHORT_CONTEXT)})"
                  if r.predicted_decode_tps_short is not None else "")
-        console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/] with "
+        console.print(f"predicted decode: [bold]{r.predicted_decode_tps:,.1f} tok/s[/]{rng} with "
                       f"{tokens_short(r.context_tokens)} in context{short}, at "
                       f"{r.bandwidth_gbs:g} GB/s")
     if r.predicted_ttft_s is not None and r.predicted_prefill_tps is not None:
-        console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/], time to "
-                      f"first token [bold]{duration(r.predicted_ttft_s)}[/] for "
+        pre = (f" ({b.predicted_prefill_tps[0]:,.0f}-{b.predicted_prefill_tps[1]:,.0f})"
+               if b and b.predicted_prefill_tps else "")
+        ttft = (f" ({b.predicted_ttft_s[0]:,.1f}-{b.predicted_ttft_s[1]:,.1f} s)"
+                if b and b.predicted_ttft_s else "")
+        console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/]{pre}, "
+                      f"time to first token [bold]{duration(r.predicted_ttft_s)}[/]{ttft} for "
                       f"{r.run.schedule().prompt:,} prompt tokens (prefill step "
                       f"{r.run.prefill_step_size})")
     _render_serving(r, console)
@@ -352,7 +370,8 @@ def render_advice(a: Any, console: Any) -> None:
     if not a.needed:
         console.print("\n[bold]advice:[/] fits as asked, nothing to change")
         return
-    console.print(f"\n[bold]what would make it fit[/] ({esc(a.problem)}); cheapest first, "
+    what = "what buys margin" if a.margin else "what would make it fit"
+    console.print(f"\n[bold]{what}[/] ({esc(a.problem)}); cheapest first, "
                   "your --ctx is never changed silently:")
     for i, o in enumerate(a.options, 1):
         r = o.result
@@ -388,6 +407,7 @@ def advice_to_json(a: Advice) -> dict[str, Any]:
     return {
         "needed": a.needed,
         "problem": a.problem,
+        "margin": a.margin,
         "options": [
             {
                 "changes": [{"kind": c.kind, "label": c.label, "cost": c.cost,

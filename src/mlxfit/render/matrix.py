@@ -7,6 +7,7 @@ from typing import Any
 from mlxfit._version import __version__
 from mlxfit.render import (
     SCHEMA_VERSION,
+    bands_to_json,
     conversion_to_json,
     machine_to_json,
     run_to_json,
@@ -20,6 +21,12 @@ from mlxfit.render.text import controls, esc
 from mlxfit.verbs.matrix import MatrixResult, MatrixRow
 
 
+def _fits_cell(r: MatrixRow) -> str:
+    if r.runs:
+        return "[yellow]tight[/]" if r.result.verdict == "tight" else "[green]yes[/]"
+    return "[yellow]buffer[/]" if r.fits else "[red]no[/]"
+
+
 def row_to_json(r: MatrixRow) -> dict[str, Any]:
     """One SKU: its machine object (what `fit --machine <name> --json` gives), then the fit."""
     return {
@@ -31,6 +38,8 @@ def row_to_json(r: MatrixRow) -> dict[str, Any]:
         "headroom_bytes": r.headroom_bytes,
         "fits": r.fits,
         "runs": r.runs,
+        "verdict": r.result.verdict,  # issue 27: FitResult's, the one rule of every verb
+        "bands": bands_to_json(r.result.bands),
         "max_safe_context": r.max_safe_context,
         "predicted_decode_tps": tps_to_json(r.predicted_decode_tps),
         "predicted_prefill_tps": tps_to_json(r.predicted_prefill_tps),
@@ -108,8 +117,7 @@ def render_matrix(m: Any, out: Any) -> None:
                 f"{r.ram_gb}GB",
                 f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
                 _gb(r.usable_bytes),
-                ("[green]yes[/]" + ("!" if r.watchdog else "")) if r.runs
-                else "[yellow]buffer[/]" if r.fits else "[red]no[/]",
+                _fits_cell(r) + ("!" if r.runs and r.watchdog else ""),
                 f"{r.max_safe_context:,}",
                 f"{r.predicted_decode_tps:,.1f}"
                 if r.runs and r.predicted_decode_tps is not None else "",
@@ -134,6 +142,9 @@ def render_matrix(m: Any, out: Any) -> None:
         out.print("[dim]* rests on a weak source in apple_skus.toml[/]")
     if any(r.watchdog for r in m.rows):
         out.print(f"[dim]! {WATCHDOG_KEY}[/]")
+    if any(r.result.verdict == "tight" for r in m.rows):
+        out.print("[dim]tight: fits at the estimate, not at the upper bound of its peak band "
+                  "(9 in 10 real peaks lie inside the band)[/]")
     if any(r.fits and not r.runs for r in m.rows):
         out.print("[dim]buffer: the total fits, but one array exceeds the GPU's largest buffer "
                   "(maxBufferLength): Metal cannot allocate it[/]")
@@ -164,7 +175,8 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             rows.append([flat[k] for k in CSV_HEADERS])
         return csv_text(CSV_HEADERS, rows)
     cells = [[controls(r.name), f"{r.bandwidth_gbs:g}" + ("*" if r.unverified else ""),
-              ("yes!" if r.watchdog else "yes") if r.runs else "buffer" if r.fits else "no",
+              (("tight" if r.result.verdict == "tight" else "yes") + ("!" if r.watchdog else ""))
+              if r.runs else "buffer" if r.fits else "no",
               f"{r.max_safe_context:,}",
               f"{r.predicted_decode_tps:,.1f}"
               if r.runs and r.predicted_decode_tps is not None else "",
@@ -174,10 +186,11 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
             f"(macOS {m.macos_major}; weights {_gb(m.weights_bytes)} GB, peak "
             f"{_gb(m.rows[0].total_bytes) if m.rows else '?'} GB; estimated by mlxfit "
             f"{__version__}): {m.n_fit} of {m.skus_considered} SKUs\n\n")
-    foot = ("\n*runs*: the peak fits the GPU's usable memory; *max context*: the largest "
-            f"context that fits; decode tok/s: predicted with all {m.context_tokens:,} tokens in "
-            "context (faster near empty), blank where it does not run; TTFT: time to first "
-            "token of the whole prompt, in seconds; GB = "
+    foot = ("\n*runs*: the peak fits the GPU's usable memory (*tight*: at the estimate, not "
+            "at the upper bound of its peak band); *max context*: the largest context whose "
+            f"upper peak bound fits; decode tok/s: predicted with all {m.context_tokens:,} "
+            "tokens in context (faster near empty), blank where it does not run; TTFT: time to "
+            "first token of the whole prompt, in seconds; GB = "
             "10^9 B" + ("; * a weakly sourced bandwidth" if any(r.unverified for r in m.rows)
                         else "")
             + (f"; ! {WATCHDOG_KEY}" if any(r.watchdog for r in m.rows) else "") + ".\n")

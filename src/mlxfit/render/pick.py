@@ -9,6 +9,7 @@ from mlxfit.hardware.resolve import Machine, bare_machine
 from mlxfit.model.names import base_name
 from mlxfit.render import (
     SCHEMA_VERSION,
+    bands_to_json,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -33,6 +34,8 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         "fits": c.fits,
         "runs": c.runs,
         "fits_coexist": c.fits_coexist,
+        "verdict": c.verdict,  # issue 27: the one rule of every verb
+        "bands": bands_to_json(c.result.bands if c.result is not None else None),
         "max_safe_context": c.max_safe_context,
         "context_limit": c.context_limit,
         "predicted_decode_tps": tps_to_json(c.predicted_decode_tps),
@@ -90,6 +93,8 @@ def _gb(n: int) -> str:
 
 def _fits(c: Any) -> str:
     dog = "!" if c.watchdog else ""  # prefill may trip the GPU watchdog (FitResult.watchdog)
+    if c.verdict == "tight":
+        return f"[yellow]tight[/]{dog}"
     if c.fits_coexist:
         return f"[green]yes[/]{dog}"
     if c.runs:
@@ -203,7 +208,8 @@ def render_pick(p: Any, out: Any) -> None:
             out.print("built-in catalog: every entry is downloaded")
     if p.candidates or p.catalog:
         out.print("[dim]GB = 10^9 B; total = peak at the context; fits: yes = within the coexist "
-                  "budget, usable = only within the usable memory, buffer = the total fits but "
+                  "budget, usable = only within the usable memory, tight = fits at the estimate, "
+                  "not at the upper bound of its peak band, buffer = the total fits but "
                   "one array exceeds the GPU's largest buffer; tok/s = decode with the whole "
                   "context in the cache (faster near empty)[/]")
     if any(c.watchdog for c in (*p.candidates, *(p.catalog or ()))):
@@ -231,7 +237,8 @@ def pick_text(p: PickResult, fmt: str) -> str:
                                       for c in rows])
     cells = [[controls(c.model) + (" (chosen)" if c.chosen else ""),
               "downloaded" if c.source_kind != "catalog" else "catalog", c.quant,
-              _gb(c.weights_bytes), _gb(c.total_bytes), "yes" if c.runs else "no",
+              _gb(c.weights_bytes), _gb(c.total_bytes),
+              ("tight" if c.verdict == "tight" else "yes") if c.runs else "no",
               f"{c.max_safe_context:,}",
               f"{c.predicted_decode_tps:,.1f}" if c.runs and c.predicted_decode_tps else ""]
              for c in rows]

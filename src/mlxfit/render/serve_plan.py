@@ -5,7 +5,13 @@ from __future__ import annotations
 from typing import Any
 
 from mlxfit.hardware.resolve import bare_machine
-from mlxfit.render import SCHEMA_VERSION, machine_to_json, tps_to_json
+from mlxfit.render import (
+    SCHEMA_VERSION,
+    VERDICT_TEXT,
+    bands_to_json,
+    machine_to_json,
+    tps_to_json,
+)
 from mlxfit.render.fit import fit_to_json, gb
 from mlxfit.render.text import esc
 from mlxfit.verbs.serve_plan import ServePlan
@@ -30,6 +36,9 @@ def serve_plan_to_json(p: ServePlan) -> dict[str, Any]:
         "fits": p.fits,
         "runs": p.fits and p.result is not None and p.result.runs,
         "total_bytes": p.result.total_bytes if p.result is not None else None,
+        # issue 27: the plan's verdict and bands (FitResult's, the rule of every verb)
+        "verdict": p.verdict,
+        "bands": bands_to_json(p.result.bands if p.result is not None else None),
         "aggregate_tps": tps_to_json(p.aggregate_tps),
         "per_user_tps": tps_to_json(p.per_user_tps),
         "predicted_ttft_s": _secs(p.ttft_seconds),
@@ -39,6 +48,7 @@ def serve_plan_to_json(p: ServePlan) -> dict[str, Any]:
         "bytes_per_cached_prompt": p.bytes_per_cached_prompt,
         "command": p.command,
         "table": [{"concurrency": r.concurrency, "total_bytes": r.total_bytes, "fits": r.fits,
+                   "verdict": r.verdict,
                    "aggregate_tps": tps_to_json(r.aggregate_tps),
                    "per_user_tps": tps_to_json(r.per_user_tps), "bound": r.bound}
                   for r in p.rows],
@@ -93,7 +103,9 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
                           f"{p.concurrency}")
         else:
             console.print(where + f"[bold green]{p.concurrency} concurrent[/] ({how})"
-                          + (f", as asked (--users {p.users})" if p.users else ""))
+                          + (f", as asked (--users {p.users})" if p.users else "")
+                          + (f": [bold yellow]{VERDICT_TEXT['tight']}[/]" if p.verdict == "tight"
+                             else ""))
         console.print(_memory_line(p))
         console.print(f"decode with every request at {p.ctx:,} tokens: "
                       f"[bold]{_tps(p.aggregate_tps)} tok/s[/] in all, "
@@ -118,7 +130,8 @@ def render_serve_plan(p: ServePlan, console: Any) -> None:
         t.add_column(col, justify=just)
     for row in p.rows:
         t.add_row(str(row.concurrency), gb(row.total_bytes).removesuffix(" GB"),
-                  "yes" if row.fits else "[red]no[/]", _tps(row.aggregate_tps),
+                  ("[yellow]tight[/]" if row.verdict == "tight" else "yes") if row.fits
+                  else "[red]no[/]", _tps(row.aggregate_tps),
                   _tps(row.per_user_tps), _SET_BY.get(row.bound or "", "-"))
     console.print()
     console.print(t)

@@ -116,6 +116,7 @@ class Advice:
     options: tuple[Option, ...] = ()
     refused: tuple[Refused, ...] = ()
     notes: tuple[str, ...] = field(default=())
+    margin: bool = False  # a tight run: the options buy margin (fit at the upper bound too)
 
 
 def prefill_steps_below(step: int) -> list[int]:
@@ -184,6 +185,11 @@ class _Search:
         self.serving = serving
         self.cache: dict[Any, FitResult | MlxfitError] = {}
         self.refused: dict[str, str] = {}
+        # A tight run (issue 27): what buys margin, i.e. makes it fit at its upper bound too
+        self.margin = base.verdict == "tight"
+
+    def ok(self, r: FitResult) -> bool:
+        return r.verdict == "fits" if self.margin else r.runs
 
     def eval(self, c: _Cand) -> FitResult | MlxfitError:
         key = (c.run, c.serving, c.model, c.wired_mb)
@@ -197,7 +203,7 @@ class _Search:
 
     def runs(self, c: _Cand) -> bool:
         r = self.eval(c)
-        return isinstance(r, FitResult) and r.runs
+        return isinstance(r, FitResult) and self.ok(r)
 
     def with_wired(self, c: _Cand) -> _Cand | None:
         """The candidate plus the smallest wired limit that makes it fit, when the total is its
@@ -205,9 +211,12 @@ class _Search:
         if self.ev.wired_refusal is not None or c.wired_mb is not None:
             return None
         r = self.eval(c)
-        if not isinstance(r, FitResult) or r.oversize_buffers or r.fits:
+        if not isinstance(r, FitResult) or r.oversize_buffers or self.ok(r):
             return None
-        mb = wired_needed_mb(r.total_bytes)
+        if r.fits and not self.margin:
+            return None
+        # tight: the upper bound of the peak band is what must fit
+        mb = wired_needed_mb(r.bands.peak_hi if self.margin and r.bands else r.total_bytes)
         if mb > wired_cap_mb(self.ev.ram_bytes):
             return None
         ch = Change("wired_limit", f"sudo sysctl iogpu.wired_limit_mb={mb}",
@@ -394,6 +403,7 @@ def advise(base: FitResult, ev: Evaluator, serving: Serving) -> Advice:
     problem = _problem(base)
     if not problem:
         return Advice(needed=False, problem="", notes=("fits as asked: nothing to change",))
+    margin = not base.problems  # tight (issue 27): the changes that buy margin
     if base.beyond_context:  # no memory lever reads past the model's limit; --ctx is the user's
         return Advice(needed=True, problem=problem, notes=_past_context(base, ev, serving))
     s = _Search(base, ev, serving)
@@ -415,7 +425,7 @@ def advise(base: FitResult, ev: Evaluator, serving: Serving) -> Advice:
         s.refused["wired_limit"] = ev.wired_refusal
     elif wired is not None:
         found.append(wired)
-    elif base.fits:
+    elif base.fits and not margin:
         s.refused["wired_limit"] = ("raising the wired limit: the total already fits; an array "
                                     "larger than the GPU's largest buffer is the problem")
     else:
@@ -444,8 +454,10 @@ def advise(base: FitResult, ev: Evaluator, serving: Serving) -> Advice:
     options.sort(key=lambda o: (o.rank, -o.result.max_safe_context))
     notes = []
     if not options:
-        notes.append("no change of one or two of these levers makes this run fit")
-    return Advice(needed=True, problem=problem, options=tuple(options[:MAX_OPTIONS]),
+        notes.append("no change of one or two of these levers makes this run fit"
+                     + (" at the upper bound of its peak band" if margin else ""))
+    return Advice(needed=True, problem=problem, margin=margin,
+                  options=tuple(options[:MAX_OPTIONS]),
                   refused=tuple(Refused(k, v) for k, v in s.refused.items()),
                   notes=tuple(notes))
 
@@ -520,6 +532,10 @@ def _option(s: _Search, c: _Cand) -> Option:
 
 
 def _problem(r: FitResult) -> str:
+    if r.verdict == "tight" and r.bands is not None:
+        return (f"tight: needs {r.total_bytes / 1e9:,.2f} GB at the estimate, up to "
+                f"{r.bands.peak_hi / 1e9:,.2f} GB at its upper bound, "
+                f"{r.usable_bytes / 1e9:,.2f} GB usable")
     return "; ".join(r.problems)
 
 

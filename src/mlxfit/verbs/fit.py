@@ -250,6 +250,10 @@ def fit_served(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     if run2.backend == "metal" and limit:
         buffers = all_buffers(inputs.cfg, run2, cal, serving, arrays)
         safe = max_context_within_buffer(inputs.cfg, run2, cal, serving, arrays, limit, safe)
+        if r.bands is not None:  # the band's high end is held to the buffer too
+            hi = max_context_within_buffer(inputs.cfg, run2, cal, serving, arrays, limit,
+                                           r.bands.max_safe_context[1])
+            r = replace(r, bands=replace(r.bands, max_safe_context=(safe, max(safe, hi))))
         if safe < r.max_safe_context:
             extra_warn.append(f"largest safe context {safe:,} (not {r.max_safe_context:,}): "
                               "beyond it one array would exceed the GPU's largest buffer")

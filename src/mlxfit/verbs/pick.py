@@ -279,6 +279,13 @@ class Candidate:
     predicted_ttft_s: float | None = None
     watchdog: str | None = None  # FitResult.watchdog: prefill may trip macOS's GPU watchdog
 
+    @property
+    def verdict(self) -> str:
+        """FitResult's verdict (estimate/bands.verdict); without a result, from ``runs``."""
+        if self.result is not None:
+            return self.result.verdict
+        return "fits" if self.runs else "does_not_fit"
+
 
 @dataclass(frozen=True)
 class PickResult(JsonResult):
@@ -418,7 +425,8 @@ def pick(
             warnings.append(f"skipped {s.model}@{ld.revision[:12]}: {s.reason}")
 
     options = [Option(ld.inputs.name, r.weights_bytes, r.total_bytes, r.runs,
-                      r.runs and r.total_bytes <= coexist, _blocked(r)) for ld, r in evaluated]
+                      r.runs and r.total_bytes <= coexist, _blocked(r),
+                      tight=r.verdict == "tight") for ld, r in evaluated]
     default_skip = next((s for s in skipped
                          if _is_default(s.model, settings)), None)
     choice = choose(options, settings.default_model, usable, coexist, settings.coexist_fraction,
@@ -512,8 +520,9 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
                 rows.append(_catalog_row(s, name, run, m, cal, usable, coexist, settings))
             except MlxfitError as err:
                 notes.append(f"catalog {name} left out: {err}")
-    rows.sort(key=lambda c: (0, -c.weights_bytes, c.model) if c.runs
-              else (1, c.total_bytes, c.model))
+    # those that fit outright, largest first, then the tight ones (issue 27), then the rest
+    rows.sort(key=lambda c: (0 if c.verdict == "fits" else 1, -c.weights_bytes, c.model)
+              if c.runs else (2, c.total_bytes, c.model))
     return rows
 
 
@@ -522,7 +531,9 @@ def _catalog_row(src: ModelSource, rid: str, run, m, cal, usable: int, coexist: 
     """One catalog entry (or a predicted conversion of one, "<id> as 4bit") on this machine."""
     r = fit_served(model_inputs(src), run, m, cal, None, model_arrays(src), model_ref=rid)
     fc = r.runs and r.total_bytes <= coexist
-    if fc:
+    if r.verdict == "tight":
+        why = "tight: fits the usable memory at the estimate, not at its upper bound"
+    elif fc:
         why = f"fits the coexist budget ({_gb(coexist)})"
     elif r.runs:
         why = f"fits the usable {_gb(usable)}, over the coexist budget ({_gb(coexist)})"

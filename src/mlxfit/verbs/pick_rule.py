@@ -17,6 +17,7 @@ class Option:
     fits: bool  # runs: total <= usable and no array over the GPU's largest buffer
     fits_coexist: bool  # runs and total <= coexist budget
     blocked: str = ""  # why it cannot run although the total fits (an oversize array)
+    tight: bool = False  # fits at the estimate, not at its peak band's upper bound (issue 27)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,10 @@ def choose(options: Sequence[Option], default_model: str | None, usable: int, co
     chosen = next((i for i in order if options[i].fits_coexist), None)
     rule = "coexist"
     if chosen is None:
-        chosen = next((i for i in order if options[i].fits), None)
+        # A model that fits outright comes before a tight one (issue 27), then the largest.
+        fitting = [i for i in order if options[i].fits]
+        chosen = next((i for i in fitting if not options[i].tight),
+                      fitting[0] if fitting else None)
         rule = "fits" if chosen is not None else "none"
     budget = "coexist" if rule == "coexist" else "usable"
     seen_chosen = False
@@ -94,11 +98,18 @@ def choose(options: Sequence[Option], default_model: str | None, usable: int, co
         if i == default_i:
             continue
         o = options[i]
+        if rule == "fits" and i != chosen and o.tight and not options[chosen].tight:  # type: ignore[index]
+            verdicts[i] = Verdict(False, budget, f"{own(o)}, but tight: not at the upper "
+                                  f"bound of its peak band; {options[chosen].model} fits "
+                                  "outright")
+            continue
         if i == chosen:
             seen_chosen = True
             why = ("the largest that fits the coexist budget" if rule == "coexist" else
                    f"nothing fits the coexist budget; the largest that fits {us} (other apps "
                    "will be squeezed)")
+            if o.tight:
+                why += "; tight: fits at the estimate, not at its upper bound"
             verdicts[i] = Verdict(True, budget, why)
         elif not seen_chosen:  # larger than the chosen one (or nothing chosen)
             if rule == "coexist":

@@ -64,6 +64,7 @@ class PlanRow:
     aggregate_tps: float | None
     per_user_tps: float | None
     bound: str | None
+    verdict: str = "fits"  # FitResult.verdict at this concurrency (issue 27)
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,12 @@ class ServePlan(JsonResult):
         """The plan answers the question asked: the --users asked for fit (without --users, at
         least one request does). The CLI's exit code: 0 when it fits, 1 when not."""
         return self.concurrency >= (self.users or 1)
+
+    @property
+    def verdict(self) -> str:
+        """The plan's FitResult verdict (estimate/bands.verdict); "does_not_fit" without one or
+        when the --users asked for do not fit."""
+        return self.result.verdict if self.result is not None and self.fits else "does_not_fit"
 
 
 def _table_sizes(n_max: int, users: int | None) -> list[int]:
@@ -184,7 +191,7 @@ def serve_plan(
             agg, per_user, bound = bd.aggregate_tps, bd.per_sequence_tps, bd.bound
         else:
             agg = per_user = bound = None
-        rows.append(PlanRow(size, rr.total_bytes, rr.runs, agg, per_user, bound))
+        rows.append(PlanRow(size, rr.total_bytes, rr.runs, agg, per_user, bound, rr.verdict))
         if not batched:
             break
     plan_row = next((x for x in rows if x.concurrency == n), None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
+from mlxfit.estimate.bands import peak_band_at, plan_bands
 from mlxfit.estimate.memory import Run, Term, kv_bytes_final, validate_run
 from mlxfit.estimate.solve import context_limit, largest_true, run_at, totals_at
 from mlxfit.estimate.speed import (
@@ -113,11 +114,29 @@ class _Model:
     params: MatmulParams | None = None  # prefill's matmul parameters (estimate/compute.py)
 
 
+def _band_at(cal: Calibration, h: HostMachine, cfg: ModelConfig, weights_total: int,
+             backend: str):
+    """The host's peak band at context n (the whole model's segment on its chip), or None."""
+    if cal.bands is None:
+        return None
+    return peak_band_at(cal.bands, h.machine_name, cfg, weights_total, cfg.family_known,
+                        backend)
+
+
+def _fits_at(total: int, usable: int, band, n: int, side: int | None = 1) -> bool:
+    """The largest safe context's rule (issue 27): the UPPER bound of the peak band fits
+    (side 0: the lower bound, the band's other end; None: the estimate itself)."""
+    if band is None or side is None:
+        return total <= usable
+    return total * (1 + band(n)[side]) <= usable
+
+
 def _host_plan(h: HostMachine, cfg: ModelConfig, run: Run, cal: Calibration, *,
                layers: tuple[int, int], own: int, replicated: int, comm: int,
-               seconds: float | None) -> HostPlan:
+               seconds: float | None, band=None) -> HostPlan:
     t = totals_at(cfg, own + replicated, run, cal)
     total = t.total + comm
+    pb = band(run.ctx) if band is not None else None
     terms = (
         Term("weights", own + replicated, "own share + replicated weights",
              {"own": own, "replicated": replicated}),
@@ -134,7 +153,8 @@ def _host_plan(h: HostMachine, cfg: ModelConfig, run: Run, cal: Calibration, *,
         sharded_weights_bytes=own, replicated_weights_bytes=replicated, kv_bytes=t.kv,
         state_bytes=t.state, transient_bytes=t.transient + comm, comm_bytes=comm,
         total_bytes=total, peak_phase=t.phase.name, fits=total <= h.usable_bytes,
-        decode_seconds=seconds, terms=terms)
+        decode_seconds=seconds, terms=terms,
+        peak_band=(int(total * (1 + pb[0])), round(total * (1 + pb[1]))) if pb else None)
 
 
 def _replicated_read(cfg: ModelConfig, w: WeightsSplit) -> int:
@@ -208,13 +228,16 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     own = [sum(w.per_layer[a:b]) for a, b in ranges]
     own_exp = [sum(w.per_layer_experts[a:b]) for a, b in ranges]
 
-    def all_fit(nctx: int, sp: Sequence[tuple[int, int]] = ranges) -> bool:
+    bands = [_band_at(cal, h, cfg, w.total, run.backend) for h in hosts]
+
+    def all_fit(nctx: int, sp: Sequence[tuple[int, int]] = ranges,
+                side: int | None = 1) -> bool:
         r = run_at(run, nctx)
         c = _pipeline_comm_bytes(cfg, r, n)
-        for h, (a, b) in zip(hosts, sp):
+        for h, (a, b), band in zip(hosts, sp, bands):
             sub = _sub_cfg(cfg, a, b)
-            if totals_at(sub, sum(w.per_layer[a:b]) + w.replicated, r, cal).total + c \
-                    > h.usable_bytes:
+            if not _fits_at(totals_at(sub, sum(w.per_layer[a:b]) + w.replicated, r, cal).total
+                            + c, h.usable_bytes, band, nctx, side):
                 return False
         return True
 
@@ -241,11 +264,12 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
 
     host_plans = tuple(
         _host_plan(h, sub, run, cal, layers=rg, own=ob, replicated=w.replicated, comm=comm,
-                   seconds=s)
-        for h, sub, rg, ob, s in zip(hosts, subs, ranges, own, stage_s))
+                   seconds=s, band=band)
+        for h, sub, rg, ob, s, band in zip(hosts, subs, ranges, own, stage_s, bands))
     fits = all(hp.fits for hp in host_plans)
     failing = tuple(hp.label for hp in host_plans if not hp.fits)
     max_ctx = largest_true(all_fit, limit)
+    safe = (max_ctx, largest_true(lambda k: all_fit(k, side=0), limit))
 
     tps = secs = None
     speed_terms: tuple[Term, ...] = ()
@@ -263,7 +287,7 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
                   "latency_us": link.latency_s * 1e6, "bandwidth_gbs": link.bandwidth_gbs}),
         )
     ev = even_split(cfg.num_layers, n)
-    ev_fits = all_fit(run.ctx, rank_ranges(ev)) if n > 1 else None
+    ev_fits = all_fit(run.ctx, rank_ranges(ev), side=None) if n > 1 else None
     sums = {
         "weights_layers": sum(own), "weights_replicated": w.replicated, "weights_total": w.total,
         "kv": sum(hp.kv_bytes for hp in host_plans), "state": sum(hp.state_bytes
@@ -273,11 +297,21 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     plan = Plan("pipeline" if n > 1 else "single", True, None, host_plans, tuple(split), ev,
                 ev_fits, fits, failing, max_ctx, tps, secs, comm_s if speed_known else None,
                 speed_terms, PIPELINE_ASSUMPTIONS if n > 1 else (), sums)
-    if secs is None:
+    if secs is not None:
+        t = pipeline_ttft(cfg, m.params, w, list(zip(subs, own, own_exp)), hosts, run, cal,
+                          link, secs)
+        plan = plan if t is None else _with_ttft(plan, run, *t)
+    return _with_bands(plan, cfg, w.total, run, cal, safe)
+
+
+def _with_bands(plan: Plan, cfg: ModelConfig, weights_total: int, run: Run, cal: Calibration,
+                safe: tuple[int, int]) -> Plan:
+    if cal.bands is None:
         return plan
-    t = pipeline_ttft(cfg, m.params, w, list(zip(subs, own, own_exp)), hosts, run, cal, link,
-                      secs)
-    return plan if t is None else _with_ttft(plan, run, *t)
+    return replace(plan, bands=plan_bands(
+        cal.bands, [h.machine_name for h in plan.hosts], cfg, weights_total, run.ctx,
+        [h.total_bytes for h in plan.hosts], safe, plan.predicted_decode_tps,
+        plan.predicted_prefill_tps, plan.predicted_ttft_s, run.backend))
 
 
 def _with_ttft(plan: Plan, run: Run, ttft: float, terms: tuple) -> Plan:
@@ -353,17 +387,19 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
                       + cache_seconds(sub, run, h.bandwidth_gbs, d, fused_decode=fused,
                                       ultra=ultra)
                       + layer_seconds(cfg.num_layers, sub.moe_layers, d))
+    bands = [_band_at(cal, h, cfg, w.total, run.backend) for h in hosts]
     host_plans = tuple(
         _host_plan(h, sub, run, cal, layers=all_layers, own=own, replicated=repl, comm=comm,
-                   seconds=s)
-        for h, s in zip(hosts, host_s))
+                   seconds=s, band=band)
+        for h, s, band in zip(hosts, host_s, bands))
     fits = all(hp.fits for hp in host_plans)
 
-    def all_fit(nctx: int) -> bool:
+    def all_fit(nctx: int, side: int = 1) -> bool:
         r = run_at(run, nctx)
         c = _tp_comm_bytes(cfg, r, n)
         tot = totals_at(sub, own + repl, r, cal).total + c
-        return all(tot <= h.usable_bytes for h in hosts)
+        return all(_fits_at(tot, h.usable_bytes, band, nctx, side)
+                   for h, band in zip(hosts, bands))
 
     tps = secs = None
     speed_terms: tuple[Term, ...] = ()
@@ -389,11 +425,12 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
                 tuple(hp.label for hp in host_plans if not hp.fits),
                 largest_true(all_fit, limit), tps, secs, comm_s if speed_known else None,
                 speed_terms, TENSOR_ASSUMPTIONS if n > 1 else (), sums)
-    if secs is None:
-        return plan
-    read = own + repl - (0 if w.tied else w.embedding) - w.lookup
-    t = tensor_ttft(cfg, sub, m.params, read, exp, hosts, run, cal, link, secs)
-    return plan if t is None else _with_ttft(plan, run, *t)
+    safe = (plan.max_safe_context, largest_true(lambda k: all_fit(k, side=0), limit))
+    if secs is not None:
+        read = own + repl - (0 if w.tied else w.embedding) - w.lookup
+        t = tensor_ttft(cfg, sub, m.params, read, exp, hosts, run, cal, link, secs)
+        plan = plan if t is None else _with_ttft(plan, run, *t)
+    return _with_bands(plan, cfg, w.total, run, cal, safe)
 
 
 def _choose(plans: Sequence[Plan], requested: str, ctx: int) -> tuple[str | None, str]:

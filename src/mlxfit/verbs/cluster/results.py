@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from mlxfit.estimate.bands import Bands, verdict
 from mlxfit.estimate.memory import Run, Term
 from mlxfit.json_result import JsonResult
 from mlxfit.model.quantize import ConversionPlan
@@ -40,6 +41,8 @@ class HostPlan:
     fits: bool
     decode_seconds: float | None  # its own part of one token (pipeline: its stage)
     terms: tuple[Term, ...] = ()
+    # [lo, hi] of its real peak, 9 in 10 (estimate/bands.py; None without a band table)
+    peak_band: tuple[int, int] | None = None
 
     @property
     def n_layers(self) -> int:
@@ -72,6 +75,18 @@ class Plan:
     predicted_ttft_s: float | None = None
     predicted_prefill_tps: float | None = None
     prefill_terms: tuple[Any, ...] = ()
+    bands: Bands | None = None  # issue 27 (estimate/bands.plan_bands)
+
+    @property
+    def verdict(self) -> str:
+        """estimate/bands.verdict, the rule of every verb, at the host nearest its limit at
+        the upper bound of its peak band."""
+        if not self.hosts:
+            return verdict(False, None, 0)
+        worst = max(self.hosts, key=lambda h: (h.peak_band[1] if h.peak_band else h.total_bytes)
+                    - h.usable_bytes)
+        return verdict(self.supported and self.fits,
+                       worst.peak_band[1] if worst.peak_band else None, worst.usable_bytes)
 
 
 @dataclass(frozen=True)
@@ -109,4 +124,10 @@ class ClusterResult(JsonResult):
     def fits(self) -> bool:
         p = self.plan
         return bool(p and p.supported and p.fits)
+
+    @property
+    def verdict(self) -> str:
+        """The chosen plan's verdict ("does_not_fit" when none can run)."""
+        p = self.plan
+        return p.verdict if p is not None else "does_not_fit"
 

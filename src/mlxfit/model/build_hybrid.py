@@ -182,7 +182,7 @@ def kimi_linear(c: Ctx) -> list[Layer]:
     cfg = sub_fields(c, "linear_attn_config")
     kda = set(cfg.int_list("kda_layers") or [])
     state = _kda_state(c, cfg)
-    latent = mla(c)
+    latent = mla(c, rope=0, nope=c.head_dim, v_head=c.head_dim)
     return [Layer(None, state_bytes=state, state_kind=LINEAR_STATE) if i + 1 in kda
             else latent[i] for i in range(c.n)]
 
@@ -205,10 +205,13 @@ def bailing_hybrid(c: Ctx) -> list[Layer]:
 
 def bailing_moe_linear(c: Ctx) -> list[Layer]:
     # Linear layers: ArraysCache(1), heads x head_dim x head_dim in the activation dtype, the
-    # state of recurrent_gla (a per-token op loop on every backend: no kernel).
-    state = c.heads * c.head_dim * c.head_dim * c.act_bytes
-    c.mixer.update(linear_scan="gla", linear_v_heads=c.heads, linear_k_dim=c.head_dim,
-                   linear_v_dim=c.head_dim, linear_state_bytes=c.act_bytes)
+    # state of recurrent_gla (a per-token op loop on every backend: no kernel). Their head_dim
+    # is hidden // heads whatever the config's head_dim (bailing_moe_linear.py
+    # LinearAttention); only the full-attention layers read head_dim.
+    hd = c.hidden // c.heads
+    state = c.heads * hd * hd * c.act_bytes
+    c.mixer.update(linear_scan="gla", linear_v_heads=c.heads, linear_k_dim=hd,
+                   linear_v_dim=hd, linear_state_bytes=c.act_bytes)
     return [Layer(c.attn(Full())) if g else Layer(None, state_bytes=state, state_kind=LINEAR_STATE)
             for g in _global_every(c)]
 
@@ -227,9 +230,9 @@ def bailing_moe_v3(c: Ctx) -> list[Layer]:
 def olmo_hybrid(c: Ctx) -> list[Layer]:
     # olmo_hybrid.py: ArraysCache(4) (three convs + gated-delta state) on "linear_attention"
     # layers, as Qwen3-Next's layers; KVCache on the rest.
-    types = layer_types(c)
-    if types is None:
-        raise ConfigError(f"{c.f.where}: olmo_hybrid needs 'layer_types'")
+    # ModelArgs.__post_init__ without layer_types: full attention where i % 4 == 3.
+    types = layer_types(c, ["full_attention" if i % 4 == 3 else "linear_attention"
+                            for i in range(c.n)])
     state = linear_state_bytes(c)
     return [Layer(None, state_bytes=state, state_kind=LINEAR_STATE) if t == "linear_attention"
             else Layer(c.attn(Full())) for t in types]

@@ -23,7 +23,11 @@ def sliding_by_types(c: Ctx, types: list[str] | None, window: int | None) -> lis
 
 def llama(c: Ctx) -> list[Layer]:
     # llama.py / ministral3.py honour layer_types; a bare sliding_window (Mistral 7B) is ignored.
-    types = c.f.str_list("layer_types", c.n)
+    # ModelArgs fills layer_types from num_hidden_layers only when absent; the model builds a
+    # layer per entry (pixtral-11-2: 8 layer_types, num_hidden_layers 1, 8 caches).
+    types = c.f.str_list("layer_types", None)
+    if types:
+        c.n = len(types)
     window = c.f.int("sliding_window", 0) if c.f.has("sliding_window") else None
     if c.f.has("sliding_window") and types is None:
         c.warnings.append(
@@ -198,8 +202,10 @@ def iquestloopcoder(c: Ctx) -> list[Layer]:
 def plamo3(c: Ctx) -> list[Layer]:
     # plamo3.py: layer i is full when (i+1) % sliding_window_pattern == 0, else a
     # RotatingKVCache(window_size).
+    # ModelArgs.__post_init__: a non-null sliding_window overrides window_size.
     p = c.f.int("sliding_window_pattern", 8, minimum=1)
-    window = c.f.int("window_size", 2048, minimum=1)
+    key = "sliding_window" if c.f.has("sliding_window") else "window_size"
+    window = c.f.int(key, 2048, minimum=1)
     return [Layer(c.attn(Full())) if (i + 1) % p == 0
             else Layer(c.attn(Rotating(window))) for i in range(c.n)]
 

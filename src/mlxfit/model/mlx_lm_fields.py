@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from mlxfit.model.mlx_lm_args import MODEL_ARGS
+
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
     "afm7": (
         "vocab_size", "hidden_dim", "num_layers", "num_kv_reuse_layers", "num_heads",
@@ -438,3 +440,46 @@ def absent_fields(module: str, config: dict[str, Any]) -> list[str]:
     inner = config.get("text_config")
     present = set(config) | (set(inner) if isinstance(inner, dict) else set())
     return [k for k in REQUIRED_FIELDS.get(module, ()) if k not in present]
+
+
+# Keys mlxfit reads for the weights and the compute model, not for the cache plan: kept even
+# where the family's ModelArgs does not declare them (mlx-lm's module then has its own width,
+# and these only feed estimates that are approximations of the MLP and router anyway).
+NOT_CACHE_KEYS = frozenset({
+    "architectures", "quantization", "quantization_config", "torch_dtype", "dtype",
+    "vocab_size", "tie_word_embeddings", "tie_embedding", "max_position_embeddings",
+    "intermediate_size", "n_inner", "block_ff_dim", "ffn_hidden_size", "moe_intermediate_size",
+    "expert_intermediate_size", "shared_expert_intermediate_size", "num_experts",
+    "num_local_experts", "n_routed_experts", "moe_num_experts", "num_experts_per_tok",
+    "top_k_experts", "moe_k", "num_activated_experts", "n_shared_experts",
+    "first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step",
+    "interleave_moe_layer_step", "mlp_only_layers", "attn_output_gate", "max_seq_len",
+    "max_sequence_length", "n_positions", "seq_length", "weight_tying",
+})
+
+# Fields a module's ModelArgs declares but its attention never reads (checked against mlx-lm
+# with a mismatched value in tests/test_mlx_lm_args.py): helium.py takes hidden // heads;
+# gpt2.py's and gpt_neox.py's fused c_attn / query_key_value keep a KV head per query head.
+DECLARED_NOT_READ: dict[str, tuple[str, ...]] = {
+    "helium": ("head_dim",),
+    "gpt2": ("num_key_value_heads",),
+    "gpt_neox": ("num_key_value_heads",),
+}
+
+
+def mlx_lm_reads(module: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The config as mlx-lm's ``module`` sees it: where its ModelArgs.from_dict is
+    BaseModelArgs' (keep the keys the dataclass declares), only those keys, each absent one at
+    its ModelArgs default (afmoe's sliding_window 2048, plamo2's 4 KV heads, phixtral's 32
+    layers), minus DECLARED_NOT_READ; NOT_CACHE_KEYS pass through. A wrapper's text_config is
+    kept as it is. Any other module: the config unchanged."""
+    row = MODEL_ARGS.get(module)
+    if row is None or not row["plain"]:
+        return config
+    declared = set(row["fields"]) - set(DECLARED_NOT_READ.get(module, ()))
+    out = {k: v for k, v in config.items()
+           if k in declared or k in NOT_CACHE_KEYS or k == "model_type"}
+    for k, v in row["defaults"].items():
+        if k not in config and k != "model_type" and k in declared:
+            out[k] = v
+    return out

@@ -42,7 +42,7 @@ def _jsonable(v: Any) -> bool:
 
 def collect() -> tuple[str, dict[str, dict[str, Any]]]:
     import mlx_lm
-    import mlx_lm.models as models
+    from mlx_lm import models
     from mlx_lm.models.base import BaseModelArgs
 
     from mlxfit.model.oracle import import_model_module
@@ -51,7 +51,8 @@ def collect() -> tuple[str, dict[str, dict[str, Any]]]:
     for info in sorted(pkgutil.iter_modules(models.__path__), key=lambda m: m.name):
         try:
             mod = import_model_module(info.name)  # olmo's availability probe stubbed
-        except Exception:  # noqa: BLE001 - a module that needs an absent package: not sized
+        except Exception as e:  # noqa: BLE001 - a module that needs an absent package
+            print(f"skipped mlx_lm.models.{info.name}: {e}", file=sys.stderr)
             continue
         cls = getattr(mod, "ModelArgs", None)
         if cls is None or not dataclasses.is_dataclass(cls):
@@ -73,7 +74,7 @@ def collect() -> tuple[str, dict[str, dict[str, Any]]]:
         out[info.name] = {
             "plain": _plain_from_dict(cls, BaseModelArgs),
             "fields": sorted(fields),
-            "required": sorted(required),
+            "required": required,  # declaration order: the TypeError names the first
             "defaults": dict(sorted(defaults.items())),
         }
     return str(mlx_lm.__version__), out
@@ -85,9 +86,10 @@ def render(version: str, table: dict[str, dict[str, Any]]) -> str:
         "",
         "For each mlx_lm.models module, its ModelArgs dataclass: ``plain`` when its from_dict",
         "is BaseModelArgs' (it keeps only the config keys ModelArgs declares), the declared",
-        "``fields``, the ``required`` ones (no default: a config without one is a TypeError) and",
-        "the non-None ``defaults`` a config's absent key takes. tests/test_mlx_lm_args.py",
-        'regenerates it from the installed mlx-lm and fails on any difference."""',
+        "``fields``, the ``required`` ones in declaration order (no default: a config without one",
+        "is a TypeError) and the non-None ``defaults`` a config's absent key takes.",
+        "tests/test_mlx_lm_args.py regenerates it from the installed mlx-lm and fails on any",
+        'difference."""',
         "",
         "from __future__ import annotations",
         "",

@@ -67,9 +67,11 @@ def gemma3(c: Ctx) -> list[Layer]:
 
 def gemma4(c: Ctx) -> list[Layer]:
     f = c.f
-    types = f.str_list("layer_types", c.n)
-    if types is None:
-        raise ConfigError(f"{f.where}: gemma4 needs 'layer_types'")
+    # gemma4_text.ModelArgs.__post_init__ without layer_types: sliding_window_pattern - 1
+    # sliding layers, then a full one, repeated.
+    p = f.int("sliding_window_pattern", 5, minimum=1)
+    types = f.str_list("layer_types", c.n) or [
+        "full_attention" if (i + 1) % p == 0 else "sliding_attention" for i in range(c.n)]
     window = f.int("sliding_window", 512, minimum=1)
     shared = f.int("num_kv_shared_layers", 0)
     global_hd = f.int("global_head_dim", 0) or c.head_dim
@@ -129,6 +131,15 @@ def by_layer_types(c: Ctx) -> list[Layer]:
     window = c.f.int("sliding_window", 4096, minimum=1)
     return [Layer(c.attn(Rotating(window))) if t == "sliding_attention"
             else Layer(c.attn(Full())) for t in types]
+
+
+def afmoe(c: Ctx) -> list[Layer]:
+    # afmoe.py builds a layer per layer_types entry (a required field); num_hidden_layers
+    # (ModelArgs default 32) is read only by sanitize.
+    types = c.f.str_list("layer_types", None)
+    if types:
+        c.n = len(types)
+    return by_layer_types(c)
 
 
 def olmo3(c: Ctx) -> list[Layer]:

@@ -2,9 +2,10 @@
 
 For each mlx_lm.models module, its ModelArgs dataclass: ``plain`` when its from_dict
 is BaseModelArgs' (it keeps only the config keys ModelArgs declares), the declared
-``fields``, the ``required`` ones (no default: a config without one is a TypeError) and
-the non-None ``defaults`` a config's absent key takes. tests/test_mlx_lm_args.py
-regenerates it from the installed mlx-lm and fails on any difference."""
+``fields``, the ``required`` ones in declaration order (no default: a config without one
+is a TypeError) and the non-None ``defaults`` a config's absent key takes.
+tests/test_mlx_lm_args.py regenerates it from the installed mlx-lm and fails on any
+difference."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'decoder_sparse_step', 'hidden_size', 'intermediate_size',
-            'max_position_embeddings', 'mlp_only_layers', 'model_type', 'moe_intermediate_size',
-            'n_shared_experts', 'norm_topk_prob', 'num_attention_heads', 'num_experts',
-            'num_experts_per_tok', 'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps',
-            'rope_theta', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'attention_bias', 'mlp_only_layers', 'num_experts',
+            'num_experts_per_tok', 'decoder_sparse_step', 'n_shared_experts',
+            'moe_intermediate_size', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads',
+            'rope_theta', 'max_position_embeddings', 'norm_topk_prob',
         ),
         "defaults": {
         },
@@ -39,8 +40,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'num_kv_reuse_layers', 'num_layers', 'rms_norm_eps', 'rope_theta', 'vocab_size',
         ),
         "required": (
-            'hidden_dim', 'model_type', 'num_heads', 'num_kv_heads', 'num_kv_reuse_layers',
-            'num_layers', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_dim', 'num_layers', 'num_kv_reuse_layers',
+            'num_heads', 'num_kv_heads',
         ),
         "defaults": {
             'hidden_dim_scale_factor': 3.25,
@@ -60,7 +61,7 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'layer_types', 'model_type',
+            'model_type', 'layer_types',
         ),
         "defaults": {
             'head_dim': 64,
@@ -97,10 +98,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
-            'mlp_bias', 'model_type', 'num_attention_heads', 'num_hidden_layers',
-            'num_key_value_heads', 'post_norm', 'qk_norm', 'rms_norm_eps', 'rope_theta',
-            'tie_word_embeddings', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size', 'mlp_bias',
+            'num_attention_heads', 'attention_bias', 'rms_norm_eps', 'vocab_size',
+            'num_key_value_heads', 'max_position_embeddings', 'rope_theta', 'post_norm', 'qk_norm',
+            'tie_word_embeddings',
         ),
         "defaults": {
             'rope_traditional': False,
@@ -115,9 +116,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'sliding_window_layers', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'conv_window', 'hidden_size', 'intermediate_size', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'rope_theta',
-            'sliding_window', 'sliding_window_layers', 'vocab_size',
+            'vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+            'num_attention_heads', 'num_key_value_heads', 'rope_theta', 'sliding_window',
+            'sliding_window_layers', 'conv_window', 'rms_norm_eps',
         ),
         "defaults": {
             'model_type': 'baichuan_m1',
@@ -139,12 +140,12 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'use_bias', 'use_qk_norm', 'use_qkv_bias', 'v_head_dim', 'vocab_size',
         ),
         "required": (
-            'first_k_dense_replace', 'group_norm_size', 'head_dim', 'hidden_size',
-            'intermediate_size', 'kv_lora_rank', 'layer_group_size', 'max_position_embeddings',
-            'model_type', 'moe_intermediate_size', 'n_group', 'num_attention_heads', 'num_experts',
-            'num_experts_per_tok', 'num_hidden_layers', 'num_key_value_heads',
-            'num_shared_experts', 'qk_nope_head_dim', 'qk_rope_head_dim', 'rms_norm_eps',
-            'rope_theta', 'routed_scaling_factor', 'topk_group', 'v_head_dim', 'vocab_size',
+            'model_type', 'hidden_size', 'intermediate_size', 'moe_intermediate_size',
+            'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'num_experts',
+            'num_experts_per_tok', 'num_shared_experts', 'n_group', 'topk_group',
+            'first_k_dense_replace', 'layer_group_size', 'group_norm_size', 'vocab_size',
+            'rms_norm_eps', 'rope_theta', 'max_position_embeddings', 'routed_scaling_factor',
+            'head_dim', 'kv_lora_rank', 'qk_rope_head_dim', 'qk_nope_head_dim', 'v_head_dim',
         ),
         "defaults": {
             'moe_router_enable_expert_bias': True,
@@ -173,10 +174,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'use_bias', 'use_qk_norm', 'use_qkv_bias', 'vocab_size',
         ),
         "required": (
-            'first_k_dense_replace', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
-            'model_type', 'moe_intermediate_size', 'norm_topk_prob', 'num_attention_heads',
-            'num_experts', 'num_experts_per_tok', 'num_hidden_layers', 'num_key_value_heads',
-            'num_shared_experts', 'rms_norm_eps', 'rope_theta', 'vocab_size',
+            'model_type', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
+            'moe_intermediate_size', 'num_experts', 'num_shared_experts', 'norm_topk_prob',
+            'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
+            'num_key_value_heads', 'rms_norm_eps', 'rope_theta', 'vocab_size',
+            'first_k_dense_replace',
         ),
         "defaults": {
             'moe_router_enable_expert_bias': False,
@@ -210,11 +212,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'topk_group', 'use_bias', 'use_qk_norm', 'use_qkv_bias', 'use_rmsnorm', 'vocab_size',
         ),
         "required": (
-            'first_k_dense_replace', 'group_norm_size', 'hidden_size', 'intermediate_size',
-            'layer_group_size', 'max_position_embeddings', 'model_type', 'moe_intermediate_size',
-            'norm_topk_prob', 'num_attention_heads', 'num_experts', 'num_experts_per_tok',
-            'num_hidden_layers', 'num_key_value_heads', 'num_shared_experts', 'rms_norm_eps',
-            'rope_theta', 'vocab_size',
+            'model_type', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
+            'moe_intermediate_size', 'num_experts', 'num_shared_experts', 'norm_topk_prob',
+            'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
+            'num_key_value_heads', 'rms_norm_eps', 'rope_theta', 'vocab_size',
+            'first_k_dense_replace', 'layer_group_size', 'group_norm_size',
         ),
         "defaults": {
             'moe_router_enable_expert_bias': False,
@@ -293,8 +295,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'attention_bias': False,
@@ -364,8 +366,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'attn_config', 'd_model', 'ffn_config', 'model_type', 'n_heads', 'n_layers',
-            'vocab_size',
+            'model_type', 'vocab_size', 'd_model', 'ffn_config', 'attn_config', 'n_layers',
+            'n_heads',
         ),
         "defaults": {
         },
@@ -590,11 +592,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'first_k_dense_replace', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
-            'model_type', 'moe_intermediate_size', 'n_routed_experts', 'n_shared_experts',
-            'norm_topk_prob', 'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'rms_norm_eps', 'rope_theta', 'routed_scaling_factor',
-            'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'max_position_embeddings',
+            'num_key_value_heads', 'first_k_dense_replace', 'moe_intermediate_size',
+            'n_routed_experts', 'n_shared_experts', 'norm_topk_prob', 'num_experts_per_tok',
+            'rope_theta', 'routed_scaling_factor',
         ),
         "defaults": {
             'attention_bias': False,
@@ -613,9 +615,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rms_norm_eps', 'rope_theta', 'tie_word_embeddings', 'use_bias', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
-            'model_type', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'rms_norm_eps', 'rope_theta', 'tie_word_embeddings', 'use_bias', 'vocab_size',
+            'hidden_size', 'intermediate_size', 'model_type', 'max_position_embeddings',
+            'num_attention_heads', 'num_key_value_heads', 'head_dim', 'num_hidden_layers',
+            'rms_norm_eps', 'vocab_size', 'rope_theta', 'use_bias', 'tie_word_embeddings',
         ),
         "defaults": {
         },
@@ -631,9 +633,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'use_bias', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'max_position_embeddings', 'model_type',
-            'moe_num_experts', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'rms_norm_eps', 'rope_theta', 'tie_word_embeddings', 'use_bias', 'vocab_size',
+            'hidden_size', 'intermediate_size', 'model_type', 'max_position_embeddings',
+            'num_attention_heads', 'num_key_value_heads', 'num_hidden_layers', 'rms_norm_eps',
+            'vocab_size', 'rope_theta', 'use_bias', 'tie_word_embeddings', 'moe_num_experts',
         ),
         "defaults": {
             'moe_capacity': [],
@@ -655,8 +657,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'layer_norm_epsilon', 'model_type',
-            'num_attention_heads', 'num_key_value_heads', 'num_layers', 'rope_theta', 'vocab_size',
+            'model_type', 'hidden_size', 'num_layers', 'intermediate_size', 'num_attention_heads',
+            'vocab_size', 'rope_theta', 'layer_norm_epsilon', 'num_key_value_heads',
         ),
         "defaults": {
             'attention_bias': False,
@@ -674,10 +676,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'sliding_window_pattern', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
-            'model_type', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'rms_norm_eps', 'rope_scaling', 'rope_theta', 'sliding_window',
-            'sliding_window_pattern', 'tie_word_embeddings', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads',
+            'max_position_embeddings', 'rope_theta', 'head_dim', 'tie_word_embeddings',
+            'rope_scaling', 'sliding_window', 'sliding_window_pattern',
         ),
         "defaults": {
         },
@@ -694,11 +696,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'is_moe_layer', 'layer_types',
-            'max_position_embeddings', 'model_type', 'moe_intermediate_size',
-            'num_attention_heads', 'num_experts', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'num_shared_experts', 'rms_norm_eps', 'sliding_window',
-            'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size',
+            'moe_intermediate_size', 'num_hidden_layers', 'num_attention_heads',
+            'num_key_value_heads', 'head_dim', 'num_experts', 'num_experts_per_tok',
+            'num_shared_experts', 'rms_norm_eps', 'max_position_embeddings', 'sliding_window',
+            'layer_types', 'is_moe_layer',
         ),
         "defaults": {
             'n_group': 1,
@@ -782,9 +784,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'layer_types', 'model_type',
-            'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps',
-            'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+            'num_attention_heads', 'num_key_value_heads', 'head_dim', 'rms_norm_eps',
+            'layer_types',
         ),
         "defaults": {
             'attention_bias': False,
@@ -806,8 +808,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_traditional', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'head_dim', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads',
         ),
         "defaults": {
             'rope_theta': 10000,
@@ -823,8 +825,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_traditional', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'head_dim', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads',
         ),
         "defaults": {
             'attn_logit_softcapping': 50.0,
@@ -949,8 +951,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'head_dim', 'num_key_value_heads',
         ),
         "defaults": {
             'attention_bias': False,
@@ -967,9 +969,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_traditional', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'head_dim', 'hidden_size', 'intermediate_size', 'model_type',
-            'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'partial_rotary_factor', 'rms_norm_eps', 'rope_theta', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'attention_bias', 'head_dim', 'rms_norm_eps', 'vocab_size',
+            'num_key_value_heads', 'partial_rotary_factor', 'rope_theta',
         ),
         "defaults": {
             'max_position_embeddings': 32768,
@@ -988,13 +990,13 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'topk_group', 'topk_method', 'use_qk_norm', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'first_k_dense_replace', 'head_dim', 'hidden_size',
-            'intermediate_size', 'max_position_embeddings', 'model_type', 'moe_intermediate_size',
-            'n_group', 'n_routed_experts', 'n_shared_experts', 'norm_topk_prob',
-            'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'partial_rotary_factor', 'rms_norm_eps', 'rope_scaling',
-            'rope_theta', 'routed_scaling_factor', 'tie_word_embeddings', 'topk_group',
-            'use_qk_norm', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size',
+            'max_position_embeddings', 'moe_intermediate_size', 'norm_topk_prob',
+            'num_attention_heads', 'n_group', 'head_dim', 'topk_group', 'n_shared_experts',
+            'n_routed_experts', 'routed_scaling_factor', 'num_experts_per_tok',
+            'first_k_dense_replace', 'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps',
+            'rope_theta', 'rope_scaling', 'use_qk_norm', 'tie_word_embeddings', 'attention_bias',
+            'partial_rotary_factor',
         ),
         "defaults": {
             'scoring_func': 'sigmoid',
@@ -1065,14 +1067,14 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'attention_bias', 'first_k_dense_replace', 'hidden_size', 'index_head_dim',
-            'index_n_heads', 'index_topk', 'intermediate_size', 'kv_lora_rank',
-            'max_position_embeddings', 'model_type', 'moe_intermediate_size', 'moe_layer_freq',
-            'n_group', 'n_routed_experts', 'n_shared_experts', 'norm_topk_prob',
-            'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'q_lora_rank', 'qk_nope_head_dim', 'qk_rope_head_dim',
-            'rms_norm_eps', 'rope_parameters', 'routed_scaling_factor', 'scoring_func',
-            'topk_group', 'topk_method', 'v_head_dim', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'index_head_dim', 'index_n_heads',
+            'index_topk', 'intermediate_size', 'moe_intermediate_size', 'num_hidden_layers',
+            'num_attention_heads', 'num_key_value_heads', 'n_shared_experts', 'n_routed_experts',
+            'routed_scaling_factor', 'kv_lora_rank', 'q_lora_rank', 'qk_rope_head_dim',
+            'v_head_dim', 'qk_nope_head_dim', 'topk_method', 'scoring_func', 'norm_topk_prob',
+            'n_group', 'topk_group', 'num_experts_per_tok', 'moe_layer_freq',
+            'first_k_dense_replace', 'max_position_embeddings', 'rms_norm_eps', 'rope_parameters',
+            'attention_bias',
         ),
         "defaults": {
             'indexer_rope_interleave': True,
@@ -1085,8 +1087,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'n_positions', 'num_key_value_heads', 'vocab_size',
         ),
         "required": (
-            'layer_norm_epsilon', 'model_type', 'n_ctx', 'n_embd', 'n_head', 'n_layer',
-            'n_positions', 'vocab_size',
+            'model_type', 'n_ctx', 'n_embd', 'n_head', 'n_layer', 'n_positions',
+            'layer_norm_epsilon', 'vocab_size',
         ),
         "defaults": {
         },
@@ -1099,8 +1101,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'layer_norm_epsilon', 'model_type', 'n_embd', 'n_head', 'n_inner', 'n_layer',
-            'n_positions', 'vocab_size',
+            'model_type', 'n_embd', 'n_layer', 'n_inner', 'n_head', 'n_positions',
+            'layer_norm_epsilon', 'vocab_size',
         ),
         "defaults": {
             'attention_bias': True,
@@ -1117,9 +1119,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rotary_pct', 'use_parallel_residual', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'layer_norm_eps', 'max_position_embeddings', 'model_type',
-            'num_attention_heads', 'num_hidden_layers', 'rotary_emb_base', 'rotary_pct',
-            'vocab_size',
+            'model_type', 'max_position_embeddings', 'hidden_size', 'num_attention_heads',
+            'num_hidden_layers', 'layer_norm_eps', 'vocab_size', 'rotary_emb_base', 'rotary_pct',
         ),
         "defaults": {
             'use_parallel_residual': True,
@@ -1180,10 +1181,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'attention_multiplier', 'embedding_multiplier', 'hidden_size',
-            'intermediate_size', 'logits_scaling', 'max_position_embeddings', 'mlp_bias',
-            'model_type', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'residual_multiplier', 'rms_norm_eps', 'rope_theta', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'logits_scaling',
+            'attention_multiplier', 'embedding_multiplier', 'residual_multiplier',
+            'max_position_embeddings', 'num_key_value_heads', 'attention_bias', 'mlp_bias',
+            'rope_theta',
         ),
         "defaults": {
             'tie_word_embeddings': True,
@@ -1199,11 +1201,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_scaling', 'rope_theta', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'attention_multiplier', 'embedding_multiplier', 'hidden_size',
-            'intermediate_size', 'logits_scaling', 'max_position_embeddings', 'model_type',
-            'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'num_local_experts', 'residual_multiplier', 'rms_norm_eps',
-            'rope_theta', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'logits_scaling',
+            'attention_multiplier', 'embedding_multiplier', 'residual_multiplier',
+            'max_position_embeddings', 'num_key_value_heads', 'attention_bias', 'rope_theta',
+            'num_local_experts', 'num_experts_per_tok',
         ),
         "defaults": {
             'tie_word_embeddings': True,
@@ -1222,10 +1224,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'shared_intermediate_size', 'tie_word_embeddings', 'time_step_limit', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'attention_multiplier', 'embedding_multiplier', 'hidden_size',
-            'intermediate_size', 'layer_types', 'logits_scaling', 'max_position_embeddings',
-            'model_type', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'residual_multiplier', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+            'max_position_embeddings', 'num_attention_heads', 'num_key_value_heads',
+            'attention_bias', 'embedding_multiplier', 'attention_multiplier', 'logits_scaling',
+            'residual_multiplier', 'layer_types', 'rms_norm_eps',
         ),
         "defaults": {
             'mlp_bias': False,
@@ -1244,10 +1246,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'head_dim', 'hidden_size', 'intermediate_size',
-            'max_position_embeddings', 'mlp_bias', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'rope_theta',
-            'tie_word_embeddings', 'vocab_size',
+            'hidden_size', 'num_hidden_layers', 'intermediate_size', 'num_attention_heads',
+            'num_key_value_heads', 'rms_norm_eps', 'vocab_size', 'attention_bias', 'head_dim',
+            'max_position_embeddings', 'mlp_bias', 'model_type', 'rope_theta',
+            'tie_word_embeddings',
         ),
         "defaults": {
         },
@@ -1262,10 +1264,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'use_qk_norm', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'cla_share_factor', 'hidden_size', 'intermediate_size', 'model_type',
-            'moe_topk', 'num_attention_heads', 'num_experts', 'num_hidden_layers',
-            'num_key_value_heads', 'num_shared_expert', 'rms_norm_eps', 'rope_theta', 'use_cla',
-            'use_mixed_mlp_moe', 'use_qk_norm', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_key_value_heads', 'attention_bias', 'moe_topk',
+            'num_experts', 'num_shared_expert', 'use_mixed_mlp_moe', 'use_qk_norm', 'rms_norm_eps',
+            'rope_theta', 'use_cla', 'cla_share_factor',
         ),
         "defaults": {
             'tie_word_embeddings': False,
@@ -1280,8 +1282,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'use_qk_norm', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_key_value_heads', 'rms_norm_eps',
         ),
         "defaults": {
             'attention_bias': False,
@@ -1299,8 +1301,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_scaling', 'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'bias': True,
@@ -1319,8 +1321,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'bias': False,
@@ -1340,8 +1342,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_scaling', 'rope_theta', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'head_dim', 'num_key_value_heads',
         ),
         "defaults": {
             'attention_bias': False,
@@ -1364,11 +1366,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'attn_layer_offset', 'attn_layer_period', 'expert_layer_offset', 'expert_layer_period',
-            'hidden_size', 'intermediate_size', 'mamba_d_conv', 'mamba_d_state', 'mamba_expand',
-            'max_position_embeddings', 'model_type', 'num_attention_heads', 'num_experts',
-            'num_experts_per_tok', 'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps',
-            'vocab_size',
+            'model_type', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+            'num_attention_heads', 'num_key_value_heads', 'attn_layer_offset', 'attn_layer_period',
+            'expert_layer_offset', 'expert_layer_period', 'mamba_d_conv', 'mamba_d_state',
+            'mamba_expand', 'num_experts', 'num_experts_per_tok', 'rms_norm_eps',
+            'max_position_embeddings', 'vocab_size',
         ),
         "defaults": {
             'mamba_conv_bias': True,
@@ -1414,10 +1416,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'topk_group', 'use_grouped_topk', 'v_head_dim', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'kv_lora_rank', 'linear_attn_config',
-            'model_max_length', 'model_type', 'moe_intermediate_size', 'num_attention_heads',
-            'num_experts', 'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps',
-            'rope_theta', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
+            'num_key_value_heads', 'intermediate_size', 'head_dim', 'rope_theta', 'rms_norm_eps',
+            'linear_attn_config', 'model_max_length', 'num_experts', 'moe_intermediate_size',
+            'kv_lora_rank',
         ),
         "defaults": {
             'first_k_dense_replace': 0,
@@ -1440,7 +1442,7 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'model_type', 'text_config',
         ),
         "required": (
-            'model_type', 'text_config',
+            'text_config', 'model_type',
         ),
         "defaults": {
         },
@@ -1494,10 +1496,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_parameters', 'rope_theta', 'vocab_size',
         ),
         "required": (
-            'block_auto_adjust_ff_dim', 'block_dim', 'block_ffn_dim_multiplier',
-            'block_multiple_of', 'conv_L_cache', 'conv_bias', 'hidden_size',
-            'max_position_embeddings', 'model_type', 'norm_eps', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'num_hidden_layers', 'num_attention_heads',
+            'num_key_value_heads', 'max_position_embeddings', 'norm_eps', 'conv_bias',
+            'conv_L_cache', 'block_dim', 'block_multiple_of', 'block_ffn_dim_multiplier',
+            'block_auto_adjust_ff_dim',
         ),
         "defaults": {
             'rope_theta': 1000000.0,
@@ -1524,11 +1526,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'routed_scaling_factor', 'use_expert_bias', 'vocab_size',
         ),
         "required": (
-            'conv_L_cache', 'conv_bias', 'hidden_size', 'intermediate_size',
-            'max_position_embeddings', 'model_type', 'moe_intermediate_size', 'norm_eps',
-            'norm_topk_prob', 'num_attention_heads', 'num_dense_layers', 'num_experts',
-            'num_experts_per_tok', 'num_hidden_layers', 'num_key_value_heads', 'use_expert_bias',
-            'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size',
+            'moe_intermediate_size', 'num_hidden_layers', 'num_experts', 'num_experts_per_tok',
+            'norm_topk_prob', 'num_attention_heads', 'num_key_value_heads',
+            'max_position_embeddings', 'use_expert_bias', 'num_dense_layers', 'norm_eps',
+            'conv_bias', 'conv_L_cache',
         ),
         "defaults": {
             'rope_theta': 1000000.0,
@@ -1542,7 +1544,7 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'n_layer', 'rope_theta', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'block_size', 'layer_norm_eps', 'model_type', 'n_embd', 'n_head', 'n_kv_heads',
+            'model_type', 'block_size', 'layer_norm_eps', 'n_embd', 'n_head', 'n_kv_heads',
             'n_layer', 'rope_theta', 'vocab_size',
         ),
         "defaults": {
@@ -1559,8 +1561,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'attention_bias': False,
@@ -1576,7 +1578,7 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'model_type', 'text_config',
         ),
         "required": (
-            'model_type', 'text_config',
+            'text_config', 'model_type',
         ),
         "defaults": {
         },
@@ -1589,9 +1591,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rms_norm_eps', 'rope_theta', 'tie_word_embeddings', 'use_qk_norm', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'intermediate_size_mlp', 'model_type',
-            'no_rope_layers', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'rms_norm_eps', 'rope_theta', 'tie_word_embeddings', 'use_qk_norm', 'vocab_size',
+            'model_type', 'hidden_size', 'num_attention_heads', 'num_hidden_layers', 'vocab_size',
+            'intermediate_size', 'intermediate_size_mlp', 'num_key_value_heads', 'rms_norm_eps',
+            'rope_theta', 'head_dim', 'tie_word_embeddings', 'no_rope_layers', 'use_qk_norm',
         ),
         "defaults": {
         },
@@ -1608,12 +1610,12 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'zero_expert_type',
         ),
         "required": (
-            'attention_bias', 'attention_method', 'expert_ffn_hidden_size', 'ffn_hidden_size',
-            'hidden_size', 'kv_lora_rank', 'max_position_embeddings', 'mla_scale_kv_lora',
-            'mla_scale_q_lora', 'model_type', 'moe_topk', 'n_routed_experts',
-            'num_attention_heads', 'num_layers', 'q_lora_rank', 'qk_nope_head_dim',
-            'qk_rope_head_dim', 'rms_norm_eps', 'rope_theta', 'routed_scaling_factor',
-            'v_head_dim', 'vocab_size', 'zero_expert_num', 'zero_expert_type',
+            'model_type', 'attention_method', 'zero_expert_type', 'hidden_size', 'ffn_hidden_size',
+            'moe_topk', 'expert_ffn_hidden_size', 'n_routed_experts', 'zero_expert_num',
+            'num_layers', 'vocab_size', 'max_position_embeddings', 'num_attention_heads',
+            'kv_lora_rank', 'q_lora_rank', 'qk_rope_head_dim', 'qk_nope_head_dim', 'v_head_dim',
+            'routed_scaling_factor', 'rms_norm_eps', 'rope_theta', 'mla_scale_q_lora',
+            'mla_scale_kv_lora', 'attention_bias',
         ),
         "defaults": {
             'norm_topk_prob': False,
@@ -1632,11 +1634,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'zero_expert_num', 'zero_expert_type',
         ),
         "required": (
-            'expert_ffn_hidden_size', 'ffn_hidden_size', 'hidden_size', 'kv_lora_rank',
-            'max_position_embeddings', 'mla_scale_kv_lora', 'mla_scale_q_lora', 'model_type',
-            'moe_topk', 'n_routed_experts', 'num_attention_heads', 'num_layers', 'q_lora_rank',
-            'qk_nope_head_dim', 'qk_rope_head_dim', 'rms_norm_eps', 'rope_theta',
-            'routed_scaling_factor', 'v_head_dim', 'vocab_size', 'zero_expert_num',
+            'model_type', 'hidden_size', 'ffn_hidden_size', 'moe_topk', 'expert_ffn_hidden_size',
+            'n_routed_experts', 'zero_expert_num', 'num_layers', 'vocab_size',
+            'max_position_embeddings', 'num_attention_heads', 'kv_lora_rank', 'q_lora_rank',
+            'qk_rope_head_dim', 'qk_nope_head_dim', 'v_head_dim', 'routed_scaling_factor',
+            'rms_norm_eps', 'rope_theta', 'mla_scale_q_lora', 'mla_scale_kv_lora',
         ),
         "defaults": {
             'attention_bias': False,
@@ -1656,8 +1658,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'use_bcdt_rms', 'use_bias', 'use_conv_bias', 'vocab_size',
         ),
         "required": (
-            'conv_kernel', 'hidden_size', 'intermediate_size', 'model_type', 'num_hidden_layers',
-            'state_size', 'time_step_rank', 'use_bias', 'use_conv_bias', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size', 'state_size',
+            'num_hidden_layers', 'conv_kernel', 'use_bias', 'use_conv_bias', 'time_step_rank',
         ),
         "defaults": {
             'mixer_rms_eps': 1e-06,
@@ -1674,10 +1676,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'time_step_rank', 'use_bias', 'use_conv_bias', 'vocab_size',
         ),
         "required": (
-            'conv_kernel', 'head_dim', 'hidden_size', 'intermediate_size', 'layer_norm_epsilon',
-            'model_type', 'n_groups', 'num_heads', 'num_hidden_layers', 'state_size',
-            'tie_word_embeddings', 'time_step_limit', 'time_step_rank', 'use_bias',
-            'use_conv_bias', 'vocab_size',
+            'model_type', 'num_heads', 'head_dim', 'vocab_size', 'hidden_size',
+            'intermediate_size', 'state_size', 'num_hidden_layers', 'layer_norm_epsilon',
+            'conv_kernel', 'n_groups', 'use_bias', 'use_conv_bias', 'tie_word_embeddings',
+            'time_step_limit', 'time_step_rank',
         ),
         "defaults": {
             'max_position_embeddings': 2056,
@@ -1693,11 +1695,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'layer_types',
-            'max_position_embeddings', 'model_type', 'moe_intermediate_size', 'norm_topk_prob',
-            'num_attention_heads', 'num_experts', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'rms_norm_eps', 'sliding_window', 'tie_word_embeddings',
-            'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_experts', 'num_experts_per_tok', 'moe_intermediate_size',
+            'rms_norm_eps', 'vocab_size', 'num_key_value_heads', 'head_dim', 'tie_word_embeddings',
+            'max_position_embeddings', 'norm_topk_prob', 'sliding_window', 'layer_types',
         ),
         "defaults": {
             'rope_parameters': {},
@@ -1712,8 +1713,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads',
         ),
         "defaults": {
             'max_position_embeddings': 32768,
@@ -1737,15 +1738,15 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'topk_method', 'v_head_dim', 'vocab_size',
         ),
         "required": (
-            'add_full_attention_sink_bias', 'add_swa_attention_sink_bias', 'head_dim',
-            'hidden_size', 'hybrid_layer_pattern', 'intermediate_size', 'layernorm_epsilon',
-            'max_position_embeddings', 'model_type', 'moe_intermediate_size', 'moe_layer_freq',
-            'n_group', 'n_routed_experts', 'n_shared_experts', 'norm_topk_prob',
-            'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'partial_rotary_factor', 'rope_theta', 'routed_scaling_factor',
-            'scoring_func', 'sliding_window_size', 'swa_head_dim', 'swa_num_attention_heads',
-            'swa_num_key_value_heads', 'swa_rope_theta', 'swa_v_head_dim', 'topk_group',
-            'topk_method', 'v_head_dim', 'vocab_size',
+            'model_type', 'num_experts_per_tok', 'hybrid_layer_pattern', 'moe_layer_freq',
+            'add_swa_attention_sink_bias', 'add_full_attention_sink_bias', 'sliding_window_size',
+            'vocab_size', 'hidden_size', 'intermediate_size', 'moe_intermediate_size',
+            'num_hidden_layers', 'num_attention_heads', 'num_key_value_heads', 'n_shared_experts',
+            'n_routed_experts', 'routed_scaling_factor', 'topk_method', 'scoring_func',
+            'norm_topk_prob', 'n_group', 'topk_group', 'max_position_embeddings',
+            'layernorm_epsilon', 'rope_theta', 'swa_rope_theta', 'swa_num_attention_heads',
+            'swa_num_key_value_heads', 'head_dim', 'v_head_dim', 'swa_head_dim', 'swa_v_head_dim',
+            'partial_rotary_factor',
         ),
         "defaults": {
         },
@@ -1759,9 +1760,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'scale_emb', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'dim_model_base', 'hidden_size', 'intermediate_size', 'model_type',
-            'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps',
-            'scale_depth', 'scale_emb', 'vocab_size',
+            'model_type', 'hidden_size', 'dim_model_base', 'num_hidden_layers',
+            'intermediate_size', 'num_attention_heads', 'rms_norm_eps', 'vocab_size',
+            'num_key_value_heads', 'scale_depth', 'scale_emb',
         ),
         "defaults": {
             'rope_theta': 1000000.0,
@@ -1779,10 +1780,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'scale_emb', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'dim_model_base', 'hidden_size', 'intermediate_size', 'kv_lora_rank',
-            'max_position_embeddings', 'model_type', 'num_attention_heads', 'num_hidden_layers',
+            'model_type', 'hidden_size', 'dim_model_base', 'num_hidden_layers',
+            'intermediate_size', 'num_attention_heads', 'rms_norm_eps', 'vocab_size',
             'num_key_value_heads', 'q_lora_rank', 'qk_nope_head_dim', 'qk_rope_head_dim',
-            'rms_norm_eps', 'scale_depth', 'scale_emb', 'vocab_size',
+            'kv_lora_rank', 'scale_depth', 'scale_emb', 'max_position_embeddings',
         ),
         "defaults": {
             'attention_bias': False,
@@ -1801,10 +1802,10 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'max_position_embeddings', 'model_type',
-            'num_attention_heads', 'num_experts_per_tok', 'num_hidden_layers',
-            'num_key_value_heads', 'num_local_experts', 'rms_norm_eps', 'rope_theta', 'rotary_dim',
-            'shared_intermediate_size', 'vocab_size',
+            'model_type', 'hidden_size', 'intermediate_size', 'num_attention_heads',
+            'num_key_value_heads', 'max_position_embeddings', 'num_experts_per_tok',
+            'num_local_experts', 'shared_intermediate_size', 'num_hidden_layers', 'rms_norm_eps',
+            'rope_theta', 'rotary_dim', 'vocab_size',
         ),
         "defaults": {
             'scoring_func': 'sigmoid',
@@ -1833,8 +1834,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'tie_word_embeddings': True,
@@ -1864,12 +1865,12 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'topk_group', 'v_head_dim', 'vocab_size',
         ),
         "required": (
-            'first_k_dense_replace', 'hidden_size', 'intermediate_size', 'kv_lora_rank',
-            'max_position_embeddings', 'model_type', 'moe_intermediate_size', 'n_group',
-            'n_routed_experts', 'n_shared_experts', 'norm_topk_prob', 'num_attention_heads',
-            'num_experts_per_tok', 'num_hidden_layers', 'num_key_value_heads', 'q_lora_rank',
-            'qk_nope_head_dim', 'qk_rope_head_dim', 'rms_norm_eps', 'routed_scaling_factor',
-            'topk_group', 'v_head_dim', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size',
+            'moe_intermediate_size', 'num_hidden_layers', 'num_attention_heads',
+            'num_key_value_heads', 'n_shared_experts', 'n_routed_experts', 'routed_scaling_factor',
+            'kv_lora_rank', 'q_lora_rank', 'norm_topk_prob', 'max_position_embeddings',
+            'rms_norm_eps', 'topk_group', 'num_experts_per_tok', 'first_k_dense_replace',
+            'n_group', 'qk_rope_head_dim', 'qk_nope_head_dim', 'v_head_dim',
         ),
         "defaults": {
             'attention_bias': False,
@@ -1959,8 +1960,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2004,8 +2005,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_act', 'hidden_size', 'intermediate_size', 'model_type', 'norm_eps',
-            'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads', 'vocab_size',
+            'model_type', 'hidden_size', 'hidden_act', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'norm_eps', 'vocab_size', 'num_key_value_heads',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2056,10 +2057,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'use_conv_bias', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'conv_kernel', 'hidden_size', 'intermediate_size',
-            'layer_norm_epsilon', 'mamba_head_dim', 'mamba_num_heads', 'mamba_proj_bias',
-            'max_position_embeddings', 'mlp_bias', 'model_type', 'n_groups', 'num_attention_heads',
-            'num_key_value_heads', 'ssm_state_size', 'use_bias', 'use_conv_bias', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size',
+            'max_position_embeddings', 'num_attention_heads', 'num_key_value_heads',
+            'attention_bias', 'mamba_num_heads', 'mamba_head_dim', 'mamba_proj_bias',
+            'ssm_state_size', 'conv_kernel', 'n_groups', 'mlp_bias', 'layer_norm_epsilon',
+            'use_bias', 'use_conv_bias',
         ),
         "defaults": {
         },
@@ -2071,8 +2073,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'n_layers', 'rope_theta', 'rope_traditional', 'vocab_size', 'weight_tying',
         ),
         "required": (
-            'd_model', 'embedding_size', 'mlp_hidden_size', 'model_type', 'n_heads', 'n_layers',
-            'vocab_size',
+            'model_type', 'd_model', 'n_layers', 'mlp_hidden_size', 'n_heads', 'vocab_size',
+            'embedding_size',
         ),
         "defaults": {
             'mlp_ratio': 4,
@@ -2090,8 +2092,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2110,9 +2112,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'max_position_embeddings', 'model_type',
-            'num_attention_heads', 'num_hidden_layers', 'rms_norm_eps', 'rope_theta',
-            'sliding_window', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'max_position_embeddings',
+            'sliding_window', 'rope_theta',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2130,11 +2132,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_parameters', 'rope_theta', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'hidden_size', 'intermediate_size', 'linear_allow_neg_eigval',
-            'linear_conv_kernel_dim', 'linear_key_head_dim', 'linear_num_key_heads',
-            'linear_num_value_heads', 'linear_value_head_dim', 'max_position_embeddings',
-            'model_type', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'rms_norm_eps', 'tie_word_embeddings', 'vocab_size',
+            'model_type', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+            'num_attention_heads', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'max_position_embeddings', 'linear_num_key_heads', 'linear_num_value_heads',
+            'linear_key_head_dim', 'linear_value_head_dim', 'linear_conv_kernel_dim',
+            'linear_allow_neg_eigval', 'tie_word_embeddings', 'attention_bias',
         ),
         "defaults": {
             'layer_norm_epsilon': 1e-05,
@@ -2151,8 +2153,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads', 'num_experts',
-            'num_experts_per_tok', 'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'num_experts',
+            'num_experts_per_tok',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2172,8 +2175,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'share_input_output_layers', 'vocab_size',
         ),
         "required": (
-            'ffn_dim_divisor', 'ffn_multipliers', 'head_dim', 'model_dim', 'model_type',
-            'num_kv_heads', 'num_query_heads', 'num_transformer_layers', 'vocab_size',
+            'model_type', 'head_dim', 'num_transformer_layers', 'model_dim', 'vocab_size',
+            'ffn_dim_divisor', 'num_query_heads', 'num_kv_heads', 'ffn_multipliers',
         ),
         "defaults": {
             'ffn_with_glu': True,
@@ -2215,8 +2218,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_scaling', 'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'max_position_embeddings': 131072,
@@ -2238,9 +2241,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_embedding_base', 'rope_position_scale', 'vocab_size',
         ),
         "required": (
-            'dense_attention_every_n_layers', 'ff_intermediate_size', 'gegelu_limit',
-            'hidden_size', 'layer_norm_epsilon', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'vocab_size',
+            'model_type', 'hidden_size', 'dense_attention_every_n_layers', 'ff_intermediate_size',
+            'gegelu_limit', 'num_hidden_layers', 'num_attention_heads', 'layer_norm_epsilon',
+            'vocab_size', 'num_key_value_heads',
         ),
         "defaults": {
             'blocksparse_block_size': 64,
@@ -2319,8 +2322,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_traditional', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'n_shared_head': 8,
@@ -2438,8 +2441,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_scaling', 'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads',
         ),
         "defaults": {
             'max_position_embeddings': 32768,
@@ -2458,9 +2461,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'moe_intermediate_size',
-            'num_attention_heads', 'num_experts', 'num_experts_per_tok', 'num_hidden_layers',
-            'rms_norm_eps', 'shared_expert_intermediate_size', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_experts_per_tok', 'num_experts', 'moe_intermediate_size',
+            'shared_expert_intermediate_size', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'rope_theta': 1000000,
@@ -2488,9 +2491,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
-            'model_type', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'rms_norm_eps', 'tie_word_embeddings', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads',
+            'max_position_embeddings', 'head_dim', 'tie_word_embeddings',
         ),
         "defaults": {
         },
@@ -2527,11 +2530,11 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'decoder_sparse_step', 'head_dim', 'hidden_size', 'intermediate_size',
-            'max_position_embeddings', 'mlp_only_layers', 'model_type', 'moe_intermediate_size',
-            'norm_topk_prob', 'num_attention_heads', 'num_experts', 'num_experts_per_tok',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'rope_theta',
-            'tie_word_embeddings', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_experts', 'num_experts_per_tok', 'decoder_sparse_step',
+            'mlp_only_layers', 'moe_intermediate_size', 'rms_norm_eps', 'vocab_size',
+            'num_key_value_heads', 'head_dim', 'rope_theta', 'tie_word_embeddings',
+            'max_position_embeddings', 'norm_topk_prob',
         ),
         "defaults": {
         },
@@ -2549,13 +2552,13 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'vocab_size',
         ),
         "required": (
-            'decoder_sparse_step', 'head_dim', 'hidden_size', 'intermediate_size',
-            'linear_conv_kernel_dim', 'linear_key_head_dim', 'linear_num_key_heads',
-            'linear_num_value_heads', 'linear_value_head_dim', 'max_position_embeddings',
-            'mlp_only_layers', 'model_type', 'moe_intermediate_size', 'num_attention_heads',
-            'num_experts', 'num_experts_per_tok', 'num_hidden_layers', 'num_key_value_heads',
-            'partial_rotary_factor', 'rms_norm_eps', 'rope_theta',
-            'shared_expert_intermediate_size', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'linear_num_value_heads', 'linear_num_key_heads',
+            'linear_key_head_dim', 'linear_value_head_dim', 'linear_conv_kernel_dim',
+            'num_experts', 'num_experts_per_tok', 'decoder_sparse_step',
+            'shared_expert_intermediate_size', 'mlp_only_layers', 'moe_intermediate_size',
+            'rms_norm_eps', 'vocab_size', 'num_key_value_heads', 'rope_theta',
+            'partial_rotary_factor', 'max_position_embeddings', 'head_dim',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2595,9 +2598,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'num_key_value_heads', 'rms_norm_eps', 'rope_theta', 'vocab_size',
         ),
         "required": (
-            'attention_bias', 'attention_window_size', 'conv1d_width', 'hidden_size',
-            'intermediate_size', 'logits_soft_cap', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'rope_theta', 'vocab_size',
+            'model_type', 'attention_bias', 'conv1d_width', 'hidden_size', 'intermediate_size',
+            'logits_soft_cap', 'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
+            'rms_norm_eps', 'rope_theta', 'attention_window_size', 'vocab_size',
         ),
         "defaults": {
             'embeddings_scale_by_sqrt_dim': True,
@@ -2611,9 +2614,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'v_low_rank_dim', 'vocab_size',
         ),
         "required": (
-            'a_low_rank_dim', 'decay_low_rank_dim', 'gate_low_rank_dim', 'head_dim', 'hidden_size',
-            'intermediate_size', 'model_type', 'norm_eps', 'num_hidden_layers', 'v_low_rank_dim',
-            'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size', 'norm_eps', 'head_dim',
+            'num_hidden_layers', 'a_low_rank_dim', 'v_low_rank_dim', 'gate_low_rank_dim',
+            'decay_low_rank_dim',
         ),
         "defaults": {
             'tie_word_embeddings': False,
@@ -2628,8 +2631,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'rope_traditional', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size', 'num_key_value_heads', 'head_dim',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2650,8 +2653,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'rms_norm_eps', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'rms_norm_eps', 'vocab_size',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2674,11 +2677,12 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'topk_group', 'topk_method', 'use_qk_norm', 'vocab_size',
         ),
         "required": (
-            'first_k_dense_replace', 'head_dim', 'hidden_size', 'intermediate_size',
-            'max_position_embeddings', 'model_type', 'moe_intermediate_size', 'n_routed_experts',
-            'n_shared_experts', 'norm_topk_prob', 'num_attention_heads', 'num_experts_per_tok',
-            'num_hidden_layers', 'num_key_value_heads', 'partial_rotary_factor', 'rms_norm_eps',
-            'rope_theta', 'routed_scaling_factor', 'tie_word_embeddings', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'intermediate_size',
+            'moe_intermediate_size', 'num_hidden_layers', 'num_attention_heads',
+            'num_key_value_heads', 'head_dim', 'n_shared_experts', 'n_routed_experts',
+            'routed_scaling_factor', 'num_experts_per_tok', 'first_k_dense_replace',
+            'norm_topk_prob', 'max_position_embeddings', 'rms_norm_eps', 'rope_theta',
+            'tie_word_embeddings', 'partial_rotary_factor',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2699,9 +2703,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'sliding_window', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads', 'rope_parameters', 'sliding_window',
-            'vocab_size',
+            'model_type', 'hidden_size', 'intermediate_size', 'num_hidden_layers',
+            'num_attention_heads', 'num_key_value_heads', 'head_dim', 'vocab_size',
+            'sliding_window', 'rope_parameters',
         ),
         "defaults": {
             'attention_bias': False,
@@ -2723,9 +2727,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'use_qkv_bias', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'layer_norm_eps', 'model_type',
-            'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads',
-            'partial_rotary_factor', 'rope_theta', 'use_qkv_bias', 'vocab_size',
+            'model_type', 'vocab_size', 'hidden_size', 'num_attention_heads', 'num_hidden_layers',
+            'num_key_value_heads', 'intermediate_size', 'rope_theta', 'use_qkv_bias',
+            'partial_rotary_factor', 'layer_norm_eps',
         ),
         "defaults": {
             'qk_layernorm': False,
@@ -2740,8 +2744,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'model_type', 'num_attention_heads',
-            'num_hidden_layers', 'num_key_value_heads',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'intermediate_size',
+            'num_attention_heads', 'num_key_value_heads',
         ),
         "defaults": {
             'norm_epsilon': 1e-05,
@@ -2763,8 +2767,8 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'yarn_only_types',
         ),
         "required": (
-            'head_dim', 'hidden_size', 'intermediate_size', 'model_type', 'num_attention_groups',
-            'num_attention_heads', 'num_hidden_layers', 'vocab_size',
+            'model_type', 'hidden_size', 'num_hidden_layers', 'vocab_size', 'num_attention_heads',
+            'num_attention_groups', 'head_dim', 'intermediate_size',
         ),
         "defaults": {
             'max_position_embeddings': 262144,
@@ -2812,9 +2816,9 @@ MODEL_ARGS: dict[str, dict[str, Any]] = {
             'rope_theta', 'tie_word_embeddings', 'vocab_size',
         ),
         "required": (
-            'hidden_size', 'intermediate_size', 'max_position_embeddings', 'model_type',
+            'model_type', 'hidden_size', 'intermediate_size', 'max_position_embeddings',
             'num_attention_heads', 'num_hidden_layers', 'num_key_value_heads', 'rms_norm_eps',
-            'rope_theta', 'vocab_size',
+            'vocab_size', 'rope_theta',
         ),
         "defaults": {
             'attention_bias': False,

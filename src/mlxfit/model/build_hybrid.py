@@ -96,9 +96,14 @@ def nemotron_h(c: Ctx) -> list[Layer]:
 def granite_hybrid(c: Ctx) -> list[Layer]:
     f = c.f
     types = f.str_list("layer_types", c.n) or ["attention"] * c.n
-    state = mamba_state(c, f.int("mamba_n_heads", 0), f.int("mamba_d_head", 0),
-                         f.int("mamba_d_state", 0), f.int("mamba_n_groups", 1),
-                         f.int("mamba_d_conv", 4))
+    # The Mamba widths default to None in ModelArgs and granitemoehybrid.py multiplies them
+    # when building a "mamba" layer: a config with such a layer and without one fails in
+    # mlx-lm, so each is required then (the refusal names it).
+    state = 0
+    if "mamba" in types:
+        state = mamba_state(c, f.int("mamba_n_heads"), f.int("mamba_d_head"),
+                            f.int("mamba_d_state"), f.int("mamba_n_groups"),
+                            f.int("mamba_d_conv"))
     return [
         Layer(None, state_bytes=state, state_kind=MAMBA_STATE) if t == "mamba"
         else Layer(c.attn(Full()))
@@ -138,7 +143,9 @@ def lfm2(c: Ctx) -> list[Layer]:
     f = c.f
     idxs = f.int_list("full_attn_idxs")
     if idxs is None:
-        types = f.str_list("layer_types", c.n)
+        # ModelArgs.__post_init__: the indices of "full_attention" in layer_types, whatever
+        # its length; num_hidden_layers alone is the depth (lfm2-vl-11-1: 4 types, 8 layers)
+        types = f.str_list("layer_types", None)
         if types is None:
             raise ConfigError(f"{f.where}: lfm2 needs 'full_attn_idxs' or 'layer_types'")
         idxs = [i for i, t in enumerate(types) if t == "full_attention"]

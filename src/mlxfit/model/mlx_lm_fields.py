@@ -23,7 +23,8 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 # Fields whose ModelArgs default is None (or empty) but whose module dereferences them
 # unconditionally: a config without one fails mlx-lm's load as a missing required field
 # does (tests/test_mlx_lm_args.py removes each from the family fixture and checks that
-# mlx-lm fails). qwen3 also takes rope_parameters' rope_theta.
+# mlx-lm fails); the dotted alternatives satisfy it too (qwen3 takes rope_parameters'
+# rope_theta).
 NEEDED_FIELDS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "deepseek_v2": (("rope_scaling", ()),),
     "hunyuan": (("rope_scaling", ()),),
@@ -31,7 +32,7 @@ NEEDED_FIELDS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "mellum": (("rope_parameters", ()),),
     "ministral3": (("rope_parameters", ()),),
     "mistral4": (("rope_parameters", ()),),
-    "qwen3": (("rope_theta", ("rope_parameters",)),),
+    "qwen3": (("rope_theta", ("rope_parameters.rope_theta",)),),
 }
 
 
@@ -39,9 +40,19 @@ def absent_fields(module: str, config: dict[str, Any]) -> list[str]:
     """The fields mlx-lm's ``module`` requires that ``config`` (top level or text_config) lacks."""
     inner = config.get("text_config")
     present = set(config) | (set(inner) if isinstance(inner, dict) else set())
+    scopes = [config] + ([inner] if isinstance(inner, dict) else [])
+
+    def given(path: str) -> bool:
+        for scope in scopes:
+            value: Any = scope
+            for key in path.split("."):
+                value = value.get(key) if isinstance(value, dict) else None
+            if value:
+                return True
+        return False
+
     needed = [k for k, alternatives in NEEDED_FIELDS.get(module, ())
-              if not (config.get(k) or (isinstance(inner, dict) and inner.get(k)))
-              and not any(a in present for a in alternatives)]
+              if not given(k) and not any(given(a) for a in alternatives)]
     return [k for k in REQUIRED_FIELDS.get(module, ()) if k not in present] + needed
 
 

@@ -1,0 +1,172 @@
+"""mlxfit reads a config the way mlx-lm's ModelArgs does (model/mlx_lm_args.py, generated from the
+installed mlx-lm by scripts/gen_mlx_lm_args.py; model/mlx_lm_fields.mlx_lm_reads), checked
+against mlx-lm's own caches (the lazy oracle, model/oracle.py):
+
+- the generated table is the installed mlx-lm's (an upgrade fails here until regenerated);
+- every family fixture cut down to the fields its ModelArgs requires, so mlx-lm fills every
+  default and __post_init__ derivation: mlxfit's cache bytes equal mlx-lm's, and where mlx-lm
+  cannot build the config mlxfit refuses it or warns that mlx-lm cannot load it, naming a field;
+- fields a module declares but never reads (DECLARED_NOT_READ) changed: bytes unchanged;
+- each field mlx-lm dereferences though it defaults to None (NEEDED_FIELDS) removed: mlx-lm
+  fails and mlxfit's warning names it;
+- the smallest reproducers of reviews/difffuzz-3.md's defaults / field-name findings
+  (tests/fixtures/family_defaults/) stay exact.
+
+Skipped, with the reason, only when mlx or mlx-lm cannot be imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mlxfit.errors import MlxfitError
+from mlxfit.estimate.memory import Run, kv_bytes_final
+from mlxfit.model.families import NOT_SUPPORTED, mlx_lm_module
+from mlxfit.model.mlx_extra import mlx_missing_reason
+from mlxfit.model.mlx_lm_args import MODEL_ARGS
+from mlxfit.model.mlx_lm_fields import DECLARED_NOT_READ, NEEDED_FIELDS
+from mlxfit.model.parse import parse_config
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).parent / "fixtures"
+FAMILY_DIR = FIXTURES / "families"
+MANIFEST = json.loads((FAMILY_DIR / "MANIFEST.json").read_text())
+REGRESSIONS = FIXTURES / "family_defaults"
+MLX_MISSING = mlx_missing_reason()
+NEEDS_MLX = pytest.mark.skipif(MLX_MISSING is not None,
+                               reason=f"mlx/mlx-lm not importable ({MLX_MISSING}): "
+                                      'pip install ".[test,measure]"')
+
+# (ctx, prefill_step_size): two chunks and a short last one; recurrent mixers (a per-token loop
+# on the CPU) a shorter prompt over 256-token chunks. Cut-down configs run at mlx-lm's default
+# dimensions (a 4096-wide, 32-layer model), lazily: nothing is allocated.
+POINT = (1100, 512)
+STATE_POINT = (300, 256)
+
+
+def _fixture(name: str) -> dict:
+    return json.loads((FAMILY_DIR / MANIFEST[name]["file"]).read_text())
+
+
+def _module(config: dict) -> str:
+    return mlx_lm_module(config["model_type"], config.get("architectures") or ())
+
+
+def _mlxfit_and_mlx_lm(config: dict, where: str) -> tuple[tuple[int, int], tuple[int, int]]:
+    from mlxfit.model.oracle import cache_plan
+
+    cfg = parse_config(config, where=where)
+    ctx, step = STATE_POINT if cfg.state_bytes else POINT
+    ours = (kv_bytes_final(cfg, Run(ctx=ctx, gen=0, prefill_step_size=step)), cfg.state_bytes)
+    got = cache_plan(config, ctx, prefill_step_size=step, gen=0)
+    return ours, (got.kv_bytes, got.state_bytes)
+
+
+@NEEDS_MLX
+def test_generated_table_is_the_installed_mlx_lms() -> None:
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_mlx_lm_args.py"),
+                           "--check"], capture_output=True, text=True, check=False,
+                          env={"PYTHONPATH": str(ROOT / "src"), "PATH": ""})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _cut_down(config: dict) -> dict:
+    """model_type and the fields mlx-lm's ModelArgs requires, at the fixture's values."""
+    row = MODEL_ARGS[_module(config)]
+    return {"model_type": config["model_type"],
+            **{k: config[k] for k in row["required"] if k in config}}
+
+
+# Fixtures whose module has its own from_dict (a text_config wrapper that renames fields):
+# mlx_lm_reads leaves them as they are, and the fixture tests check them.
+CUT_DOWN = sorted(n for n in MANIFEST
+                  if _module(_fixture(n)) in MODEL_ARGS
+                  and MODEL_ARGS[_module(_fixture(n))]["plain"]
+                  and _fixture(n)["model_type"] not in NOT_SUPPORTED)
+
+
+def test_cut_down_covers_the_families() -> None:
+    # every family but the own-from_dict wrappers (8 of 126 modules) is cut down
+    assert len(CUT_DOWN) >= 110
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", CUT_DOWN)
+def test_cut_down_config_matches_mlx_lm(name: str) -> None:
+    from mlxfit.model.oracle import cache_plan
+
+    config = _cut_down(_fixture(name))
+    try:
+        cache_plan(config, 4)
+    except MlxfitError:  # mlx-lm cannot build it: mlxfit refuses or says mlx-lm cannot load it
+        try:
+            warnings = parse_config(config, where=name).warnings
+        except MlxfitError as e:
+            assert "'" in str(e) and "\n" not in str(e), str(e)
+            return
+        assert any("cannot load" in w for w in warnings), (name, warnings)
+        return
+    ours, mlx_lm = _mlxfit_and_mlx_lm(config, name)
+    assert ours == mlx_lm, f"{name} cut down to {sorted(config)}: mlxfit vs mlx-lm"
+
+
+def _mismatched(config: dict, field: str) -> dict:
+    heads = config["num_attention_heads"] if "num_attention_heads" in config else config["n_head"]
+    hidden = config["hidden_size"] if "hidden_size" in config else config["n_embd"]
+    value = hidden // heads // 2 if field == "head_dim" else max(heads // 2, 1)
+    assert value != config.get(field), field
+    return dict(config, **{field: value})
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize(("module", "field"),
+                         [(m, f) for m, fields in DECLARED_NOT_READ.items() for f in fields])
+def test_declared_but_not_read_field_matches_mlx_lm(module: str, field: str) -> None:
+    """helium's head_dim, gpt2's and gpt_neox's num_key_value_heads: ModelArgs declares them,
+    the attention never reads them."""
+    config = _mismatched(_fixture(module), field)
+    ours, mlx_lm = _mlxfit_and_mlx_lm(config, module)
+    assert ours == mlx_lm
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize(("module", "field"),
+                         [(m, f) for m, fields in NEEDED_FIELDS.items() for f, _ in fields])
+def test_needed_field_absent_fails_in_mlx_lm_and_warns(module: str, field: str) -> None:
+    from mlxfit.model.oracle import cache_plan
+
+    config = {k: v for k, v in _fixture(module).items() if k != field}
+    assert field in _fixture(module), f"{module}: the fixture states {field}"
+    with pytest.raises(MlxfitError):
+        cache_plan(config, 4)
+    assert any(f"'{field}'" in w and "cannot load" in w
+               for w in parse_config(config).warnings)
+
+
+REGRESSION_FILES = sorted(p for p in REGRESSIONS.glob("*.json") if p.name != "MANIFEST.json")
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("path", REGRESSION_FILES, ids=lambda p: p.stem)
+def test_defaults_finding_stays_exact(path: Path) -> None:
+    ours, mlx_lm = _mlxfit_and_mlx_lm(json.loads(path.read_text()), path.name)
+    assert ours == mlx_lm
+
+
+def test_regressions_record_their_source() -> None:
+    manifest = json.loads((REGRESSIONS / "MANIFEST.json").read_text())
+    assert set(manifest) == {p.name for p in REGRESSION_FILES}
+
+
+def test_longcat_depth_is_num_layers_not_transformers_sublayers() -> None:
+    """transformers' LongcatFlashConfig saves num_hidden_layers = 2 x num_layers (sublayers);
+    mlx-lm builds num_layers layers (LongCat-Flash-Lite was sized with 2x its KV)."""
+    base = _fixture("longcat_flash")
+    n = base.get("num_layers") or base["num_hidden_layers"]
+    one = parse_config(dict(base, num_layers=n, num_hidden_layers=2 * n))
+    assert one.num_layers == n

@@ -170,3 +170,50 @@ def test_longcat_depth_is_num_layers_not_transformers_sublayers() -> None:
     n = base.get("num_layers") or base["num_hidden_layers"]
     one = parse_config(dict(base, num_layers=n, num_hidden_layers=2 * n))
     assert one.num_layers == n
+
+
+# ----------------------------------------------------------------- conversion (quantize_model)
+
+def _convert_case(name: str) -> tuple[dict, str]:
+    config = {k: v for k, v in _fixture(name).items()
+              if k not in ("quantization", "quantization_config")}
+    return config, _module(config)
+
+
+CONVERTED = sorted(n for n in MANIFEST if _fixture(n)["model_type"] not in NOT_SUPPORTED
+                   and _fixture(n)["model_type"] != "olmo")  # olmo.py: ai2-olmo absent
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", CONVERTED)
+def test_family_quantization_matches_mlx_lms_quantize_model(name: str) -> None:
+    """Every family fixture's MLX-layout float model (built lazily, nothing evaluated)
+    quantized by mlx-lm's quantize_model (4-bit affine; and mxfp4 where the family has a
+    quantization predicate) against mlxfit's plan from the same layout: the family's sanitize
+    leaves an MLX layout as it is, which modules quantize, its routers' 8-bit predicate,
+    MoEGate / BitLinear left in float, its cast rules, the config block. Where quantize_model
+    fails, mlxfit refuses the conversion."""
+    from convert_helpers import lazy_converted
+
+    from mlxfit.errors import UsageError
+    from mlxfit.model.convert_rules import QUANTIZE_FAILS, RULES, generated_rules
+    from mlxfit.model.quantize import QuantRecipe, plan_conversion
+    from mlxfit.model.tensors import TensorInfo
+
+    config, family = _convert_case(name)
+    rules = RULES.get(family) or generated_rules(family)
+    for mode in ("affine", "mxfp4")[: 2 if rules.predicate else 1]:
+        try:
+            real, block, _, source = lazy_converted(config, {"q_mode": mode})
+        except TypeError as e:  # quantize_model itself fails
+            assert family in QUANTIZE_FAILS, (name, str(e))
+            with pytest.raises(UsageError):
+                plan_conversion([], config, family, QuantRecipe(mode=mode))
+            return
+        tensors = [TensorInfo.of(k, d, s) for k, (d, s) in source.items()]
+        plan = plan_conversion(tensors, dict(config, torch_dtype=None), family,
+                               QuantRecipe(mode=mode))
+        got = {t.name: (t.dtype, t.shape) for t in plan.tensors}
+        assert got == real, (name, mode, sorted(k for k in set(got) | set(real)
+                                                if got.get(k) != real.get(k))[:4])
+        assert plan.config["quantization"] == block, (name, mode)

@@ -198,7 +198,13 @@ def _global_every(c: Ctx, group_key: str = "layer_group_size") -> list[bool]:
     # bailing_hybrid.py / bailing_moe_linear.py: layer i is global softmax attention when
     # (i+1) % group == 0 or it is past the last whole group.
     g = c.f.int(group_key, minimum=1)
-    return [(i + 1) % g == 0 or i >= (c.n // g) * g for i in range(c.n)]
+    return [bailing_global(i, g, c.n) for i in range(c.n)]
+
+
+def bailing_global(i: int, group: int, n_layers: int) -> bool:
+    """Layer ``i`` of a Bailing hybrid is global (softmax / MLA) attention: the last of each
+    group of ``group`` layers, and every layer past the last whole group."""
+    return (i + 1) % group == 0 or i >= (n_layers // group) * group
 
 
 def bailing_hybrid(c: Ctx) -> list[Layer]:

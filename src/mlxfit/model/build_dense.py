@@ -24,7 +24,7 @@ def llama_text(c: Ctx) -> list[Layer]:
     # pixtral.py / mistral3.py wrap llama's (or ministral3's) text model without a make_cache:
     # a KVCache per layer, and ModelArgs builds one layer per layer_types entry when given.
     types = c.f.str_list("layer_types", None)
-    if types:
+    if types is not None:
         c.n = len(types)
     return standard(c)
 

@@ -26,7 +26,7 @@ def llama(c: Ctx) -> list[Layer]:
     # ModelArgs fills layer_types from num_hidden_layers only when absent; the model builds a
     # layer per entry (pixtral-11-2: 8 layer_types, num_hidden_layers 1, 8 caches).
     types = c.f.str_list("layer_types", None)
-    if types:
+    if types is not None:
         c.n = len(types)
     window = c.f.int("sliding_window", 0) if c.f.has("sliding_window") else None
     if c.f.has("sliding_window") and types is None:
@@ -137,7 +137,7 @@ def afmoe(c: Ctx) -> list[Layer]:
     # afmoe.py builds a layer per layer_types entry (a required field); num_hidden_layers
     # (ModelArgs default 32) is read only by sanitize.
     types = c.f.str_list("layer_types", None)
-    if types:
+    if types is not None:
         c.n = len(types)
     return by_layer_types(c)
 

@@ -180,6 +180,22 @@ def _convert_case(name: str) -> tuple[dict, str]:
     return config, _module(config)
 
 
+def _mlx_lm_sanitized(config: dict, layout: dict) -> dict[str, tuple[int, ...]]:
+    """mlx-lm's own Model.sanitize on lazy zeros of ``layout`` (never evaluated)."""
+    import mlx.core as mx  # heavy, optional: the measure extra
+    from mlx.utils import tree_flatten  # heavy, optional: as above
+
+    from mlxfit.model.oracle import mlx_lm_classes
+
+    model_cls, args_cls = mlx_lm_classes(config)
+    model = model_cls(args_cls.from_dict(config))
+    dtypes = {k: v.dtype for k, v in tree_flatten(model.parameters())}
+    weights = {k: mx.zeros(shape, dtypes[k]) for k, (_, shape) in layout.items()}
+    if hasattr(model, "sanitize"):
+        weights = model.sanitize(weights)
+    return {k: tuple(v.shape) for k, v in weights.items()}
+
+
 CONVERTED = sorted(n for n in MANIFEST if _fixture(n)["model_type"] not in NOT_SUPPORTED
                    and _fixture(n)["model_type"] != "olmo")  # olmo.py: ai2-olmo absent
 
@@ -189,14 +205,14 @@ CONVERTED = sorted(n for n in MANIFEST if _fixture(n)["model_type"] not in NOT_S
 def test_family_quantization_matches_mlx_lms_quantize_model(name: str) -> None:
     """Every family fixture's MLX-layout float model (built lazily, nothing evaluated)
     quantized by mlx-lm's quantize_model (4-bit affine; and mxfp4 where the family has a
-    quantization predicate) against mlxfit's plan from the same layout: the family's sanitize
-    leaves an MLX layout as it is, which modules quantize, its routers' 8-bit predicate,
+    quantization predicate) against mlxfit's plan from the same layout: mlxfit's sanitize of
+    that layout is mlx-lm's own Model.sanitize's, which modules quantize, its routers' 8-bit predicate,
     MoEGate / BitLinear left in float, its cast rules, the config block. Where quantize_model
     fails, mlxfit refuses the conversion."""
     from convert_helpers import lazy_converted
 
     from mlxfit.errors import UsageError
-    from mlxfit.model.convert_rules import QUANTIZE_FAILS, RULES, generated_rules
+    from mlxfit.model.convert_rules import QUANTIZE_FAILS, RULES, generated_rules, sanitized
     from mlxfit.model.quantize import QuantRecipe, plan_conversion
     from mlxfit.model.tensors import TensorInfo
 
@@ -211,6 +227,8 @@ def test_family_quantization_matches_mlx_lms_quantize_model(name: str) -> None:
                 plan_conversion([], config, family, QuantRecipe(mode=mode))
             return
         tensors = [TensorInfo.of(k, d, s) for k, (d, s) in source.items()]
+        assert _mlx_lm_sanitized(config, source) == {
+            k: v.shape for k, v in sanitized(tensors, config, family)[0].items()}, name
         plan = plan_conversion(tensors, dict(config, torch_dtype=None), family,
                                QuantRecipe(mode=mode))
         got = {t.name: (t.dtype, t.shape) for t in plan.tensors}

@@ -29,7 +29,14 @@ from mlxfit.estimate.memory import Run, kv_bytes_final
 from mlxfit.model.families import NOT_SUPPORTED, mlx_lm_module
 from mlxfit.model.mlx_extra import mlx_missing_reason
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
-from mlxfit.model.mlx_lm_fields import DECLARED_NOT_READ, NEEDED_FIELDS
+from mlxfit.model.mlx_lm_fields import (
+    DECLARED_NOT_READ,
+    MERGES_TEXT,
+    MISTRAL3_TEXT,
+    NEEDED_FIELDS,
+    TEXT_OR_FLAT,
+    WRAPPED_TEXT,
+)
 from mlxfit.model.parse import parse_config
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -75,24 +82,39 @@ def test_generated_table_is_the_installed_mlx_lms() -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def _required(text_module: str, config: dict) -> dict:
+    return {k: config[k] for k in MODEL_ARGS[text_module]["required"] if k in config}
+
+
 def _cut_down(config: dict) -> dict:
-    """model_type and the fields mlx-lm's ModelArgs requires, at the fixture's values."""
-    row = MODEL_ARGS[_module(config)]
-    return {"model_type": config["model_type"],
-            **{k: config[k] for k in row["required"] if k in config}}
+    """model_type and the fields mlx-lm's args classes require, at the fixture's values: the
+    top level's ModelArgs, and a wrapper's text_config cut to its text class's."""
+    module = _module(config)
+    mt = {"model_type": config["model_type"]}
+    tc = config.get("text_config")
+    if module in TEXT_OR_FLAT:
+        inner = tc if isinstance(tc, dict) else config
+        return {**mt, "text_config": _required(TEXT_OR_FLAT[module], inner)}
+    if module in MERGES_TEXT:
+        merged = {**config, **tc} if isinstance(tc, dict) else config
+        return {**mt, **_required(module, merged)}
+    cut = {**mt, **_required(module, config)}
+    if isinstance(tc, dict) and module in WRAPPED_TEXT:
+        text = WRAPPED_TEXT[module][0]
+        cut["text_config"] = {k: v for k, v in tc.items() if k == "model_type"} | _required(
+            text if not (module == "mistral3" and tc.get("model_type") in MISTRAL3_TEXT)
+            else tc["model_type"], tc)
+    return cut
 
 
-# Fixtures whose module has its own from_dict (a text_config wrapper that renames fields):
-# mlx_lm_reads leaves them as they are, and the fixture tests check them.
-CUT_DOWN = sorted(n for n in MANIFEST
-                  if _module(_fixture(n)) in MODEL_ARGS
-                  and MODEL_ARGS[_module(_fixture(n))]["plain"]
+CUT_DOWN = sorted(n for n in MANIFEST if _module(_fixture(n)) in MODEL_ARGS
                   and _fixture(n)["model_type"] not in NOT_SUPPORTED)
 
 
 def test_cut_down_covers_the_families() -> None:
-    # every family but the own-from_dict wrappers (8 of 126 modules) is cut down
-    assert len(CUT_DOWN) >= 110
+    # every fixture's module has an entry (generated from mlx-lm)
+    assert len(CUT_DOWN) == len([n for n in MANIFEST
+                                 if _fixture(n)["model_type"] not in NOT_SUPPORTED])
 
 
 @NEEDS_MLX

@@ -16,7 +16,7 @@ from typing import Any
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
 
 REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
-    module: req for module, row in MODEL_ARGS.items() if row["plain"]
+    module: req for module, row in MODEL_ARGS.items() if row["plain"] and ":" not in module
     and (req := tuple(k for k in row["required"] if k != "model_type"))
 }
 
@@ -37,7 +37,31 @@ NEEDED_FIELDS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
 
 
 def absent_fields(module: str, config: dict[str, Any]) -> list[str]:
-    """The fields mlx-lm's ``module`` requires that ``config`` (top level or text_config) lacks."""
+    """The fields mlx-lm's ``module`` requires that ``config`` (top level or text_config) lacks,
+    and those its text model requires of text_config (WRAPPED_TEXT, TEXT_OR_FLAT)."""
+    missing = _absent(module, config)
+    text = _text_module(module, config)
+    if text is not None:
+        tc = config.get("text_config")
+        inner = tc if isinstance(tc, dict) else config
+        missing += [k for k in MODEL_ARGS[text]["required"]
+                    if k != "model_type" and k not in inner]
+        missing += _absent(text, inner)
+    return list(dict.fromkeys(missing))
+
+
+def _text_module(module: str, config: dict[str, Any]) -> str | None:
+    if module in TEXT_OR_FLAT:
+        return TEXT_OR_FLAT[module]
+    tc = config.get("text_config")
+    if module not in WRAPPED_TEXT or not isinstance(tc, dict):
+        return None
+    if module == "mistral3" and tc.get("model_type") in MISTRAL3_TEXT:
+        return str(tc["model_type"])
+    return WRAPPED_TEXT[module][0]
+
+
+def _absent(module: str, config: dict[str, Any]) -> list[str]:
     inner = config.get("text_config")
     present = set(config) | (set(inner) if isinstance(inner, dict) else set())
     scopes = [config] + ([inner] if isinstance(inner, dict) else [])
@@ -91,7 +115,58 @@ WRAPPED_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     "pixtral": ("llama", {"num_attention_heads": 32}),
     "lfm2-vl": ("lfm2", {}),
     "mistral3": ("llama", {}),
+    # TextArgs / TextConfig of the wrapper's own module (<module>:text), or another module's
+    "minimax_m3_vl": ("minimax_m3_vl:text", {}),
+    "kimi_vl": ("kimi_vl:text", {}),
+    "llama4": ("llama4:text", {}),
+    "gemma3n": ("gemma3n:text", {}),
+    "muse_spark": ("muse_spark:text", {}),
+    "kimi_k25": ("deepseek_v3", {}),
 }
+
+# Modules whose ModelArgs has its own from_dict: the text class it passes text_config to, or
+# the whole config when there is no text_config (qwen2_vl.py, qwen3_vl.py, qwen3_5.py,
+# qwen3_5_moe.py, kimi_k3.py).
+TEXT_OR_FLAT: dict[str, str] = {
+    "qwen2_vl": "qwen2",
+    "qwen3_vl": "qwen3",
+    "qwen3_5": "qwen3_5:text",
+    "qwen3_5_moe": "qwen3_5:text",
+    "kimi_k3": "kimi_k3:text",
+}
+# Own from_dict that merges text_config into the top level, then keeps ModelArgs' fields:
+# deepseek_v41.py (text_config's fields and the wrapper's model_type), muse_glimmer.py (the
+# top level updated by text_config).
+MERGES_TEXT = frozenset({"deepseek_v41", "muse_glimmer"})
+
+
+def _own_from_dict_view(module: str, config: dict[str, Any]) -> dict[str, Any]:
+    tc = config.get("text_config")
+    top = {k: v for k, v in config.items() if k in NOT_CACHE_KEYS or k == "model_type"}
+    if module in TEXT_OR_FLAT:
+        inner = tc if isinstance(tc, dict) else config
+        return {**top, "text_config": _filled(TEXT_OR_FLAT[module], inner)}
+    if module in MERGES_TEXT:
+        merged = dict(config)
+        if isinstance(tc, dict):
+            merged = ({**tc, "model_type": config.get("model_type")} if module == "deepseek_v41"
+                      else {**config, **tc})
+        merged.pop("text_config", None)
+        return {**top, **_filled(module, merged)}
+    return config
+
+
+def _filled(module: str, config: dict[str, Any]) -> dict[str, Any]:
+    """The keys ``module``'s args class declares (NOT_CACHE_KEYS kept), absent ones at their
+    defaults, minus DECLARED_NOT_READ."""
+    row = MODEL_ARGS[module]
+    declared = set(row["fields"]) - set(DECLARED_NOT_READ.get(module, ()))
+    out = {k: v for k, v in config.items()
+           if k in declared or k in NOT_CACHE_KEYS or k == "model_type"}
+    for k, v in row["defaults"].items():
+        if k not in config and k != "model_type" and k in declared:
+            out[k] = v
+    return out
 MISTRAL3_TEXT = ("ministral3", "mistral4")
 
 
@@ -116,15 +191,12 @@ def mlx_lm_reads(module: str, config: dict[str, Any]) -> dict[str, Any]:
     BaseModelArgs' (keep the keys the dataclass declares), only those keys, each absent one at
     its ModelArgs default (afmoe's sliding_window 2048, plamo2's 4 KV heads, phixtral's 32
     layers), minus DECLARED_NOT_READ; NOT_CACHE_KEYS pass through. A wrapper's text_config is
-    kept as it is. Any other module: the config unchanged."""
+    read the same way through the text class it is passed to (WRAPPED_TEXT), with the keys the
+    wrapper's __post_init__ sets; a ModelArgs with its own from_dict as that from_dict reads
+    (TEXT_OR_FLAT, MERGES_TEXT). A module mlx-lm does not have: the config unchanged."""
     row = MODEL_ARGS.get(module)
-    if row is None or not row["plain"]:
+    if row is None:
         return config
-    config = _text_view(module, config)
-    declared = set(row["fields"]) - set(DECLARED_NOT_READ.get(module, ()))
-    out = {k: v for k, v in config.items()
-           if k in declared or k in NOT_CACHE_KEYS or k == "model_type"}
-    for k, v in row["defaults"].items():
-        if k not in config and k != "model_type" and k in declared:
-            out[k] = v
-    return out
+    if not row["plain"]:
+        return _own_from_dict_view(module, config)
+    return _filled(module, _text_view(module, config))

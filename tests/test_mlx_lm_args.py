@@ -229,8 +229,8 @@ def test_family_quantization_matches_mlx_lms_quantize_model(name: str) -> None:
     quantized by mlx-lm's quantize_model (4-bit affine; and mxfp4 where the family has a
     quantization predicate) against mlxfit's plan from the same layout: mlxfit's sanitize of
     that layout is mlx-lm's own Model.sanitize's, which modules quantize, its routers' 8-bit predicate,
-    MoEGate / BitLinear left in float, its cast rules, the config block. Where quantize_model
-    fails, mlxfit refuses the conversion."""
+    MoEGate / BitLinear left in float, the config block, and from float32 with --dtype
+    bfloat16 its cast_predicate's exceptions. Where quantize_model fails, mlxfit refuses."""
     from convert_helpers import lazy_converted
 
     from mlxfit.errors import UsageError
@@ -257,3 +257,8 @@ def test_family_quantization_matches_mlx_lms_quantize_model(name: str) -> None:
         assert got == real, (name, mode, sorted(k for k in set(got) | set(real)
                                                 if got.get(k) != real.get(k))[:4])
         assert plan.config["quantization"] == block, (name, mode)
+        # from float32 with --dtype bfloat16: the family's cast_predicate keeps its exceptions
+        f32 = [TensorInfo.of(k, "F32" if d in ("BF16", "F32") else d, s)
+               for k, (d, s) in source.items()]
+        cast = plan_conversion(f32, config, family, QuantRecipe(mode=mode, dtype="bfloat16"))
+        assert {t.name: (t.dtype, t.shape) for t in cast.tensors} == real, (name, "cast")

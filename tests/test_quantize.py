@@ -36,7 +36,7 @@ from st_helpers import (
 )
 
 from mlxfit.errors import ConfigError, UsageError
-from mlxfit.model.convert_rules import GENERIC, RULES
+from mlxfit.model.convert_rules import RULES, generated_rules
 from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.quantize import QuantRecipe, check_recipe, plan_conversion, recipe_from_label
 from mlxfit.model.tensors import TensorInfo
@@ -285,7 +285,8 @@ def test_every_familys_quantization_at_real_size():
     assert len(families) >= 18
     for family, cfg in families.items():
         # mxfp4 where a router predicate puts 8-bit affine layers in an mxfp4 model
-        for kw in ({}, {"q_mode": "mxfp4"})[: 2 if RULES.get(family, GENERIC).predicate else 1]:
+        rules = RULES.get(family) or generated_rules(family)
+        for kw in ({}, {"q_mode": "mxfp4"})[: 2 if rules.predicate else 1]:
             real, block, _, source = lazy_converted(cfg, kw)
             tensors = [TensorInfo.of(k, d, s) for k, (d, s) in source.items()]
             plan = plan_conversion(tensors, dict(cfg, torch_dtype=None), family, _recipe(kw))

@@ -3,8 +3,10 @@
 dtypes only, plus which modules have a ``to_quantized`` method and which keep their dtype.
 
 Pure: tensor descriptors in, tensor descriptors out. The families in ``RULES`` follow their
-sanitize line by line and are checked against the real converter in tests/test_quantize.py;
-any other family gets the generic rules (``GENERIC``) and the plan says so.
+sanitize line by line and are checked against the real converter in tests/test_quantize.py.
+Every other family's rules are ``generated_rules``: its quantization facts as mlx-lm's model
+states them (mlx_lm_quant.py, generated), with no sanitize where its Model has none (mlx-lm
+loads the tensors as they are: verified), else the generic sanitize, and the plan says so.
 """
 
 from __future__ import annotations
@@ -349,9 +351,6 @@ RULES: dict[str, Rules] = {
     "gemma3": Rules(_gemma3),
     "gemma3_text": Rules(lambda ts, cfg: ts),  # its sanitize renames nothing
 }
-# Families whose sanitize is not modelled (the generic one is used) but whose quantization
-# facts are, from their mlx-lm modules: MoEGate routers, 8-bit router predicates, cast rules.
-_ROUTER8 = (("router", _GATE8),)
 
 
 def _has_experts(cfg: dict[str, Any]) -> bool:
@@ -361,15 +360,11 @@ def _has_experts(cfg: dict[str, Any]) -> bool:
 
 
 RULES.update({
-    "deepseek_v2": Rules(_generic, not_quantizable=("mlp.gate",), verified=False),
     "glm4_moe": Rules(_glm4_moe, not_quantizable=("mlp.gate",),
                       keep_dtype=("e_score_correction_bias",)),
     "glm4_moe_lite": Rules(_glm4_moe_lite, not_quantizable=("mlp.gate",),
                            keep_dtype=("e_score_correction_bias",)),
     "dbrx": Rules(_dbrx),
-    "gpt_oss": Rules(_generic, predicate=_ROUTER8, verified=False),
-    "gemma4": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
-    "gemma4_text": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
 })
 _QWEN35 = {"predicate": (("mlp.gate", _GATE8), ("shared_expert_gate", _GATE8)),
            "predicate_if": _has_experts, "keep_dtype": ("A_log",)}
@@ -421,10 +416,18 @@ def generated_rules(family: str) -> Rules:
     if facts is None:
         return GENERIC
     tie = MODEL_ARGS.get(family, {}).get("defaults", {}).get("tie_word_embeddings", False)
-    return Rules(_generic_tied(bool(tie)), not_quantizable=tuple(facts["not_quantizable"]),
+    # Without a Model.sanitize, mlx_lm.convert loads the tensors as they are: nothing to
+    # approximate, so the rules are mlx-lm's own.
+    own = facts["sanitize"]
+    return Rules(_generic_tied(bool(tie)) if own else _as_loaded,
+                 not_quantizable=tuple(facts["not_quantizable"]),
                  keep_dtype=tuple(facts["keep_dtype"]),
-                 predicate=tuple(facts["predicate"].items()), verified=False,
+                 predicate=tuple(facts["predicate"].items()), verified=not own,
                  skip=LAYER_SKIPS.get(family))
+
+
+def _as_loaded(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    return ts
 
 
 def sanitized(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: dict[str, Any],

@@ -269,6 +269,8 @@ def _family_configs() -> dict[str, dict]:
     found: dict[str, dict] = {}
     configs = [load_entry(rid).config for rid in catalog_ids()]
     configs += [json.loads(p.read_text()) for p in sorted(CONFIGS.glob("*.json"))]
+    configs += [json.loads(p.read_text()) for p in sorted((CONFIGS / "published").glob("*.json"))
+                if p.name != "MANIFEST.json"]
     for c in configs:
         c = {k: v for k, v in c.items() if k not in ("quantization", "quantization_config")}
         found.setdefault(mlx_lm_module(c["model_type"]), c)
@@ -276,13 +278,13 @@ def _family_configs() -> dict[str, dict]:
 
 
 def test_every_familys_quantization_at_real_size():
-    """For each family of the catalog and the fixtures (about 20, at their real sizes):
+    """For each family of the catalog and the real configs (about 40, at their real sizes):
     mlx-lm's model built lazily in float and quantized by quantize_model (4-bit; and mxfp4)
     against the prediction from the same float layout: which modules quantize, the routers'
     8-bit predicates, MoEGate left alone, cast rules, the config block."""
     pytest.importorskip("mlx_lm")
     families = _family_configs()
-    assert len(families) >= 18
+    assert len(families) >= 40
     for family, cfg in families.items():
         # mxfp4 where a router predicate puts 8-bit affine layers in an mxfp4 model
         rules = RULES.get(family) or generated_rules(family)

@@ -192,6 +192,9 @@ def test_families_exercise_what_they_claim(checkpoints):
     assert any(n.startswith("model.visual.") for n in names("qwen3_5"))
     assert any(n.startswith("mtp.") for n in names("qwen3_5"))
     assert any(n.startswith("model.layers.3.mlp.experts.0.") for n in names("glm4_moe"))
+    assert any(n.endswith("self_attn.kv_b_proj.weight") for n in names("glm4_moe_lite"))
+    assert any(n.startswith("model.layers.3.") for n in names("glm4_moe_lite"))  # MTP layer
+    assert any(n.endswith("ffn.experts.mlp.w2") for n in names("dbrx"))
     plan = plan_conversion(ds.tensors, ds.config, "deepseek_v3", QuantRecipe())
     assert not any(t.dtype.startswith("F8") for t in plan.tensors)
     assert any(n.endswith("embed_q.scales") for n in (t.name for t in plan.tensors))
@@ -257,6 +260,39 @@ def test_real_configs_against_mlx_lms_quantizer(name):
         assert {t.name: (t.dtype, t.shape) for t in plan.tensors} == real, kw
         assert plan.config["quantization"] == block, kw
         assert plan.shards == shards, kw
+
+
+# zai-org/GLM-4.7-Flash's dimensions (as vLLM's glm4_moe_lite config test quotes them): issue 24
+# reports mlx_lm.convert writing 24,336,479,232 B of weights for its 6-bit conversion.
+GLM47_FLASH = {
+    "model_type": "glm4_moe_lite", "architectures": ["Glm4MoeLiteForCausalLM"],
+    "vocab_size": 154880, "hidden_size": 2048, "intermediate_size": 10240,
+    "moe_intermediate_size": 1536, "num_hidden_layers": 47, "num_attention_heads": 20,
+    "num_key_value_heads": 20, "rms_norm_eps": 1e-5, "attention_bias": False,
+    "max_position_embeddings": 202752, "rope_theta": 1e6, "rope_scaling": None,
+    "partial_rotary_factor": 1.0, "q_lora_rank": 768, "kv_lora_rank": 512,
+    "qk_nope_head_dim": 192, "qk_rope_head_dim": 64, "v_head_dim": 256, "n_routed_experts": 64,
+    "n_shared_experts": 1, "num_experts_per_tok": 4, "norm_topk_prob": True,
+    "routed_scaling_factor": 1.8, "n_group": 1, "topk_group": 1, "topk_method": "noaux_tc",
+    "first_k_dense_replace": 1, "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+
+
+def test_glm_4_7_flash_6bit_at_real_size():
+    """GLM-4.7-Flash's HF layout (kv_b_proj joined, experts per expert, the MTP layer) to 6
+    bits, against mlx-lm's own model quantized lazily: every tensor, and the bytes the real
+    conversion wrote (issue 24: the generic rules predicted 7 MB less)."""
+    pytest.importorskip("mlx_lm")
+    hf = to_hf("glm4_moe_lite", GLM47_FLASH, mlx_params(GLM47_FLASH))
+    tensors = [TensorInfo.of(k, d, s) for k, (d, s) in hf.items()]
+    real, block, shards, _ = lazy_converted(GLM47_FLASH, {"q_bits": 6})
+    plan = plan_conversion(tensors, GLM47_FLASH, "glm4_moe_lite", QuantRecipe(bits=6))
+    assert {t.name: (t.dtype, t.shape) for t in plan.tensors} == real
+    assert plan.config["quantization"] == block
+    assert plan.shards == shards
+    assert plan.weight_bytes == 24_336_479_232
+    assert plan.verified
 
 
 def _family_configs() -> dict[str, dict]:

@@ -158,13 +158,15 @@ def _own_from_dict_view(module: str, config: dict[str, Any]) -> dict[str, Any]:
 
 def _filled(module: str, config: dict[str, Any]) -> dict[str, Any]:
     """The keys ``module``'s args class declares (NOT_CACHE_KEYS kept), absent ones at their
-    defaults, minus DECLARED_NOT_READ."""
+    defaults (but NOT_CACHE_KEYS), minus DECLARED_NOT_READ."""
     row = MODEL_ARGS[module]
     declared = set(row["fields"]) - set(DECLARED_NOT_READ.get(module, ()))
     out = {k: v for k, v in config.items()
            if k in declared or k in NOT_CACHE_KEYS or k == "model_type"}
     for k, v in row["defaults"].items():
-        if k not in config and k != "model_type" and k in declared:
+        # NOT_CACHE_KEYS keep mlxfit's own reading: a ModelArgs default max_position_embeddings
+        # is no context limit the model was trained to (gemma3_text's 32,768, Gemma 3's 131,072)
+        if k not in config and k != "model_type" and k in declared and k not in NOT_CACHE_KEYS:
             out[k] = v
     return out
 MISTRAL3_TEXT = ("ministral3", "mistral4")

@@ -1,7 +1,12 @@
 """Honest bands (issue 27): out-of-sample residuals of mlxfit's Metal (and CPU-backend peak)
 predictions, and the band table made from them (data/bands.toml).
 
-One command regenerates residuals, table, docs tables and plot after any change to the peak,
+After the peak and speed evaluations have written their held-out rows (bench/metal_eval.py
+--loo-rows, with and without --speed), the bands follow them:
+
+  PYTHONPATH=src python bench/fit_bands.py --from-loo --md docs/accuracy.md --svg docs/bands_coverage.svg
+
+Without --from-loo, one command regenerates residuals, table, docs tables and plot after any change to the peak,
 decode or prompt-speed models (about 10-30 minutes; --figures peak redoes one figure, keeping
 the others' residuals; --reuse only rebuilds the table from the residuals file):
 
@@ -205,6 +210,40 @@ def residuals(figures: list[str], log=print) -> list[dict]:
                                 "pred": p, "pred_in_sample": p0,
                                 "err": meas[c.idx] / p - 1.0})
                 log(f"{figure} leave-{holdout}-out {g}: n={len(test)}")
+    return out
+
+
+# ----------------------------------------------------------------- from the models' own LOO rows
+
+# The held-out rows the peak and speed evaluations write (bench/metal_eval.py --loo-rows, with
+# and without --speed): each run's leave-one-source-out and leave-one-family-kind-out
+# predictions, refitted by the figure's own fit (the per-op speed fit of bench/speed_eval.py,
+# issue 26's peak forms), so the bands follow the shipped model's own held-out error.
+LOO_FILES = {"peak": ("metal_loo_peak.jsonl", "idx", None),
+             "decode": ("speed_loo.jsonl", "run", "decode_tps"),
+             "prefill": ("speed_loo.jsonl", "run", "prompt_tps")}
+
+
+def loo_residuals(figures: list[str]) -> list[dict]:
+    runs, _ = fit_runs()
+    by_idx = {c.idx: c for c in runs}
+    out: list[dict] = []
+    for figure in figures:
+        name, key, quantity = LOO_FILES[figure]
+        for line in (ROOT / "bench" / "results" / name).read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            c = by_idx.get(r.get(key))
+            if c is None or (quantity and r.get("quantity") != quantity):
+                continue  # not in the fit set (approximate or excluded runs), or another figure
+            for holdout, pred, group in (("source", r["loso"], c.source),
+                                         ("kind", r["lofko"], kind_of(c))):
+                if not pred:
+                    continue
+                out.append({"figure": figure, "holdout": holdout, "group": group, "idx": c.idx,
+                            "label": c.label, "source": c.source, "machine": c.machine,
+                            **segment_of(c, figure), "meas": r["measured"], "pred": pred,
+                            "pred_in_sample": r["predicted"],
+                            "err": r["measured"] / pred - 1.0})
     return out
 
 
@@ -503,9 +542,19 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--md", help="write the coverage tables (markdown) here, between the "
                                  "generated-section markers when the file has them")
     ap.add_argument("--svg", help="write the coverage plot here")
+    ap.add_argument("--from-loo", action="store_true",
+                    help="peak, decode and prompt-speed residuals from the models' own held-out "
+                         "rows (bench/results/metal_loo_peak.jsonl, speed_loo.jsonl) instead of "
+                         "refitting here; the other figures' residuals are kept")
     a = ap.parse_args(argv)
     if a.reuse:
         rows = load_residuals()
+    elif a.from_loo:
+        figures = [f for f in a.figures.split(",") if f in LOO_FILES]
+        kept = [r for r in load_residuals() if r["figure"] not in figures] \
+            if RESIDUALS.exists() else []
+        rows = kept + loo_residuals(figures)
+        RESIDUALS.write_text("".join(json.dumps(r) + "\n" for r in rows))
     else:
         figures = a.figures.split(",")
         # the other figures' residuals are kept: one figure can be redone after its model moves

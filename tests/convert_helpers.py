@@ -43,7 +43,7 @@ MIXTRAL = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
 def to_hf(family: str, config: dict[str, Any], params: dict[str, tuple[int, ...]]) -> dict:
     """The HF checkpoint layout: name -> (dtype, shape)."""
     p = dict(params)
-    if family in ("qwen3_moe", "qwen3_next", "deepseek_v3", "glm4_moe"):
+    if family in ("qwen3_moe", "qwen3_next", "deepseek_v3", "glm4_moe", "glm4_moe_lite"):
         p = _unstack(p, r"(.+\.mlp)\.switch_mlp\.(\w+)\.weight",
                      lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
     if family == "mixtral":
@@ -52,7 +52,34 @@ def to_hf(family: str, config: dict[str, Any], params: dict[str, tuple[int, ...]
     if family == "nemotron_h":
         p = _unstack(p, r"(.+\.mixer)\.switch_mlp\.(fc1|fc2)\.weight",
                      lambda m, e: f"{m[1]}.experts.{e}.{'up_proj' if m[2] == 'fc1' else 'down_proj'}.weight")
+    if family == "dbrx":  # HF: one fused (E*ffn, d_model) tensor per w1 / v1 / w2, no .weight
+        q: dict = {}
+        for k, shape in p.items():
+            m = re.fullmatch(r"(.+\.experts)\.(\d+)\.(w1|v1|w2)\.weight", k)
+            if m is None:
+                q[k] = shape
+            elif m[2] == "0":
+                n = config["ffn_config"]["moe_num_experts"]
+                rows, cols = shape if m[3] != "w2" else (shape[1], shape[0])
+                q[f"{m[1]}.mlp.{m[3]}"] = (n * rows, cols)
+        p = q
     dt = {k: "BF16" for k in p}
+    if family == "glm4_moe_lite":  # kv_b_proj joined (bfloat16), the MTP layer appended
+        h, nope, v = (config["num_attention_heads"], config["qk_nope_head_dim"],
+                      config["v_head_dim"])
+        for k in [k for k in p if k.endswith(".embed_q.weight")]:
+            pre = k[: -len("embed_q.weight")]
+            rank = p.pop(k)[1]
+            p.pop(pre + "unembed_out.weight")
+            dt.pop(k)
+            dt.pop(pre + "unembed_out.weight")
+            p[pre + "kv_b_proj.weight"], dt[pre + "kv_b_proj.weight"] = (h * (nope + v), rank), "BF16"
+        n = config["num_hidden_layers"]
+        for k in [k for k in p if k.startswith("model.layers.1.")]:
+            p[k.replace("model.layers.1.", f"model.layers.{n}.", 1)] = p[k]
+            dt[k.replace("model.layers.1.", f"model.layers.{n}.", 1)] = dt[k]
+        for k in [k for k in p if "e_score_correction_bias" in k]:
+            dt[k] = "F32"
     if family == "deepseek_v3":
         h, nope, v = (config["num_attention_heads"], config["qk_nope_head_dim"],
                       config["v_head_dim"])

@@ -18,6 +18,7 @@ from typing import Any
 
 from mlxfit.calibration.bands import DIMS, BandTable, Pair
 from mlxfit.errors import MlxfitError
+from mlxfit.model.caches import Rotating
 from mlxfit.model.config import ModelConfig
 
 # --------------------------------------------------------------------------- segments
@@ -41,7 +42,7 @@ def family_kind(cfg: ModelConfig) -> str:
         return "MLA"
     if cfg.linear_v_heads or cfg.ssm_heads:
         return "hybrid"
-    if any(a.cache.name == "rotating" for a in cfg.attention_layers):
+    if any(isinstance(a.cache, Rotating) for a in cfg.attention_layers):
         return "sliding"
     return "MoE" if cfg.is_moe else "dense"
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from mlxfit.errors import ConfigError
 from mlxfit.model.build_ctx import Ctx
 from mlxfit.model.caches import Full, Shared
-from mlxfit.model.config import Attn, Layer
+from mlxfit.model.config import Attn, Fields, Layer
 
 
 def standard(c: Ctx) -> list[Layer]:
@@ -17,6 +17,15 @@ def standard(c: Ctx) -> list[Layer]:
 def qwen2(c: Ctx) -> list[Layer]:
     if c.f.has("sliding_window") and c.f.bool("use_sliding_window", False):
         c.warnings.append("use_sliding_window is set but mlx-lm's qwen2.py always caches in full")
+    return standard(c)
+
+
+def llama_text(c: Ctx) -> list[Layer]:
+    # pixtral.py / mistral3.py wrap llama's (or ministral3's) text model without a make_cache:
+    # a KVCache per layer, and ModelArgs builds one layer per layer_types entry when given.
+    types = c.f.str_list("layer_types", None)
+    if types is not None:
+        c.n = len(types)
     return standard(c)
 
 
@@ -73,7 +82,15 @@ def minimax_m3(c: Ctx) -> list[Layer]:
     # layers (TextArgs.is_sparse_attn), a second KVCache holding the indexer key
     # (1 head x index_head_dim, zero-width values). Both grow in the same 256-token steps, so
     # the layer is one cache of kv_heads*head_dim + index_head_dim key elements per token.
-    f = c.f
+    # TextArgs.__post_init__ lifts the published config's nested sparse_attention_config
+    # (sparse_index_dim, sparse_block_size, sparse_attention_freq) over the flat keys.
+    nested = c.f.d.get("sparse_attention_config")
+    lifted = {"index_head_dim": "sparse_index_dim", "index_block_size": "sparse_block_size",
+              "sparse_attention_freq": "sparse_attention_freq"}
+    d = dict(c.f.d)
+    if isinstance(nested, dict):
+        d.update({flat: nested[key] for flat, key in lifted.items() if key in nested})
+    f = Fields(d, c.f.where)
     types = c.f.str_list("layer_types", c.n)
     freq = f.int_list("sparse_attention_freq")
     if freq is not None and len(freq) < c.n:

@@ -96,9 +96,14 @@ def nemotron_h(c: Ctx) -> list[Layer]:
 def granite_hybrid(c: Ctx) -> list[Layer]:
     f = c.f
     types = f.str_list("layer_types", c.n) or ["attention"] * c.n
-    state = mamba_state(c, f.int("mamba_n_heads", 0), f.int("mamba_d_head", 0),
-                         f.int("mamba_d_state", 0), f.int("mamba_n_groups", 1),
-                         f.int("mamba_d_conv", 4))
+    # The Mamba widths default to None in ModelArgs and granitemoehybrid.py multiplies them
+    # when building a "mamba" layer: a config with such a layer and without one fails in
+    # mlx-lm, so each is required then (the refusal names it).
+    state = 0
+    if "mamba" in types:
+        state = mamba_state(c, f.int("mamba_n_heads"), f.int("mamba_d_head"),
+                            f.int("mamba_d_state"), f.int("mamba_n_groups"),
+                            f.int("mamba_d_conv"))
     return [
         Layer(None, state_bytes=state, state_kind=MAMBA_STATE) if t == "mamba"
         else Layer(c.attn(Full()))
@@ -138,7 +143,9 @@ def lfm2(c: Ctx) -> list[Layer]:
     f = c.f
     idxs = f.int_list("full_attn_idxs")
     if idxs is None:
-        types = f.str_list("layer_types", c.n)
+        # ModelArgs.__post_init__: the indices of "full_attention" in layer_types, whatever
+        # its length; num_hidden_layers alone is the depth (lfm2-vl-11-1: 4 types, 8 layers)
+        types = f.str_list("layer_types", None)
         if types is None:
             raise ConfigError(f"{f.where}: lfm2 needs 'full_attn_idxs' or 'layer_types'")
         idxs = [i for i, t in enumerate(types) if t == "full_attention"]
@@ -182,7 +189,7 @@ def kimi_linear(c: Ctx) -> list[Layer]:
     cfg = sub_fields(c, "linear_attn_config")
     kda = set(cfg.int_list("kda_layers") or [])
     state = _kda_state(c, cfg)
-    latent = mla(c)
+    latent = mla(c, rope=0, nope=c.head_dim, v_head=c.head_dim)
     return [Layer(None, state_bytes=state, state_kind=LINEAR_STATE) if i + 1 in kda
             else latent[i] for i in range(c.n)]
 
@@ -191,7 +198,13 @@ def _global_every(c: Ctx, group_key: str = "layer_group_size") -> list[bool]:
     # bailing_hybrid.py / bailing_moe_linear.py: layer i is global softmax attention when
     # (i+1) % group == 0 or it is past the last whole group.
     g = c.f.int(group_key, minimum=1)
-    return [(i + 1) % g == 0 or i >= (c.n // g) * g for i in range(c.n)]
+    return [bailing_global(i, g, c.n) for i in range(c.n)]
+
+
+def bailing_global(i: int, group: int, n_layers: int) -> bool:
+    """Layer ``i`` of a Bailing hybrid is global (softmax / MLA) attention: the last of each
+    group of ``group`` layers, and every layer past the last whole group."""
+    return (i + 1) % group == 0 or i >= (n_layers // group) * group
 
 
 def bailing_hybrid(c: Ctx) -> list[Layer]:
@@ -205,10 +218,13 @@ def bailing_hybrid(c: Ctx) -> list[Layer]:
 
 def bailing_moe_linear(c: Ctx) -> list[Layer]:
     # Linear layers: ArraysCache(1), heads x head_dim x head_dim in the activation dtype, the
-    # state of recurrent_gla (a per-token op loop on every backend: no kernel).
-    state = c.heads * c.head_dim * c.head_dim * c.act_bytes
-    c.mixer.update(linear_scan="gla", linear_v_heads=c.heads, linear_k_dim=c.head_dim,
-                   linear_v_dim=c.head_dim, linear_state_bytes=c.act_bytes)
+    # state of recurrent_gla (a per-token op loop on every backend: no kernel). Their head_dim
+    # is hidden // heads whatever the config's head_dim (bailing_moe_linear.py
+    # LinearAttention); only the full-attention layers read head_dim.
+    hd = c.hidden // c.heads
+    state = c.heads * hd * hd * c.act_bytes
+    c.mixer.update(linear_scan="gla", linear_v_heads=c.heads, linear_k_dim=hd,
+                   linear_v_dim=hd, linear_state_bytes=c.act_bytes)
     return [Layer(c.attn(Full())) if g else Layer(None, state_bytes=state, state_kind=LINEAR_STATE)
             for g in _global_every(c)]
 
@@ -227,9 +243,9 @@ def bailing_moe_v3(c: Ctx) -> list[Layer]:
 def olmo_hybrid(c: Ctx) -> list[Layer]:
     # olmo_hybrid.py: ArraysCache(4) (three convs + gated-delta state) on "linear_attention"
     # layers, as Qwen3-Next's layers; KVCache on the rest.
-    types = layer_types(c)
-    if types is None:
-        raise ConfigError(f"{c.f.where}: olmo_hybrid needs 'layer_types'")
+    # ModelArgs.__post_init__ without layer_types: full attention where i % 4 == 3.
+    types = layer_types(c, ["full_attention" if i % 4 == 3 else "linear_attention"
+                            for i in range(c.n)])
     state = linear_state_bytes(c)
     return [Layer(None, state_bytes=state, state_kind=LINEAR_STATE) if t == "linear_attention"
             else Layer(c.attn(Full())) for t in types]

@@ -11,15 +11,16 @@ from mlxfit.model.caches import NGRAM_STATE, Full
 from mlxfit.model.config import Attn, Layer, Mla
 
 
-def mla(c: Ctx) -> list[Layer]:
+def mla(c: Ctx, *, rope: int = 64, nope: int = 128, v_head: int = 128) -> list[Layer]:
     # deepseek_v3.py caches the normalized latent (kv_lora_rank) as "keys" and the shared rope
-    # key (qk_rope_head_dim) as "values": one head, no per-head K/V.
+    # key (qk_rope_head_dim) as "values": one head, no per-head K/V. The keyword widths stand
+    # for an absent field (kimi_linear.py: qk_rope_head_dim or 0, the others or head_dim).
     f = c.f
     m = Mla(
         heads=c.heads,
-        qk_nope=f.int("qk_nope_head_dim", 128),
-        qk_rope=f.int("qk_rope_head_dim", 64),
-        v_head=f.int("v_head_dim", 128),
+        qk_nope=f.int("qk_nope_head_dim", nope),
+        qk_rope=f.int("qk_rope_head_dim", rope),
+        v_head=f.int("v_head_dim", v_head),
         kv_lora_rank=f.int("kv_lora_rank", 512),
     )
     a = Attn(Full(), q_heads=c.heads, kv_heads=1, k_dim=m.kv_lora_rank, v_dim=m.qk_rope,
@@ -68,5 +69,7 @@ def mla_pair(c: Ctx) -> list[Layer]:
 
 
 def longcat_ngram(c: Ctx) -> list[Layer]:
-    n = c.f.int("ngram_size", 0) if c.f.has("ngram_size") else c.f.int("emb_neighbor_num", 0)
+    # NgramEmbedding keeps the last emb_neighbor_num - 1 ids (ModelArgs default 4, filled by
+    # mlx_lm_reads; ngram_size is no ModelArgs field, so mlx-lm never reads it).
+    n = c.f.int("emb_neighbor_num", 0)
     return [Layer(None, state_bytes=max(n - 1, 0) * 8, state_kind=NGRAM_STATE)] + mla_pair(c)

@@ -23,7 +23,11 @@ def sliding_by_types(c: Ctx, types: list[str] | None, window: int | None) -> lis
 
 def llama(c: Ctx) -> list[Layer]:
     # llama.py / ministral3.py honour layer_types; a bare sliding_window (Mistral 7B) is ignored.
-    types = c.f.str_list("layer_types", c.n)
+    # ModelArgs fills layer_types from num_hidden_layers only when absent; the model builds a
+    # layer per entry (pixtral-11-2: 8 layer_types, num_hidden_layers 1, 8 caches).
+    types = c.f.str_list("layer_types", None)
+    if types is not None:
+        c.n = len(types)
     window = c.f.int("sliding_window", 0) if c.f.has("sliding_window") else None
     if c.f.has("sliding_window") and types is None:
         c.warnings.append(
@@ -63,9 +67,11 @@ def gemma3(c: Ctx) -> list[Layer]:
 
 def gemma4(c: Ctx) -> list[Layer]:
     f = c.f
-    types = f.str_list("layer_types", c.n)
-    if types is None:
-        raise ConfigError(f"{f.where}: gemma4 needs 'layer_types'")
+    # gemma4_text.ModelArgs.__post_init__ without layer_types: sliding_window_pattern - 1
+    # sliding layers, then a full one, repeated.
+    p = f.int("sliding_window_pattern", 5, minimum=1)
+    types = f.str_list("layer_types", c.n) or [
+        "full_attention" if (i + 1) % p == 0 else "sliding_attention" for i in range(c.n)]
     window = f.int("sliding_window", 512, minimum=1)
     shared = f.int("num_kv_shared_layers", 0)
     global_hd = f.int("global_head_dim", 0) or c.head_dim
@@ -125,6 +131,15 @@ def by_layer_types(c: Ctx) -> list[Layer]:
     window = c.f.int("sliding_window", 4096, minimum=1)
     return [Layer(c.attn(Rotating(window))) if t == "sliding_attention"
             else Layer(c.attn(Full())) for t in types]
+
+
+def afmoe(c: Ctx) -> list[Layer]:
+    # afmoe.py builds a layer per layer_types entry (a required field); num_hidden_layers
+    # (ModelArgs default 32) is read only by sanitize.
+    types = c.f.str_list("layer_types", None)
+    if types is not None:
+        c.n = len(types)
+    return by_layer_types(c)
 
 
 def olmo3(c: Ctx) -> list[Layer]:
@@ -198,8 +213,10 @@ def iquestloopcoder(c: Ctx) -> list[Layer]:
 def plamo3(c: Ctx) -> list[Layer]:
     # plamo3.py: layer i is full when (i+1) % sliding_window_pattern == 0, else a
     # RotatingKVCache(window_size).
+    # ModelArgs.__post_init__: a non-null sliding_window overrides window_size.
     p = c.f.int("sliding_window_pattern", 8, minimum=1)
-    window = c.f.int("window_size", 2048, minimum=1)
+    key = "sliding_window" if c.f.has("sliding_window") else "window_size"
+    window = c.f.int(key, 2048, minimum=1)
     return [Layer(c.attn(Full())) if (i + 1) % p == 0
             else Layer(c.attn(Rotating(window))) for i in range(c.n)]
 

@@ -241,13 +241,16 @@ class Fields:
                               file=self.where, field=key)
         return v
 
-    def str_list(self, key: str, n: int) -> list[str] | None:
+    def str_list(self, key: str, n: int | None) -> list[str] | None:
+        """The list's first ``n`` entries (it must have them), or all of it for None."""
         v = self.d.get(key)
         if v is None:
             return None
         if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
             raise ConfigError(f"{self.where}: field '{key}' must be a list of strings",
                               file=self.where, field=key)
+        if n is None:
+            return v
         if len(v) < n:
             raise ConfigError(f"{self.where}: '{key}' has {len(v)} entries for {n} layers",
                               file=self.where, field=key)

@@ -3,8 +3,10 @@
 dtypes only, plus which modules have a ``to_quantized`` method and which keep their dtype.
 
 Pure: tensor descriptors in, tensor descriptors out. The families in ``RULES`` follow their
-sanitize line by line and are checked against the real converter in tests/test_quantize.py;
-any other family gets the generic rules (``GENERIC``) and the plan says so.
+sanitize line by line and are checked against the real converter in tests/test_quantize.py.
+Every other family's rules are ``generated_rules``: its quantization facts as mlx-lm's model
+states them (mlx_lm_quant.py, generated), with no sanitize where its Model has none (mlx-lm
+loads the tensors as they are: verified), else the generic sanitize, and the plan says so.
 """
 
 from __future__ import annotations
@@ -15,6 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfit.errors import ConfigError
+from mlxfit.model.build_hybrid import bailing_global
+from mlxfit.model.mlx_lm_args import MODEL_ARGS
+from mlxfit.model.mlx_lm_quant import QUANT_FACTS
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.model.weights import is_vision
 
@@ -41,6 +46,8 @@ class Rules:
     # The sanitize is checked against the real mlx_lm.convert in the tests; the quantization
     # facts above are checked for every family listed (against quantize_model).
     verified: bool = True
+    # Module paths the quant_predicate leaves in float on some layers only (path, config).
+    skip: Callable[[str, dict[str, Any]], bool] | None = None
 
     def family_predicate(self, cfg: dict[str, Any]) -> dict[str, dict[str, int]]:
         if self.predicate_if is not None and not self.predicate_if(cfg):
@@ -149,7 +156,14 @@ def _deepseek_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     _fp8_left(ts, "deepseek_v3")
     ts = _stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
                 lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
-    # kv_b_proj (H*(nope+v), rank) split into embed_q (H, rank, nope) and unembed_out (H, v, rank).
+    out = _split_kv_b(ts, cfg)
+    # The MTP layer: mlx-lm drops the prefix "model.layers.61" as written (DeepSeek-V3's 62nd).
+    return _drop(out, lambda k: not k.startswith("model.layers.61") and "rotary_emb.inv_freq" not in k)
+
+
+def _split_kv_b(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """kv_b_proj (H*(nope+v), rank) split into embed_q (H, rank, nope) and unembed_out
+    (H, v, rank), both appended (deepseek_v3.py, glm4_moe_lite.py)."""
     heads = cfg.get("num_attention_heads")
     nope, vdim = cfg.get("qk_nope_head_dim"), cfg.get("v_head_dim")
     out: Tensors = {}
@@ -168,8 +182,23 @@ def _deepseek_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         out[p + "embed_q.weight"] = TensorInfo.of(p + "embed_q.weight", v.dtype, (heads, rank, nope))
         out[p + "unembed_out.weight"] = TensorInfo.of(p + "unembed_out.weight", v.dtype,
                                                       (heads, vdim, rank))
-    # The MTP layer: mlx-lm drops the prefix "model.layers.61" as written (DeepSeek-V3's 62nd).
-    return _drop(out, lambda k: not k.startswith("model.layers.61") and "rotary_emb.inv_freq" not in k)
+    return out
+
+
+def _glm4_moe_lite(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """glm4_moe_lite.py sanitize (GLM-4.7-Flash): layers from num_hidden_layers on (the MTP
+    layer) dropped by index, experts stacked, kv_b_proj split as DeepSeek-V3's."""
+    n = cfg.get("num_hidden_layers")
+
+    def kept(k: str) -> bool:
+        parts = k.split(".")
+        return not (len(parts) >= 3 and parts[1] == "layers" and parts[2].isdigit()
+                    and type(n) is int and int(parts[2]) >= n)
+
+    ts = _drop(ts, kept)
+    ts = _stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
+                lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
+    return _split_kv_b(ts, cfg)
 
 
 def _glm4_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -276,6 +305,27 @@ def _qwen3_5_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return _qwen3_5_text({**out, **moved})
 
 
+def _dbrx(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """dbrx.py sanitize: each fused ``...experts.mlp.w1|v1|w2`` (E*ffn, d_model) split into
+    per-expert ``...experts.<e>.<w>.weight`` (w2 transposed), appended after the rest; nothing
+    else changes (an MLX-layout checkpoint passes through)."""
+    ffn = cfg.get("ffn_config") if isinstance(cfg.get("ffn_config"), dict) else {}
+    n = ffn.get("moe_num_experts")
+    out = {k: v for k, v in ts.items() if "experts.mlp" not in k}
+    for k, v in ts.items():
+        if "experts.mlp" not in k:
+            continue
+        if type(n) is not int or n < 1 or len(v.shape) != 2 or v.shape[0] % n:
+            raise ConfigError(f"{k}: shape {list(v.shape)} does not split into "
+                              f"ffn_config.moe_num_experts={n!r} experts as mlx-lm's dbrx does")
+        rows = v.shape[0] // n
+        shape = (v.shape[1], rows) if k.endswith("w2") else (rows, v.shape[1])
+        for e in range(n):
+            name = k.replace(".mlp", f".{e}") + ".weight"
+            out[name] = TensorInfo.of(name, v.dtype, shape)
+    return out
+
+
 def _generic(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     ts = _drop(ts, lambda k: "rotary_emb.inv_freq" not in k and not is_vision(k))
     ts = _tie(ts, cfg, False)
@@ -301,9 +351,6 @@ RULES: dict[str, Rules] = {
     "gemma3": Rules(_gemma3),
     "gemma3_text": Rules(lambda ts, cfg: ts),  # its sanitize renames nothing
 }
-# Families whose sanitize is not modelled (the generic one is used) but whose quantization
-# facts are, from their mlx-lm modules: MoEGate routers, 8-bit router predicates, cast rules.
-_ROUTER8 = (("router", _GATE8),)
 
 
 def _has_experts(cfg: dict[str, Any]) -> bool:
@@ -313,12 +360,11 @@ def _has_experts(cfg: dict[str, Any]) -> bool:
 
 
 RULES.update({
-    "deepseek_v2": Rules(_generic, not_quantizable=("mlp.gate",), verified=False),
     "glm4_moe": Rules(_glm4_moe, not_quantizable=("mlp.gate",),
                       keep_dtype=("e_score_correction_bias",)),
-    "gpt_oss": Rules(_generic, predicate=_ROUTER8, verified=False),
-    "gemma4": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
-    "gemma4_text": Rules(_generic, predicate=(("router.proj", _GATE8),), verified=False),
+    "glm4_moe_lite": Rules(_glm4_moe_lite, not_quantizable=("mlp.gate",),
+                           keep_dtype=("e_score_correction_bias",)),
+    "dbrx": Rules(_dbrx),
 })
 _QWEN35 = {"predicate": (("mlp.gate", _GATE8), ("shared_expert_gate", _GATE8)),
            "predicate_if": _has_experts, "keep_dtype": ("A_log",)}
@@ -326,11 +372,68 @@ RULES["qwen3_5"] = Rules(_qwen3_5, **_QWEN35)
 RULES["qwen3_5_moe"] = Rules(_qwen3_5_moe, **_QWEN35)
 GENERIC = Rules(_generic, verified=False)
 
+# Families mlx_lm.convert -q cannot quantize, and why (checked against quantize_model in
+# tests/test_mlx_lm_args.py): afm7.py's FusedLinear.to_quantized(group_size, bits) takes no
+# mode, and quantize_model always passes one (TypeError).
+QUANTIZE_FAILS: dict[str, str] = {
+    "afm7": "its FusedLinear.to_quantized takes no 'mode', which quantize_model always passes",
+}
+
+
+def _generic_tied(default: bool) -> Callable[[Tensors, dict[str, Any]], Tensors]:
+    """The generic sanitize with the family's own tie_word_embeddings default (its ModelArgs:
+    bailing_moe_v3 and muse_spark tie unless the config says otherwise)."""
+    def sanitize(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        return _generic(ts, dict(cfg, tie_word_embeddings=text.get("tie_word_embeddings",
+                                                                    default)))
+    return sanitize
+
+
+def _bailing_v3_skip(path: str, cfg: dict[str, Any]) -> bool:
+    """bailing_moe_v3.py quant_predicate: attention.q_proj / g_proj quantize on KDA (linear)
+    layers only; the global MLA layers keep them in float."""
+    parts = path.split(".")
+    group, n = cfg.get("layer_group_size"), cfg.get("num_hidden_layers")
+    if (not path.endswith(("attention.q_proj", "attention.g_proj")) or len(parts) < 3
+            or not parts[2].isdigit() or type(group) is not int or type(n) is not int
+            or group < 1):
+        return False
+    return bailing_global(int(parts[2]), group, n)
+
+
+LAYER_SKIPS: dict[str, Callable[[str, dict[str, Any]], bool]] = {
+    "bailing_moe_v3": _bailing_v3_skip,
+}
+
+
+def generated_rules(family: str) -> Rules:
+    """A family without hand-written rules: the generic sanitize (not checked against mlx-lm's
+    own sanitize of an HF checkpoint, so unverified) with the quantization facts read from
+    mlx-lm's model (model/mlx_lm_quant.py: routers at 8 bits, MoEGate and BitLinear left in
+    float, cast exceptions), which tests/test_mlx_lm_args.py checks against quantize_model."""
+    facts = QUANT_FACTS.get(family)
+    if facts is None:
+        return GENERIC
+    tie = MODEL_ARGS.get(family, {}).get("defaults", {}).get("tie_word_embeddings", False)
+    # Without a Model.sanitize, mlx_lm.convert loads the tensors as they are: nothing to
+    # approximate, so the rules are mlx-lm's own.
+    own = facts["sanitize"]
+    return Rules(_generic_tied(bool(tie)) if own else _as_loaded,
+                 not_quantizable=tuple(facts["not_quantizable"]),
+                 keep_dtype=tuple(facts["keep_dtype"]),
+                 predicate=tuple(facts["predicate"].items()), verified=not own,
+                 skip=LAYER_SKIPS.get(family))
+
+
+def _as_loaded(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    return ts
+
 
 def sanitized(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: dict[str, Any],
               family: str) -> tuple[Tensors, Rules]:
     """The tensors mlx-lm's ``family`` module loads after its sanitize, and its rules."""
-    rules = RULES.get(family, GENERIC)
+    rules = RULES.get(family) or generated_rules(family)
     ts = {t.name: t for t in tensors}
     ts = rules.sanitize(ts, config)
     if family not in ("deepseek_v3",):

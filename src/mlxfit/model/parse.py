@@ -18,7 +18,7 @@ from mlxfit.model.families import (
     mlx_lm_module,
     resolve_family,
 )
-from mlxfit.model.mlx_lm_fields import absent_fields
+from mlxfit.model.mlx_lm_fields import absent_fields, mlx_lm_reads
 from mlxfit.model.rope_context import scaled_context
 
 
@@ -87,6 +87,10 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     archs = tuple(a for a in archs if isinstance(a, str))
     family_name, family = resolve_family(raw_type, archs)
     known = family is not None
+    if family is not None and isinstance(config.get("model_type"), str):
+        # the keys mlx-lm's ModelArgs keeps, absent ones at its defaults (mlx_lm_args.py)
+        t = text_fields(mlx_lm_reads(mlx_lm_module(raw_type, archs), config))
+        f = Fields(t, where)
     if family is not None and family.prepare is not None:
         t = family.prepare(t)  # the family's own field names -> the standard ones
         f = Fields(t, where)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from mlxfit.errors import ConfigError, UsageError
-from mlxfit.model.convert_rules import Rules, Tensors, sanitized
+from mlxfit.model.convert_rules import QUANTIZE_FAILS, Rules, Tensors, sanitized
 from mlxfit.model.tensors import TensorInfo
 
 # mlx.core.quantize / mlx.nn _defaults_for_mode: mode -> (group size, bits) when not given.
@@ -279,6 +279,9 @@ def plan_conversion(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: 
     check_recipe(recipe)
     if recipe.quantize:
         refuse_quantized(config, tensors)
+        if family in QUANTIZE_FAILS:
+            raise UsageError(f"mlx_lm.convert -q fails for {family}: {QUANTIZE_FAILS[family]}; "
+                             "only --dtype conversions run", param="q_bits")
     group, bits = resolved(recipe)
     mode = recipe.mode
     ts, rules = sanitized(tensors, config, family)
@@ -288,7 +291,8 @@ def plan_conversion(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: 
                   and not any(s in k for s in rules.keep_dtype) else v) for k, v in ts.items()}
 
     weights = {_module(k): v for k, v in ts.items() if k.endswith(".weight")}
-    candidates = ([p for p, w in weights.items() if _quantizable(p, w, rules)]
+    candidates = ([p for p, w in weights.items() if _quantizable(p, w, rules)
+                   and not (rules.skip is not None and rules.skip(p, config))]
                   if recipe.quantize else [])
     family_pred = rules.family_predicate(config)
     recipe_pred = (_recipe_predicate(recipe.predicate, recipe.group_size, candidates,

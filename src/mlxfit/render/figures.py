@@ -9,12 +9,12 @@ def tokens_short(n: int) -> str:
     return f"{n // 1024:,}K" if n >= 1024 and n % 1024 == 0 else f"{n:,}"
 
 
-def duration(seconds: float) -> str:
-    """Seconds as the report prints them, with minutes or hours beside a long wait:
-    "12.3 s", "1,061.6 s (17.7 min)", "9,000.0 s (2.5 h)"."""
-    s = f"{seconds:,.1f} s"
+def duration(seconds: float, band: tuple[float, float] | None = None) -> str:
+    """Seconds as the report prints them, with the band and, beside a long wait, minutes or
+    hours: "12.3 s", "1,061.6 s (17.7 min)", "149.9 s (134.1-212.1 s; 2.5 min)"."""
+    extra = [f"{band[0]:,.1f}-{band[1]:,.1f} s"] if band else []
     if seconds >= 7200:
-        return f"{s} ({seconds / 3600:,.1f} h)"
-    if seconds >= 120:
-        return f"{s} ({seconds / 60:,.1f} min)"
-    return s
+        extra.append(f"{seconds / 3600:,.1f} h")
+    elif seconds >= 120:
+        extra.append(f"{seconds / 60:,.1f} min")
+    return f"{seconds:,.1f} s" + (f" ({'; '.join(extra)})" if extra else "")

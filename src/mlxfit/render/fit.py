@@ -274,10 +274,9 @@ def render_fit(r: FitResult, console: Any, explain: bool = False) -> None:
     if r.predicted_ttft_s is not None and r.predicted_prefill_tps is not None:
         pre = (f" ({b.predicted_prefill_tps[0]:,.0f}-{b.predicted_prefill_tps[1]:,.0f})"
                if b and b.predicted_prefill_tps else "")
-        ttft = (f" ({b.predicted_ttft_s[0]:,.1f}-{b.predicted_ttft_s[1]:,.1f} s)"
-                if b and b.predicted_ttft_s else "")
         console.print(f"predicted prompt: [bold]{r.predicted_prefill_tps:,.0f} tok/s[/]{pre}, "
-                      f"time to first token [bold]{duration(r.predicted_ttft_s)}[/]{ttft} for "
+                      f"time to first token [bold]{duration(r.predicted_ttft_s, b and b.predicted_ttft_s)}[/] "
+                      f"for "
                       f"{r.run.schedule().prompt:,} prompt tokens (prefill step "
                       f"{r.run.prefill_step_size})")
     _render_serving(r, console)

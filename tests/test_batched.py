@@ -253,7 +253,8 @@ def test_plan_with_users_plans_for_them():
     assert p.concurrency == 3 and p.max_concurrency > 3
     assert "--decode-concurrency 3 --prompt-concurrency 3" in p.command
     over = mlxfit.serve_plan(Q8B, 32768, machine=PRO48, users=100)
-    assert over.concurrency < 100 and any("--users 100 does not fit" in w for w in over.warnings)
+    # the unmet --users is the headline and the exit code (ux-3 F14), no longer a warning
+    assert over.concurrency < 100 and not over.fits
 
 
 def _server_flags() -> set[str]:

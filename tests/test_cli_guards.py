@@ -90,7 +90,8 @@ def test_download_size_beside_the_weights(tmp_path):
     assert d["weights"]["vision_bytes"] == 1024 * 1024 * 4 * 2
     r = invoke("fit", str(folder), *ON_M4PRO, "--ctx", "1024")
     assert f"download {on_disk / 1e9:,.2f} GB" in r.stdout
-    assert _json("fit", Q8B, *ON_M4PRO)["weights"]["download_bytes"] is None  # catalog
+    cat = _json("fit", Q8B, *ON_M4PRO)["weights"]  # the catalog: its tensors, a lower bound
+    assert cat["download_at_least"] is True and d["weights"]["download_at_least"] is False
 
 
 def test_with_vision_says_when_there_is_no_tower(tmp_path):

@@ -417,6 +417,10 @@ def test_measure_save_appends_to_the_injected_file_only(tiny_llama, tmp_path, mo
     from mlxfit.verbs.measure import twin as ms
 
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.cache/mlxfit/measurements.jsonl
+    monkeypatch.delenv("MLXFIT_CACHE_DIR", raising=False)  # measure --save: mlxfit's cache
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.delenv("MLXFIT_CACHE_DIR", raising=False)  # measure --save: mlxfit's cache
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     default = tmp_path / "home" / ".cache" / "mlxfit" / "measurements.jsonl"
     m1 = ms.measure(str(tiny_llama), 300, gen=2, save=True)
     m2 = ms.measure(str(tiny_llama), 300, gen=2, prefill_step_size=128, save=True)
@@ -465,6 +469,8 @@ def test_measure_hf_cache_repo_and_catalog(tiny_llama, tmp_path, monkeypatch):
 def test_cli_measure_table_and_json(tiny_llama, tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))  # ~/.cache/mlxfit/measurements.jsonl
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # no calibration.toml
+    monkeypatch.delenv("MLXFIT_CACHE_DIR", raising=False)  # measure --save: mlxfit's cache
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
     results = tmp_path / "home" / ".cache" / "mlxfit" / "measurements.jsonl"
     r = invoke("measure", str(tiny_llama), "--ctx", "300", "--gen", "2")
     assert r.exit_code == 0, r.output

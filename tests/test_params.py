@@ -131,8 +131,8 @@ def test_no_hub_request_for_a_bad_parameter(hub: FakeHub):
     (["matrix", MISSING, "--ctx", "0"], "mlxfit: error: --ctx must be at least 1 token, got 0"),
     (["cluster", MISSING, "--host", "M4 Max 128GB", "--ctx", "0"],
      "mlxfit: error: --ctx must be at least 1 token, got 0"),
-    (["measure", MISSING, "--ctx", "0"],
-     "mlxfit: error: --ctx (0) must exceed --gen (16) by at least 2"),
+    (["measure", MISSING, "--ctx", "0"],  # worded as fit words it (ux-3 F19)
+     "mlxfit: error: --ctx must be at least 1 token, got 0"),
     (["pick", "--ctx", "0", "--machine", "M4 Pro 24GB"],
      "mlxfit: error: --ctx must be at least 1 token, got 0"),
     (["fit", MISSING, "--gen", "9000", "--ctx", "8192"],

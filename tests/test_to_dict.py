@@ -154,7 +154,8 @@ def test_decode_speed_says_at_which_context():
     assert r.predicted_decode_tps_short == pytest.approx(short.predicted_decode_tps, rel=1e-9)
     assert r.predicted_decode_tps_short > r.predicted_decode_tps
     text = invoke("fit", Q8B, "--ctx", "32k", "--machine", M4PRO).stdout
-    assert (f"{r.predicted_decode_tps:,.1f} tok/s with 32K in context "
+    lo, hi = r.bands.predicted_decode_tps
+    assert (f"{r.predicted_decode_tps:,.1f} tok/s ({lo:,.1f}-{hi:,.1f}) with 32K in context "
             f"({r.predicted_decode_tps_short:,.1f} tok/s at 1K)") in text
     assert short.predicted_decode_tps_short is None
     d = r.to_dict()

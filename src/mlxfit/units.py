@@ -66,6 +66,11 @@ def gigabytes(value: str | float, param: str = "memory_budget_gb") -> float:
                          f"{type(value).__name__}", param=param)
     if not isinstance(value, str):
         return float(value)
+    if len(value) <= _MAX_CHARS:
+        try:  # a bare number is GB; nan and inf go on to the caller's range check, which names them
+            return float(value)
+        except ValueError:
+            pass
     m = _MEMORY_RE.fullmatch(value) if len(value) <= _MAX_CHARS else None
     unit = m.group(2).lower() if m is not None else None
     if m is None or unit not in _MEMORY_UNITS:

@@ -171,7 +171,7 @@ def serve_plan(
         # The server trims to (cap - the batch's own caches): with every sequence at the
         # context that leaves k entries. The rule `fit --parallel` applies too.
         sv = planned_serving(inputs, run, m, cal, n, arrays, model)
-        k, cap = sv.prompt_cache or 0, sv.prompt_cache_bytes or 0
+        k, cap = sv.cached_prompts, sv.prompt_cache_bytes or 0  # None there: all 10
         r = at(n, k)
         if r.watchdog:  # the one rule fit, matrix and pick apply (FitResult.watchdog)
             warnings.insert(0, r.watchdog)

@@ -382,6 +382,58 @@ def make_table(rows: list[dict]) -> dict:
     return table
 
 
+# The share of a left-out source's runs the widened bands hold: 0.88, between the issue's floor
+# (85 % on sources never seen) and the nominal 90 %, which on these few sources (a handful per
+# chip class) would widen decode past 9 % and prompt past 18 % for the last 2 points.
+HELD_OUT_LEVEL = 0.88
+
+
+def _held_out_tables(rows: list[dict], figure: str) -> list[tuple[dict, list[dict]]]:
+    """(the band table rebuilt without one source, that source's runs), per source: the bands
+    as a user of a source mlxfit never saw gets them."""
+    loso = [r for r in rows if r["figure"] == figure and r["holdout"] == "source"]
+    out = []
+    for s in sorted({r["source"] for r in loso}):
+        rest = [r for r in rows if r["figure"] == figure and r["source"] != s]
+        if any(r["holdout"] == "source" for r in rest):
+            out.append((make_table(rest), [r for r in loso if r["source"] == s]))
+    return out
+
+
+def _held_out_coverage(held: list[tuple[dict, list[dict]]], figure: str, g: float) -> float:
+    ok = n = 0
+    for t2, test in held:
+        t = copy.deepcopy(t2)
+        t[figure]["scale"] = tuple(g * x for x in t[figure]["scale"])
+        bt = BT.BandTable(t, shrink_n=SHRINK)
+        for r in test:
+            lo, hi = B.band_of(bt, figure, r, family_known=True)
+            ok, n = ok + (lo <= r["err"] <= hi), n + 1
+    return ok / n if n else float("nan")
+
+
+def generalize(table: dict, rows: list[dict]) -> dict[str, float]:
+    """Per figure, the one factor g >= 1 on both sides' scale that makes the bands hold 88 % of
+    the runs of a source left out of the band table too (a table made without it, widened by
+    g): the judges' runs come from sources mlxfit never saw. Folded into ``scale``; returned for
+    the report."""
+    gs = {}
+    for figure, t in table.items():
+        held = _held_out_tables(rows, figure)
+        lo_g, hi_g = 1.0, 3.0
+        if not held or _held_out_coverage(held, figure, 1.0) >= HELD_OUT_LEVEL:
+            hi_g = 1.0
+        else:
+            for _ in range(20):
+                mid = (lo_g + hi_g) / 2
+                lo_g, hi_g = (lo_g, mid) if _held_out_coverage(held, figure, mid) >= HELD_OUT_LEVEL \
+                    else (mid, hi_g)
+        gs[figure] = hi_g
+        t["scale"] = tuple(hi_g * x for x in t["scale"])
+        t["generalize"] = hi_g
+    return gs
+
+
 def _f(x: float) -> str:
     return f"{x:.4g}"
 
@@ -417,7 +469,10 @@ def write_toml(table: dict, path: Path) -> None:
               f"pooled = [{_f(lo)}, {_f(hi)}]  # {t['n']} leave-one-source-out residuals",
               (f"unseen_kind = [{_f(t['unseen_kind'][0])}, {_f(t['unseen_kind'][1])}]  "
               f"# factors: {t['n_kind']} leave-one-family-kind-out residuals (a kind with no runs)"),
-              f"scale = [{_f(t['scale'][0])}, {_f(t['scale'][1])}]  # pooled coverage -> 90 %",
+              (f"scale = [{_f(t['scale'][0])}, {_f(t['scale'][1])}]  # pooled coverage -> 90 %, "
+               f"times generalize"),
+              (f"generalize = {_f(t.get('generalize', 1.0))}  # held 88 % for a source left "
+               "out of the table too"),
               ""]
         for dim in BT.DIMS:
             L.append(f"[{figure}.{dim}]")
@@ -449,8 +504,10 @@ def coverage_report(rows: list[dict], table: BT.BandTable) -> tuple[list[str], d
             rest = [r for r in rows if r["source"] != s]
             if not any(r["figure"] == figure and r["holdout"] == "source" for r in rest):
                 continue
-            t2 = BT.BandTable(make_table([r for r in rest if r["figure"] == figure]),
-                              shrink_n=SHRINK)
+            d2 = make_table([r for r in rest if r["figure"] == figure])
+            g = table.generalize.get(figure, 1.0)  # the widening the shipped table carries
+            d2[figure]["scale"] = tuple(g * x for x in d2[figure]["scale"])
+            t2 = BT.BandTable(d2, shrink_n=SHRINK)
             cv += [lo <= r["err"] <= hi for r in loso if r["source"] == s
                    for lo, hi in [B.band_of(t2, figure, r, family_known=True)]]
         stats[figure] = {"n": len(loso), "coverage": float(np.mean(ins)),
@@ -562,7 +619,11 @@ def main(argv: list[str]) -> int:
             if RESIDUALS.exists() else []
         rows = kept + residuals(figures, log=lambda s: print(s, file=sys.stderr))
         RESIDUALS.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    write_toml(make_table(rows), TABLE)
+    table_doc = make_table(rows)
+    for figure, g in generalize(table_doc, rows).items():
+        print(f"{figure}: widened x{g:.3f} so a left-out source's runs are held {HELD_OUT_LEVEL:.0%}",
+              file=sys.stderr)
+    write_toml(table_doc, TABLE)
     table = load_table(TABLE)
     L, stats = coverage_report(rows, table)
     print("\n".join(L))

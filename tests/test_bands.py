@@ -8,12 +8,14 @@ import json
 from pathlib import Path
 
 import pytest
+import tomllib
 from st_helpers import invoke
 
 import mlxfit
-from mlxfit.calibration.bands import DIMS, LEVEL
+from mlxfit.calibration.bands import DIMS, LEVEL, parse_bands
 from mlxfit.calibration.load import load_calibration
 from mlxfit.estimate.bands import band_of, verdict
+from mlxfit.resources import data_path
 from mlxfit.verbs.pick_rule import Option, choose
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,13 +36,23 @@ def test_each_band_holds_its_leave_one_out_runs_nine_times_in_ten(figure):
     """On the fit set's leave-one-source-out residuals, the shipped table's band holds the
     measured figure within a few points of 90 % of the time, pooled and in every segment of
     40 runs or more at least 70 % (a typed or stale table misses it)."""
-    table = load_calibration().bands
+    shipped = load_calibration().bands
+    # The shipped table is widened (``generalize``) so that a source left out of the table
+    # too is held 88 %; without that widening it is the table its residuals make, 90 %.
+    g = shipped.generalize[figure]
+    assert 1.0 <= g < 2.5
+    doc = tomllib.loads(data_path("bands.toml").read_text())
+    doc[figure]["scale"] = [x / g for x in doc[figure]["scale"]]
+    table = parse_bands(doc, "bands.toml")
     rows = [r for r in _residuals() if r["figure"] == figure and r["holdout"] == "source"]
     assert len(rows) > 100
     inside = [lo <= r["err"] <= hi for r in rows
               for lo, hi in [band_of(table, figure, r, family_known=True)]]
     cov = sum(inside) / len(inside)
     assert abs(cov - LEVEL) <= 0.03, cov
+    widened = [lo <= r["err"] <= hi for r in rows
+               for lo, hi in [band_of(shipped, figure, r, family_known=True)]]
+    assert sum(widened) >= sum(inside)
     for dim in DIMS:
         for v in {r[dim] for r in rows}:
             seg = [ok for ok, r in zip(inside, rows) if r[dim] == v]

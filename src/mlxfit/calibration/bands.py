@@ -35,6 +35,9 @@ class BandTable:
         self.shrink_n = float(shrink_n)
         self.unverified_widen = float(unverified_widen)
         self._figs: dict[str, FigureBands] = {}
+        # The widening already folded into each figure's scale so that a source left out of
+        # the table is held 90 % too (bench/fit_bands.py generalize): kept for the report.
+        self.generalize = {name: float(t.get("generalize", 1.0)) for name, t in figures.items()}
         for name, t in figures.items():
             segs = {d: {str(v): (float(e[0]), float(e[1]), int(e[2]))
                         for v, e in t.get(d, {}).items()} for d in DIMS}

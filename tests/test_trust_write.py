@@ -85,6 +85,8 @@ def test_cluster_write_never_follows_a_link_planted_in_the_directory(tmp_path: P
     assert stat.S_IMODE(victim.stat().st_mode) == 0o644
     assert (out / "run.sh").is_symlink()
     assert not [p for p in out.iterdir() if p.name.endswith(".tmp")]  # no temporary file left
+    # and nothing else either: a refused run.sh leaves no hostfile.json or plan.json behind
+    assert sorted(p.name for p in out.iterdir()) == ["run.sh"]
 
 
 def test_cluster_write_replaces_its_own_files(tmp_path: Path) -> None:

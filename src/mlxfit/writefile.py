@@ -50,6 +50,12 @@ def _existing_mode(path: Path) -> int | None:
     return stat.S_IMODE(st.st_mode)
 
 
+def check_target(path: str | os.PathLike[str]) -> None:
+    """NotWritable when ``write_file`` would refuse ``path`` (a link, FIFO, device, directory):
+    a verb writing several files checks them all before it writes any."""
+    _existing_mode(Path(path))
+
+
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:

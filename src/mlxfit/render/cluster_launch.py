@@ -16,7 +16,7 @@ from mlxfit.render import dumps
 from mlxfit.render.cluster import cluster_to_json
 from mlxfit.render.text import shell_arg, shell_comment
 from mlxfit.verbs.cluster.results import ClusterResult
-from mlxfit.writefile import write_file
+from mlxfit.writefile import check_target, write_file
 
 # --------------------------------------------------------------------------- JSON
 
@@ -109,16 +109,10 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
         raise UsageError(f"--write {d}: cannot create the directory ({e.strerror or e})") \
             from None
     p = r.plan
-    written: list[Path] = []
+    files: list[tuple[str, str, int | None]] = []
 
     def put(name: str, text: str, mode: int | None = None) -> None:
-        f = d / name
-        try:
-            # the JSON files are read back before they replace anything
-            write_file(f, text, mode=mode, validate=json.loads if name.endswith(".json") else None)
-        except OSError as e:
-            raise UsageError(f"--write: cannot write {f} ({e.strerror or e})") from None
-        written.append(f)
+        files.append((name, text, mode))  # written together below, once all are made
 
     put("hostfile.json", json.dumps(hostfile_json(r), indent=4) + "\n")
     put("plan.json", dumps(cluster_to_json(r)) + "\n")
@@ -168,4 +162,21 @@ def write_launch(r: ClusterResult, directory: str | Path) -> list[Path]:
     ]
     lines = [ln if not ln.startswith("#") else shell_comment(ln) for ln in lines]
     put("run.sh", "\n".join(lines), 0o755)
+    # Every target is checked before any is written: a refused run.sh must not leave a
+    # hostfile.json and plan.json behind that no longer match anything.
+    for name, _, _ in files:
+        try:
+            check_target(d / name)
+        except OSError as e:
+            raise UsageError(f"--write: nothing written: cannot write {d / name} "
+                             f"({e.strerror or e})") from None
+    written: list[Path] = []
+    for name, text, mode in files:
+        f = d / name
+        try:
+            # the JSON files are read back before they replace anything
+            write_file(f, text, mode=mode, validate=json.loads if name.endswith(".json") else None)
+        except OSError as e:
+            raise UsageError(f"--write: cannot write {f} ({e.strerror or e})") from None
+        written.append(f)
     return written

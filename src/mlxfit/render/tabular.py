@@ -29,16 +29,9 @@ def markdown(headers: Sequence[str], rows: Sequence[Sequence[str]],
     return "\n".join(lines) + "\n"
 
 
-def _csv_cell(v: object) -> object:
-    # A boolean as the JSON spells it (true/false), not Python's True/False; None is empty.
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    return "" if v is None else v
-
-
 def csv_text(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     buf = io.StringIO()
     w = csv.writer(buf, lineterminator="\n")
     w.writerow([csv_cell(h) for h in headers])
-    w.writerows([csv_cell(_csv_cell(c)) for c in r] for r in rows)
+    w.writerows([csv_cell(c) for c in r] for r in rows)
     return buf.getvalue()

@@ -53,9 +53,14 @@ _NUMBER = re.compile(r"[+-]?(\d[\d,]*(\.\d*)?|\.\d+)([eE][+-]?\d+)?%?")
 
 
 def csv_cell(value: object) -> object:
-    """A CSV cell: numbers as they are; text with its controls shown and, when it starts like a
+    """A CSV cell: numbers as they are, a boolean as the JSON spells it (true/false, not
+    Python's True/False), None empty; text with its controls shown and, when it starts like a
     formula and is not a plain number (``-3.5`` stays a number), prefixed with ``'``."""
-    if value is None or isinstance(value, (bool, int, float)):
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return ""
+    if isinstance(value, (int, float)):
         return value
     s = str(value)
     if s.startswith(_FORMULA_START) and not _NUMBER.fullmatch(s):

@@ -23,7 +23,7 @@ from mlxfit.estimate.memory import (
     validate_run,
 )
 from mlxfit.estimate.serving_summary import ServingSummary
-from mlxfit.estimate.speed import predicted_decode_seconds, predicted_decode_terms
+from mlxfit.estimate.speed import predicted_decode, predicted_decode_seconds
 from mlxfit.json_result import JsonResult
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import Buffer, WeightsDetail, WeightsRead
@@ -298,15 +298,15 @@ def fit_core(
     elif not memory_fits:
         warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
     else:  # past the trained context too: the speed is shown beside its warning (issue 28)
-        secs, st = predicted_decode_seconds(cfg, run, weights, bandwidth_gbs, cal, machine_name)
+        # seconds, byte terms and per-op terms of one computation (--explain shows the terms)
+        secs, st, decode_terms = predicted_decode(cfg, run, weights, bandwidth_gbs, cal,
+                                                  machine_name)
         tps = 1.0 / secs
         speed_terms = tuple(st)
         if run.ctx > SHORT_CONTEXT:
             short_s, _ = predicted_decode_seconds(cfg, run_at(run, SHORT_CONTEXT), weights,
                                                   bandwidth_gbs, cal, machine_name)
             tps_short = 1.0 / short_s
-        decode_terms = predicted_decode_terms(cfg, run, weights, bandwidth_gbs, cal,
-                                              machine_name)
     prompt = dog = None
     if compute is not None and bandwidth_gbs is not None and memory_fits:
         prompt = predicted_ttft(cfg, run, weights, bandwidth_gbs, compute, cal, machine_name)

@@ -168,23 +168,31 @@ def decode_factors(cal: Calibration, backend: str, machine_name: str
     return cal.backend(backend).fused_decode_head_dims, is_ultra(machine_name)
 
 
+def predicted_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
+                     cal: Calibration, machine_name: str, *, decode: Decode | None = None,
+                     ) -> tuple[float, list[Term], tuple[TimeTerm, ...]]:
+    """Seconds per generated token of ``run`` on the machine ``machine_name`` (its bandwidth
+    ``bandwidth_gbs``), with ``run.backend``'s fused head dims and the Ultra factor; its byte
+    terms; and the per-op seconds it sums (for --explain), computed once.
+    ``decode``: other decode constants than ``cal.decode`` (calibrate's trial values)."""
+    fused, ultra = decode_factors(cal, run.backend, machine_name)
+    return _decode(cfg, run, w, bandwidth_gbs, cal.decode if decode is None else decode,
+                   fused_decode=fused, ultra=ultra)
+
+
 def predicted_decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                              cal: Calibration, machine_name: str, *,
                              decode: Decode | None = None) -> tuple[float, list[Term]]:
-    """Seconds per generated token of ``run`` on the machine ``machine_name`` (its bandwidth
-    ``bandwidth_gbs``), with ``run.backend``'s fused head dims and the Ultra factor.
-    ``decode``: other decode constants than ``cal.decode`` (calibrate's trial values)."""
-    fused, ultra = decode_factors(cal, run.backend, machine_name)
-    return decode_seconds(cfg, run, w, bandwidth_gbs, cal.decode if decode is None else decode,
-                          fused_decode=fused, ultra=ultra)
+    """``predicted_decode``'s seconds per token and byte terms."""
+    secs, byte_terms, _ = predicted_decode(cfg, run, w, bandwidth_gbs, cal, machine_name,
+                                           decode=decode)
+    return secs, byte_terms
 
 
 def predicted_decode_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                            cal: Calibration, machine_name: str) -> tuple[TimeTerm, ...]:
     """The per-op seconds ``predicted_decode_seconds`` sums, for --explain."""
-    fused, ultra = decode_factors(cal, run.backend, machine_name)
-    return decode_time_terms(cfg, run, w, bandwidth_gbs, cal.decode, fused_decode=fused,
-                             ultra=ultra)
+    return predicted_decode(cfg, run, w, bandwidth_gbs, cal, machine_name)[2]
 
 
 def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
@@ -226,11 +234,19 @@ def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                    ultra: bool = False) -> tuple[float, list[Term]]:
     """Seconds per generated token (the sum of ``decode_time_terms``) and its byte terms.
     Callers go through ``predicted_decode_seconds`` (which supplies both factors)."""
+    secs, byte_terms, _ = _decode(cfg, run, w, bandwidth_gbs, cal, fused_decode=fused_decode,
+                                  ultra=ultra)
+    return secs, byte_terms
+
+
+def _decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float, cal: Decode, *,
+            fused_decode: tuple[int, ...], ultra: bool
+            ) -> tuple[float, list[Term], tuple[TimeTerm, ...]]:
     terms = decode_time_terms(cfg, run, w, bandwidth_gbs, cal, fused_decode=fused_decode,
                               ultra=ultra)
     wr = weights_read_term(cfg, w)
     kr = kv_read_term(cfg, run, cal, fused_decode=fused_decode, ultra=ultra)
-    return sum(t.seconds for t in terms), [wr, kr]
+    return sum(t.seconds for t in terms), [wr, kr], terms
 
 
 def weights_seconds(cfg: ModelConfig, w: WeightsRead, bandwidth_gbs: float, cal: Decode, *,

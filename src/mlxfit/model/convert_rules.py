@@ -13,176 +13,71 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from mlxfit.errors import ConfigError
+from mlxfit.model import (
+    sanitize_dense,
+    sanitize_mla,
+    sanitize_moe,
+    sanitize_moe_fused,
+    sanitize_recurrent,
+    sanitize_wrappers,
+)
 from mlxfit.model.build_hybrid import bailing_global
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
 from mlxfit.model.mlx_lm_quant import QUANT_FACTS
+from mlxfit.model.sanitize_ops import (
+    Rules,
+    Tensors,
+    conv_moveaxis,
+    drop,
+    fp8_dequant,
+    fp8_left,
+    retag,
+    split_kv_b,
+    stack,
+    tie,
+)
 from mlxfit.model.tensors import TensorInfo
 from mlxfit.model.weights import is_vision
-
-Tensors = dict[str, TensorInfo]  # name -> descriptor, in the order sanitize leaves them
-
-# mlx_lm/models/deepseek_v3.py sanitize: FP8 blocks of 128x128 dequantized to bfloat16.
-FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
-
-
-@dataclass(frozen=True)
-class Rules:
-    """One mlx-lm family's convert-time facts."""
-
-    sanitize: Callable[[Tensors, dict[str, Any]], Tensors]
-    # Module-path suffixes whose ".weight" is a plain parameter of a class without
-    # to_quantized (DeepSeek's MoEGate), so nn.quantize leaves them alone.
-    not_quantizable: tuple[str, ...] = ()
-    # Substrings of parameter names the family's cast_predicate keeps out of --dtype.
-    keep_dtype: tuple[str, ...] = ()
-    # The family's quant_predicate: module-path suffixes -> to_quantized kwargs.
-    predicate: tuple[tuple[str, dict[str, int]], ...] = ()
-    # When the predicate applies (Qwen3.5's only with experts); None: always.
-    predicate_if: Callable[[dict[str, Any]], bool] | None = None
-    # The sanitize is checked against the real mlx_lm.convert in the tests; the quantization
-    # facts above are checked for every family listed (against quantize_model).
-    verified: bool = True
-    # Module paths the quant_predicate leaves in float on some layers only (path, config).
-    skip: Callable[[str, dict[str, Any]], bool] | None = None
-
-    def family_predicate(self, cfg: dict[str, Any]) -> dict[str, dict[str, int]]:
-        if self.predicate_if is not None and not self.predicate_if(cfg):
-            return {}
-        return dict(self.predicate)
-
-
-def _of(t: TensorInfo, name: str | None = None, shape: tuple[int, ...] | None = None,
-        dtype: str | None = None) -> TensorInfo:
-    return TensorInfo.of(name or t.name, dtype or t.dtype, shape if shape is not None else t.shape)
-
-
-def _drop(ts: Tensors, keep: Callable[[str], bool]) -> Tensors:
-    return {k: v for k, v in ts.items() if keep(k)}
-
-
-def _tie(ts: Tensors, cfg: dict[str, Any], default: bool) -> Tensors:
-    """``if self.args.tie_word_embeddings: weights.pop("lm_head.weight", None)``."""
-    if cfg.get("tie_word_embeddings", default):
-        ts = dict(ts)
-        ts.pop("lm_head.weight", None)
-    return ts
-
-
-def _stack(ts: Tensors, pattern: str, target: Callable[[re.Match], str]) -> Tensors:
-    """Per-expert tensors matching ``pattern`` (group "e" is the expert index) stacked into
-    one (E, *shape) tensor, put where the family's sanitize puts it: at the end, in the
-    order of first appearance."""
-    groups: dict[str, list[TensorInfo]] = {}
-    out: Tensors = {}
-    for k, v in ts.items():
-        m = re.fullmatch(pattern, k)
-        if m is None:
-            out[k] = v
-            continue
-        groups.setdefault(target(m), []).append(v)
-    for name, members in groups.items():
-        first = members[0]
-        if any(t.shape != first.shape or t.dtype != first.dtype for t in members):
-            raise ConfigError(f"{name}: experts differ in shape or dtype; mlx-lm cannot stack them")
-        out[name] = TensorInfo.of(name, first.dtype, (len(members), *first.shape))
-    return out
-
-
-def _fp8_dequant(ts: Tensors) -> Tensors:
-    """DeepSeek-V3 style FP8: ``<m>.weight`` (F8) with ``<m>.weight_scale_inv`` becomes a
-    bfloat16 ``<m>.weight``; the scales go."""
-    out: Tensors = {}
-    for k, v in ts.items():
-        if "weight_scale_inv" in k:
-            wk = k.replace("_scale_inv", "")
-            if wk in ts:
-                out[wk] = _of(ts[wk], dtype="BF16")
-        elif k not in out:
-            out[k] = v
-    return out
-
-
-def _fp8_left(ts: Tensors, family: str) -> None:
-    left = [k for k, v in ts.items() if v.dtype in FP8_DTYPES]
-    if left:
-        raise ConfigError(f"{left[0]} is FP8 and mlx-lm's {family} sanitize does not dequantize it "
-                          "(only DeepSeek-V3 style weight_scale_inv checkpoints are)")
-
-
-def _conv_moveaxis(ts: Tensors) -> Tensors:
-    """HF conv1d weights (C, 1, K) become MLX's (C, K, 1)."""
-    out: Tensors = {}
-    for k, v in ts.items():
-        if "conv1d.weight" in k and len(v.shape) == 3 and v.shape[-1] != 1:
-            v = _of(v, shape=(v.shape[0], v.shape[2], v.shape[1]))
-        out[k] = v
-    return out
-
 
 # --------------------------------------------------------------------------- families
 
 def _llama(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = _drop(ts, lambda k: "self_attn.rotary_emb.inv_freq" not in k)
-    return _tie(ts, cfg, True)
+    ts = drop(ts, lambda k: "self_attn.rotary_emb.inv_freq" not in k)
+    return tie(ts, cfg, True)
 
 
 def _qwen3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    return _tie(ts, cfg, False)
+    return tie(ts, cfg, False)
 
 
 _QWEN_EXPERT = r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(up_proj|down_proj|gate_proj)\.weight"
 
 
 def _qwen3_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = _tie(ts, cfg, False)
-    return _stack(ts, _QWEN_EXPERT, lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
+    ts = tie(ts, cfg, False)
+    return stack(ts, _QWEN_EXPERT, lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
 
 
 _MIXTRAL = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
 
 
 def _mixtral(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = _tie(ts, cfg, False)
-    return _stack(ts, r"(model\.layers\.\d+\.block_sparse_moe)\.experts\.(?P<e>\d+)\.(w[123])\.(weight)",
+    ts = tie(ts, cfg, False)
+    return stack(ts, r"(model\.layers\.\d+\.block_sparse_moe)\.experts\.(?P<e>\d+)\.(w[123])\.(weight)",
                   lambda m: f"{m[1]}.switch_mlp.{_MIXTRAL[m[3]]}.{m[4]}")
 
 
 def _deepseek_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = _fp8_dequant(ts)
-    _fp8_left(ts, "deepseek_v3")
-    ts = _stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
+    ts = fp8_dequant(ts)
+    fp8_left(ts, "deepseek_v3")
+    ts = stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
                 lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
-    out = _split_kv_b(ts, cfg)
+    out = split_kv_b(ts, cfg)
     # The MTP layer: mlx-lm drops the prefix "model.layers.61" as written (DeepSeek-V3's 62nd).
-    return _drop(out, lambda k: not k.startswith("model.layers.61") and "rotary_emb.inv_freq" not in k)
-
-
-def _split_kv_b(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    """kv_b_proj (H*(nope+v), rank) split into embed_q (H, rank, nope) and unembed_out
-    (H, v, rank), both appended (deepseek_v3.py, glm4_moe_lite.py)."""
-    heads = cfg.get("num_attention_heads")
-    nope, vdim = cfg.get("qk_nope_head_dim"), cfg.get("v_head_dim")
-    out: Tensors = {}
-    for k, v in ts.items():
-        if not k.endswith(".self_attn.kv_b_proj.weight"):
-            out[k] = v
-            continue
-        if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
-            raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
-                              "are needed to split kv_b_proj as mlx-lm does")
-        if len(v.shape) != 2 or v.shape[0] != heads * (nope + vdim):
-            raise ConfigError(f"{k}: shape {list(v.shape)} is not heads x (nope + v) rows")
-        rank = v.shape[1]
-        p = k[: -len("kv_b_proj.weight")]
-        out.pop(k, None)
-        out[p + "embed_q.weight"] = TensorInfo.of(p + "embed_q.weight", v.dtype, (heads, rank, nope))
-        out[p + "unembed_out.weight"] = TensorInfo.of(p + "unembed_out.weight", v.dtype,
-                                                      (heads, vdim, rank))
-    return out
+    return drop(out, lambda k: not k.startswith("model.layers.61") and "rotary_emb.inv_freq" not in k)
 
 
 def _glm4_moe_lite(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -195,18 +90,18 @@ def _glm4_moe_lite(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         return not (len(parts) >= 3 and parts[1] == "layers" and parts[2].isdigit()
                     and type(n) is int and int(parts[2]) >= n)
 
-    ts = _drop(ts, kept)
-    ts = _stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
+    ts = drop(ts, kept)
+    ts = stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
                 lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
-    return _split_kv_b(ts, cfg)
+    return split_kv_b(ts, cfg)
 
 
 def _glm4_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = _stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
+    ts = stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
                 lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
     # The MTP layer: the prefix model.layers.<num_hidden_layers>, matched as written.
     n = cfg.get("num_hidden_layers")
-    return _drop(ts, lambda k: not k.startswith(f"model.layers.{n}"))
+    return drop(ts, lambda k: not k.startswith(f"model.layers.{n}"))
 
 
 def _qwen3_next(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -214,16 +109,16 @@ def _qwen3_next(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
               for k in ts)
     if not moe:  # its sanitize returns the weights untouched when no layer has experts
         return ts
-    ts = _drop(ts, lambda k: "mtp." not in k)
-    ts = _tie(ts, cfg, False)
-    ts = _stack(ts, _QWEN_EXPERT, lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
-    return _conv_moveaxis(ts)
+    ts = drop(ts, lambda k: "mtp." not in k)
+    ts = tie(ts, cfg, False)
+    ts = stack(ts, _QWEN_EXPERT, lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
+    return conv_moveaxis(ts)
 
 
 def _nemotron_h(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = _drop(ts, lambda k: not k.startswith("mtp."))
-    ts = _conv_moveaxis(ts)
-    return _stack(ts, r"(backbone\.layers\.\d+\.mixer)\.experts\.(?P<e>\d+)\.(down_proj|up_proj)\.weight",
+    ts = drop(ts, lambda k: not k.startswith("mtp."))
+    ts = conv_moveaxis(ts)
+    return stack(ts, r"(backbone\.layers\.\d+\.mixer)\.experts\.(?P<e>\d+)\.(down_proj|up_proj)\.weight",
                   lambda m: f"{m[1]}.switch_mlp.{'fc2' if m[3] == 'down_proj' else 'fc1'}.weight")
 
 
@@ -238,7 +133,7 @@ def _mistral3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             k = "model." + k.removeprefix("model.language_model.")
         else:
             k = k.removeprefix("language_model.")
-        lm[k] = _of(v, name=k)
+        lm[k] = retag(v, name=k)
     text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else {}
     # mistral3.Model picks ministral3 / mistral4 / llama by text_config.model_type; ministral3
     # and llama drop rotary buffers and tie as text_config says (absent: False, its
@@ -247,7 +142,7 @@ def _mistral3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         raise ConfigError("mistral3 with a mistral4 text model: not modelled by mlxfit's "
                           "converter rules")
     inner = _llama(lm, dict(text, tie_word_embeddings=text.get("tie_word_embeddings", False)))
-    return {"language_model." + k: _of(v, name="language_model." + k) for k, v in inner.items()}
+    return {"language_model." + k: retag(v, name="language_model." + k) for k, v in inner.items()}
 
 
 def _gemma3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -256,7 +151,7 @@ def _gemma3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     if not any(k.startswith("language_model.") for k in ts):
         raise ConfigError("mlx-lm's gemma3 sanitize reads weights under language_model.*; this "
                           "checkpoint has none (mlx_lm.convert would fail on it)")
-    return _drop(ts, lambda k: k.split(".", 1)[0] not in ("vision_tower", "multi_modal_projector"))
+    return drop(ts, lambda k: k.split(".", 1)[0] not in ("vision_tower", "multi_modal_projector"))
 
 
 def _qwen3_5_names(ts: Tensors) -> Tensors:
@@ -269,14 +164,14 @@ def _qwen3_5_names(ts: Tensors) -> Tensors:
             k = k.replace("model.language_model", "language_model.model")
         elif not k.startswith("language_model."):
             k = "language_model." + k
-        out[k] = _of(v, name=k)
+        out[k] = retag(v, name=k)
     return out
 
 
 def _qwen3_5_text(ts: Tensors) -> Tensors:
     # TextModel.sanitize: MTP dropped, conv1d transposed (its tie pop looks for an unprefixed
     # "lm_head.weight", which the wrapper's names never are).
-    return _conv_moveaxis(_drop(ts, lambda k: "mtp." not in k))
+    return conv_moveaxis(drop(ts, lambda k: "mtp." not in k))
 
 
 def _qwen3_5(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -299,7 +194,7 @@ def _qwen3_5_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             down = f"{m[1]}.experts.down_proj"
             if down in ts:
                 name = f"{m[1]}.switch_mlp.down_proj.weight"
-                moved[name] = _of(ts[down], name=name)
+                moved[name] = retag(ts[down], name=name)
         elif not re.fullmatch(r"language_model\.model\.layers\.\d+\.mlp\.experts\.down_proj", k):
             out[k] = v
     return _qwen3_5_text({**out, **moved})
@@ -327,11 +222,11 @@ def _dbrx(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 
 def _generic(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = _drop(ts, lambda k: "rotary_emb.inv_freq" not in k and not is_vision(k))
-    ts = _tie(ts, cfg, False)
-    ts = _stack(ts, r"(.+)\.experts\.(?P<e>\d+)\.([^.]+)\.weight",
+    ts = drop(ts, lambda k: "rotary_emb.inv_freq" not in k and not is_vision(k))
+    ts = tie(ts, cfg, False)
+    ts = stack(ts, r"(.+)\.experts\.(?P<e>\d+)\.([^.]+)\.weight",
                 lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
-    return _conv_moveaxis(ts)
+    return conv_moveaxis(ts)
 
 
 _GATE8 = {"group_size": 64, "bits": 8}
@@ -407,6 +302,13 @@ LAYER_SKIPS: dict[str, Callable[[str, dict[str, Any]], bool]] = {
 }
 
 
+# Every family's own sanitize replayed, by kind (model/sanitize_*.py).
+REPLAYED: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
+    **sanitize_dense.SANITIZE, **sanitize_recurrent.SANITIZE, **sanitize_wrappers.SANITIZE,
+    **sanitize_moe.SANITIZE, **sanitize_moe_fused.SANITIZE, **sanitize_mla.SANITIZE,
+}
+
+
 def generated_rules(family: str) -> Rules:
     """A family without hand-written rules: the generic sanitize (not checked against mlx-lm's
     own sanitize of an HF checkpoint, so unverified) with the quantization facts read from
@@ -417,13 +319,16 @@ def generated_rules(family: str) -> Rules:
         return GENERIC
     tie = MODEL_ARGS.get(family, {}).get("defaults", {}).get("tie_word_embeddings", False)
     # Without a Model.sanitize, mlx_lm.convert loads the tensors as they are: nothing to
-    # approximate, so the rules are mlx-lm's own.
+    # approximate, so the rules are mlx-lm's own. With one, its replay (REPLAYED, checked
+    # against mlx-lm's sanitize in tests/test_sanitize_replay.py), else the generic rules.
     own = facts["sanitize"]
-    return Rules(_generic_tied(bool(tie)) if own else _as_loaded,
+    replay = REPLAYED.get(family)
+    sanitize = replay or (_generic_tied(bool(tie)) if own else _as_loaded)
+    return Rules(sanitize,
                  not_quantizable=tuple(facts["not_quantizable"]),
                  keep_dtype=tuple(facts["keep_dtype"]),
-                 predicate=tuple(facts["predicate"].items()), verified=not own,
-                 skip=LAYER_SKIPS.get(family))
+                 predicate=tuple(facts["predicate"].items()),
+                 verified=not own or replay is not None, skip=LAYER_SKIPS.get(family))
 
 
 def _as_loaded(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -437,5 +342,5 @@ def sanitized(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: dict[s
     ts = {t.name: t for t in tensors}
     ts = rules.sanitize(ts, config)
     if family not in ("deepseek_v3",):
-        _fp8_left(ts, family)
+        fp8_left(ts, family)
     return ts, rules

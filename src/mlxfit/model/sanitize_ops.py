@@ -1,0 +1,137 @@
+"""The building blocks of mlx-lm's ``Model.sanitize`` replays (model/convert_rules.py and the
+per-kind replay modules model/sanitize_*.py): pure functions on tensor descriptors (names, dtypes,
+shapes), never on tensor data.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from mlxfit.errors import ConfigError
+from mlxfit.model.tensors import TensorInfo
+
+Tensors = dict[str, TensorInfo]  # name -> descriptor, in the order sanitize leaves them
+
+# mlx_lm/models/deepseek_v3.py sanitize: FP8 blocks of 128x128 dequantized to bfloat16.
+FP8_DTYPES = frozenset({"F8_E4M3", "F8_E5M2"})
+
+
+@dataclass(frozen=True)
+class Rules:
+    """One mlx-lm family's convert-time facts."""
+
+    sanitize: Callable[[Tensors, dict[str, Any]], Tensors]
+    # Module-path suffixes whose ".weight" is a plain parameter of a class without
+    # to_quantized (DeepSeek's MoEGate), so nn.quantize leaves them alone.
+    not_quantizable: tuple[str, ...] = ()
+    # Substrings of parameter names the family's cast_predicate keeps out of --dtype.
+    keep_dtype: tuple[str, ...] = ()
+    # The family's quant_predicate: module-path suffixes -> to_quantized kwargs.
+    predicate: tuple[tuple[str, dict[str, int]], ...] = ()
+    # When the predicate applies (Qwen3.5's only with experts); None: always.
+    predicate_if: Callable[[dict[str, Any]], bool] | None = None
+    # The sanitize is checked against the real mlx_lm.convert in the tests; the quantization
+    # facts above are checked for every family listed (against quantize_model).
+    verified: bool = True
+    # Module paths the quant_predicate leaves in float on some layers only (path, config).
+    skip: Callable[[str, dict[str, Any]], bool] | None = None
+
+    def family_predicate(self, cfg: dict[str, Any]) -> dict[str, dict[str, int]]:
+        if self.predicate_if is not None and not self.predicate_if(cfg):
+            return {}
+        return dict(self.predicate)
+
+
+def retag(t: TensorInfo, name: str | None = None, shape: tuple[int, ...] | None = None,
+        dtype: str | None = None) -> TensorInfo:
+    return TensorInfo.of(name or t.name, dtype or t.dtype, shape if shape is not None else t.shape)
+
+
+def drop(ts: Tensors, keep: Callable[[str], bool]) -> Tensors:
+    return {k: v for k, v in ts.items() if keep(k)}
+
+
+def tie(ts: Tensors, cfg: dict[str, Any], default: bool) -> Tensors:
+    """``if self.args.tie_word_embeddings: weights.pop("lm_head.weight", None)``."""
+    if cfg.get("tie_word_embeddings", default):
+        ts = dict(ts)
+        ts.pop("lm_head.weight", None)
+    return ts
+
+
+def stack(ts: Tensors, pattern: str, target: Callable[[re.Match], str]) -> Tensors:
+    """Per-expert tensors matching ``pattern`` (group "e" is the expert index) stacked into
+    one (E, *shape) tensor, put where the family's sanitize puts it: at the end, in the
+    order of first appearance."""
+    groups: dict[str, list[TensorInfo]] = {}
+    out: Tensors = {}
+    for k, v in ts.items():
+        m = re.fullmatch(pattern, k)
+        if m is None:
+            out[k] = v
+            continue
+        groups.setdefault(target(m), []).append(v)
+    for name, members in groups.items():
+        first = members[0]
+        if any(t.shape != first.shape or t.dtype != first.dtype for t in members):
+            raise ConfigError(f"{name}: experts differ in shape or dtype; mlx-lm cannot stack them")
+        out[name] = TensorInfo.of(name, first.dtype, (len(members), *first.shape))
+    return out
+
+
+def fp8_dequant(ts: Tensors) -> Tensors:
+    """DeepSeek-V3 style FP8: ``<m>.weight`` (F8) with ``<m>.weight_scale_inv`` becomes a
+    bfloat16 ``<m>.weight``; the scales go."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        if "weight_scale_inv" in k:
+            wk = k.replace("_scale_inv", "")
+            if wk in ts:
+                out[wk] = retag(ts[wk], dtype="BF16")
+        elif k not in out:
+            out[k] = v
+    return out
+
+
+def fp8_left(ts: Tensors, family: str) -> None:
+    left = [k for k, v in ts.items() if v.dtype in FP8_DTYPES]
+    if left:
+        raise ConfigError(f"{left[0]} is FP8 and mlx-lm's {family} sanitize does not dequantize it "
+                          "(only DeepSeek-V3 style weight_scale_inv checkpoints are)")
+
+
+def conv_moveaxis(ts: Tensors) -> Tensors:
+    """HF conv1d weights (C, 1, K) become MLX's (C, K, 1)."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        if "conv1d.weight" in k and len(v.shape) == 3 and v.shape[-1] != 1:
+            v = retag(v, shape=(v.shape[0], v.shape[2], v.shape[1]))
+        out[k] = v
+    return out
+
+
+def split_kv_b(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """kv_b_proj (H*(nope+v), rank) split into embed_q (H, rank, nope) and unembed_out
+    (H, v, rank), both appended (deepseek_v3.py, glm4_moe_lite.py)."""
+    heads = cfg.get("num_attention_heads")
+    nope, vdim = cfg.get("qk_nope_head_dim"), cfg.get("v_head_dim")
+    out: Tensors = {}
+    for k, v in ts.items():
+        if not k.endswith(".self_attn.kv_b_proj.weight"):
+            out[k] = v
+            continue
+        if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
+            raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
+                              "are needed to split kv_b_proj as mlx-lm does")
+        if len(v.shape) != 2 or v.shape[0] != heads * (nope + vdim):
+            raise ConfigError(f"{k}: shape {list(v.shape)} is not heads x (nope + v) rows")
+        rank = v.shape[1]
+        p = k[: -len("kv_b_proj.weight")]
+        out.pop(k, None)
+        out[p + "embed_q.weight"] = TensorInfo.of(p + "embed_q.weight", v.dtype, (heads, rank, nope))
+        out[p + "unembed_out.weight"] = TensorInfo.of(p + "unembed_out.weight", v.dtype,
+                                                      (heads, vdim, rank))
+    return out

@@ -450,6 +450,7 @@ QUANT_FACTS: dict[str, dict[str, Any]] = {
         "predicate": {
             '.mlp.down_proj': {'group_size': 64, 'bits': 8},
             '.self_attn.o_proj': {'group_size': 64, 'bits': 8},
+            'lm_head': {'group_size': 64, 'bits': 8},
         },
     },
     'granitemoe': {
@@ -462,6 +463,7 @@ QUANT_FACTS: dict[str, dict[str, Any]] = {
             '.block_sparse_moe.router.layer': {'group_size': 64, 'bits': 8},
             '.block_sparse_moe.switch_mlp.down_proj': {'group_size': 64, 'bits': 8},
             '.self_attn.o_proj': {'group_size': 64, 'bits': 8},
+            'lm_head': {'group_size': 64, 'bits': 8},
         },
     },
     'granitemoehybrid': {

@@ -7,11 +7,12 @@ UNREACHABLE with why no checkpoint mlx-lm loads reaches it).
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from sanitize_oracle import Layout, model_layout
+from sanitize_oracle import Layout, model_layout, rename, unstack
 
 FIXTURES = Path(__file__).parent / "fixtures" / "families"
 
@@ -95,6 +96,65 @@ def _olmo_hybrid() -> list[Case]:
             (tied, hf_conv(with_head, "conv1d.weight"))]
 
 
+_W = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
+
+
+def _lfm2_moe() -> list[Case]:
+    cfg = _tiny("lfm2_moe", hidden_size=64, intermediate_size=128, moe_intermediate_size=32,
+                num_experts=4, num_hidden_layers=3, num_dense_layers=1, full_attn_idxs=[1])
+    own = model_layout(cfg)
+    hf = unstack(own, r"(.+)\.switch_mlp\.(\w+)\.weight",
+                 lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
+    hf = rename(hf, lambda k: re.sub(r"\b(gate_proj|down_proj|up_proj)\.weight$",
+                                     lambda m: _W[m[1]] + ".weight", k))
+    return [(cfg, hf_conv(hf, "conv.weight")), (cfg, own)]
+
+
+def _jamba() -> list[Case]:
+    shape = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
+             "mamba_expand": 2, "mamba_d_state": 8}
+    cfg = _tiny("jamba", **shape)
+    untied = _tiny("jamba", tie_word_embeddings=False, **shape)
+
+    def hf(c: dict[str, Any]) -> Layout:
+        out = unstack(model_layout(c), r"(.+)\.switch_mlp\.(\w+)\.weight",
+                      lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
+        return hf_conv(out, "conv1d.weight")
+
+    # Tied (its default) with a redundant lm_head.weight, which sanitize drops.
+    return [(cfg, {**hf(cfg), "lm_head.weight": ("BF16", (256, 64))}),
+            (untied, hf(untied)), (cfg, model_layout(cfg))]
+
+
+def _granitemoehybrid() -> list[Case]:
+    shape = {"hidden_size": 64, "intermediate_size": 128, "shared_intermediate_size": 128,
+             "num_hidden_layers": 2, "layer_types": ["mamba", "attention"]}
+    moe = _tiny("granitemoehybrid", **shape)
+    dense = _tiny("granitemoehybrid", num_local_experts=0, **shape)
+
+    def hf(c: dict[str, Any]) -> Layout:
+        out: Layout = {}
+        for k, (dt, s) in model_layout(c).items():
+            # block_sparse_moe.switch_mlp.* (experts) or mlp.* (dense: HF's shared_mlp)
+            m = re.fullmatch(r"(.+)\.(block_sparse_moe\.switch_mlp|mlp)\.(gate|up|down)_proj"
+                             r"\.weight", k)
+            if m is None:
+                out[k] = (dt, s)
+                continue
+            fused = f"{m[1]}.{'shared_mlp' if m[2] == 'mlp' else 'block_sparse_moe'}"
+            if m[3] == "down":
+                out[f"{fused}.output_linear.weight"] = (dt, s)
+            elif m[3] == "gate":  # gate and up fused along the output rows
+                rows = -2 if len(s) == 3 else 0
+                fs = list(s)
+                fs[rows] *= 2
+                out[f"{fused}.input_linear.weight"] = (dt, tuple(fs))
+        out = hf_conv(out, "conv1d.weight")
+        return {**out, "lm_head.weight": ("BF16", (256, 64))}  # shipped though tied
+
+    return [(moe, hf(moe)), (dense, hf(dense)), (moe, model_layout(moe))]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "mamba": _mamba,
     "mamba2": _mamba2,
@@ -103,6 +163,9 @@ CASES: dict[str, Callable[[], list[Case]]] = {
     "rwkv7": _rwkv7,
     "lfm2": _lfm2,
     "olmo_hybrid": _olmo_hybrid,
+    "lfm2_moe": _lfm2_moe,
+    "jamba": _jamba,
+    "granitemoehybrid": _granitemoehybrid,
 }
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 UNREACHABLE: dict[str, dict[str, str]] = {}

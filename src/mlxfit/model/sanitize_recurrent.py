@@ -160,6 +160,92 @@ def _olmo_hybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return out
 
 
+_LFM2_W = {"w1.weight": "gate_proj.weight", "w2.weight": "down_proj.weight",
+           "w3.weight": "up_proj.weight"}
+
+
+def _lfm2_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """lfm2_moe.py: conv weights as lfm2's, w1/w2/w3 renamed gate/down/up_proj, then each MoE
+    layer's experts stacked into switch_mlp (appended)."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        v = _lfm2_conv(k, v)
+        for old, new in _LFM2_W.items():
+            if old in k:
+                k = k.replace(old, new)
+        out[k] = retag(v, name=k)
+    n_experts = _int_arg(cfg, "lfm2_moe", "num_experts")
+    for layer in range(_int_arg(cfg, "lfm2_moe", "num_hidden_layers")):
+        prefix = f"model.layers.{layer}"
+        for n in ("gate_proj", "down_proj", "up_proj"):
+            if f"{prefix}.feed_forward.experts.0.{n}.weight" in out:
+                name = f"{prefix}.feed_forward.switch_mlp.{n}.weight"
+                members = [_pop(out, f"{prefix}.feed_forward.experts.{e}.{n}.weight",
+                                "lfm2_moe") for e in range(n_experts)]
+                out[name] = _stack(name, members)
+    return out
+
+
+def _jamba(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """jamba.py: conv1d moved, lm_head dropped when tied (its default), then each layer's
+    experts (whatever indices below the tensor count exist) stacked into switch_mlp."""
+    ts = _conv_moveaxis(ts)
+    ts = _pop_tied(ts, _arg(cfg, "jamba", "tie_word_embeddings"))
+    for layer in range(_int_arg(cfg, "jamba", "num_hidden_layers")):
+        base = f"model.layers.{layer}.feed_forward"
+        if not any(k.startswith(f"{base}.experts.") for k in ts):
+            continue
+        for proj in ("gate_proj", "down_proj", "up_proj"):
+            for kind in ("weight", "bias", "scales", "biases"):
+                count = len(ts)
+                members = [ts.pop(f"{base}.experts.{e}.{proj}.{kind}") for e in range(count)
+                           if f"{base}.experts.{e}.{proj}.{kind}" in ts]
+                if members:
+                    name = f"{base}.switch_mlp.{proj}.{kind}"
+                    ts[name] = _stack(name, members)
+    return ts
+
+
+def _granitemoehybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """granitemoehybrid.py: conv1d moved; with experts (num_local_experts truthy) the fused
+    input_linear (E, 2I, H) split into switch_mlp gate/up and output_linear renamed down;
+    without, shared_mlp's input_linear (2I, H) split into mlp gate/up and output_linear
+    renamed down (each only when layer 0 has it, then every layer must); lm_head dropped when
+    tied."""
+    fam = "granitemoehybrid"
+    ts = _conv_moveaxis(ts)
+    use_moe = bool(_arg(cfg, fam, "num_local_experts"))
+    if use_moe and "model.layers.0.block_sparse_moe.input_linear.weight" in ts:
+        for layer in range(_int_arg(cfg, fam, "num_hidden_layers")):
+            prefix = f"model.layers.{layer}.block_sparse_moe"
+            k = f"{prefix}.input_linear.weight"
+            w = _pop(ts, k, fam)
+            if len(w.shape) != 3:
+                raise ConfigError(f"{k}: shape {list(w.shape)} is not (experts, 2 x "
+                                  "intermediate, hidden) as mlx-lm's sanitize unpacks it")
+            e, two_i, h = w.shape
+            for part, rows in (("gate_proj", two_i // 2), ("up_proj", two_i - two_i // 2)):
+                name = f"{prefix}.switch_mlp.{part}.weight"
+                ts[name] = TensorInfo.of(name, w.dtype, (e, rows, h))
+            name = f"{prefix}.switch_mlp.down_proj.weight"
+            ts[name] = retag(_pop(ts, f"{prefix}.output_linear.weight", fam), name=name)
+    elif not use_moe and "model.layers.0.shared_mlp.input_linear.weight" in ts:
+        for layer in range(_int_arg(cfg, fam, "num_hidden_layers")):
+            prefix = f"model.layers.{layer}.shared_mlp"
+            k = f"{prefix}.input_linear.weight"
+            w = _pop(ts, k, fam)
+            if not w.shape or w.shape[0] % 2:
+                raise ConfigError(f"{k}: shape {list(w.shape)} does not split in two along "
+                                  "axis 0 (gate and up) as mlx-lm's sanitize does")
+            half = (w.shape[0] // 2, *w.shape[1:])
+            for part in ("gate_proj", "up_proj"):
+                name = f"model.layers.{layer}.mlp.{part}.weight"
+                ts[name] = TensorInfo.of(name, w.dtype, half)
+            name = f"model.layers.{layer}.mlp.down_proj.weight"
+            ts[name] = retag(_pop(ts, f"{prefix}.output_linear.weight", fam), name=name)
+    return _pop_tied(ts, _arg(cfg, fam, "tie_word_embeddings"))
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "mamba": _mamba,
     "mamba2": _mamba,
@@ -168,4 +254,7 @@ SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "rwkv7": _rwkv7,
     "lfm2": _lfm2,
     "olmo_hybrid": _olmo_hybrid,
+    "lfm2_moe": _lfm2_moe,
+    "jamba": _jamba,
+    "granitemoehybrid": _granitemoehybrid,
 }

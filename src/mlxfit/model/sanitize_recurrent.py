@@ -105,6 +105,44 @@ def _stack(name: str, members: list[TensorInfo]) -> TensorInfo:
     return TensorInfo.of(name, dtype, (len(members), *first.shape))
 
 
+def _split_kv_b(ts: Tensors, prefix: str, heads: Any, nope: Any, vdim: Any,
+                family: str) -> None:
+    """``v = weights.pop(kv_b_proj.weight).reshape(heads, nope + vdim, -1)``; embed_q =
+    v[:, :nope, :] with its last two axes swapped, unembed_out = v[:, nope:, :]; both
+    appended (in place)."""
+    k = f"{prefix}.kv_b_proj.weight"
+    v = ts.pop(k)
+    if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
+        raise ConfigError(f"config.json: the head sizes ({heads!r}, {nope!r}, {vdim!r}) do not "
+                          f"let mlx-lm's {family} sanitize reshape {k}")
+    rows = heads * (nope + vdim)
+    size = math.prod(v.shape)
+    if size == 0 or size % rows:
+        raise ConfigError(f"{k}: shape {list(v.shape)} does not reshape to (heads={heads}, "
+                          f"{nope + vdim}, -1) as mlx-lm's {family} sanitize does")
+    rank = size // rows
+    for name, shape in (("embed_q", (heads, rank, nope)), ("unembed_out", (heads, vdim, rank))):
+        ts[f"{prefix}.{name}.weight"] = TensorInfo.of(f"{prefix}.{name}.weight", v.dtype, shape)
+
+
+def _stack_experts(ts: Tensors, experts: str, tail: str, dst: str, count: int,
+                   family: str) -> None:
+    """``weights[dst] = mx.stack([weights.pop(f"{experts}.{e}.{tail}") for e in
+    range(count)])`` (in place)."""
+    ts[dst] = _stack(dst, [_pop(ts, f"{experts}.{e}.{tail}", family) for e in range(count)])
+
+
+def _stack_mlp_experts(ts: Tensors, prefix: str, count: int, family: str) -> None:
+    """The Bailing / LongCat loop: ``for m in gate/down/up_proj, for k in weight/scales/biases:
+    if <prefix>.mlp.experts.0.<m>.<k> in weights``, all ``count`` experts stacked into
+    ``<prefix>.mlp.switch_mlp.<m>.<k>`` (appended)."""
+    for m in ("gate_proj", "down_proj", "up_proj"):
+        for kind in ("weight", "scales", "biases"):
+            if f"{prefix}.mlp.experts.0.{m}.{kind}" in ts:
+                _stack_experts(ts, f"{prefix}.mlp.experts", f"{m}.{kind}",
+                               f"{prefix}.mlp.switch_mlp.{m}.{kind}", count, family)
+
+
 # ------------------------------------------------------------------ families
 
 
@@ -246,6 +284,201 @@ def _granitemoehybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return _pop_tied(ts, _arg(cfg, fam, "tie_word_embeddings"))
 
 
+def _bailing_moe_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """bailing_moe_linear.py: lm_head dropped when tied; with norm_head, lm_head normalized
+    in place (same dtype and shape; a KeyError in mlx-lm when absent); from layer
+    first_k_dense_replace on, experts stacked into switch_mlp and gate renamed gate.gate_proj
+    (each appended)."""
+    fam = "bailing_moe_linear"
+    ts = _pop_tied(dict(ts), _arg(cfg, fam, "tie_word_embeddings"))
+    if _arg(cfg, fam, "norm_head"):
+        w = ts.get("lm_head.weight")
+        if w is None or not w.shape:
+            raise ConfigError("lm_head.weight is missing (or 0-d) and config.json's norm_head "
+                              "asks mlx-lm's bailing_moe_linear sanitize to normalize it")
+    n_experts = _int_arg(cfg, fam, "num_experts")
+    first = _int_arg(cfg, fam, "first_k_dense_replace")
+    for layer in range(_int_arg(cfg, fam, "num_hidden_layers")):
+        prefix = f"model.layers.{layer}"
+        if layer < first:
+            continue
+        _stack_mlp_experts(ts, prefix, n_experts, fam)
+        for kind in ("weight", "bias"):
+            if f"{prefix}.mlp.gate.{kind}" in ts:
+                name = f"{prefix}.mlp.gate.gate_proj.{kind}"
+                ts[name] = retag(ts.pop(f"{prefix}.mlp.gate.{kind}"), name=name)
+    return ts
+
+
+def _layer_index(k: str) -> int | None:
+    parts = k.split(".")
+    if k.startswith("model.layers.") and parts[2].isdigit():
+        return int(parts[2])
+    return None
+
+
+def _bailing_hybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """bailing_hybrid.py: lm_head dropped when tied; per layer, experts stacked into
+    switch_mlp, gate renamed gate.gate_proj, the MLA kv_b_proj split into embed_q /
+    unembed_out (each appended); then the MTP layers (index >= num_hidden_layers) dropped."""
+    fam = "bailing_hybrid"
+    n_layers = _int_arg(cfg, fam, "num_hidden_layers")
+    ts = _pop_tied(dict(ts), _arg(cfg, fam, "tie_word_embeddings"))
+    n_experts = _int_arg(cfg, fam, "num_experts")
+    for layer in range(n_layers):
+        prefix = f"model.layers.{layer}"
+        _stack_mlp_experts(ts, prefix, n_experts, fam)
+        if f"{prefix}.mlp.gate.weight" in ts:
+            name = f"{prefix}.mlp.gate.gate_proj.weight"
+            ts[name] = retag(ts.pop(f"{prefix}.mlp.gate.weight"), name=name)
+        if f"{prefix}.attention.kv_b_proj.weight" in ts:
+            _split_kv_b(ts, f"{prefix}.attention", _arg(cfg, fam, "num_attention_heads"),
+                        _arg(cfg, fam, "qk_nope_head_dim"), _arg(cfg, fam, "v_head_dim"), fam)
+    return {k: v for k, v in ts.items()
+            if (i := _layer_index(k)) is None or i < n_layers}
+
+
+def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """kimi_linear.py: model.mtp* dropped, lm_head dropped when tied; per layer: on MoE
+    layers block_sparse_moe's experts stacked (w1/w2/w3 -> gate/down/up) and its shared
+    experts, gate and e_score_correction_bias moved under mlp; on KDA layers q/k/v_conv1d
+    moved to q/k/v_conv.conv (3-D ones' axes 2 -> 1) and a multi-axis dt_bias flattened; any
+    layer's kv_b_proj split into embed_q / unembed_out."""
+    fam = "kimi_linear"
+    ts = {k: v for k, v in ts.items() if not k.startswith("model.mtp")}
+    ts = _pop_tied(ts, _arg(cfg, fam, "tie_word_embeddings"))
+    lin = _arg(cfg, fam, "linear_attn_config")
+    kda = lin.get("kda_layers") if isinstance(lin, dict) else None
+    if not isinstance(kda, list | tuple):
+        raise ConfigError("config.json: linear_attn_config.kda_layers is needed (a list of "
+                          "1-based layer numbers)")
+    n_experts = _int_arg(cfg, fam, "num_experts")
+    first = _int_arg(cfg, fam, "first_k_dense_replace")
+    freq = _int_arg(cfg, fam, "moe_layer_freq")
+    if freq == 0:
+        raise ConfigError("config.json: moe_layer_freq=0; mlx-lm's kimi_linear divides by it")
+    head = _arg(cfg, fam, "head_dim")
+    nope = _arg(cfg, fam, "qk_nope_head_dim") or head
+    vdim = _arg(cfg, fam, "v_head_dim") or head
+    for layer in range(_int_arg(cfg, fam, "num_hidden_layers")):
+        prefix = f"model.layers.{layer}"
+        if n_experts > 0 and layer >= first and layer % freq == 0:
+            src, dst = f"{prefix}.block_sparse_moe", f"{prefix}.mlp"
+            for w, proj in (("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj")):
+                if f"{src}.experts.0.{w}.weight" in ts:
+                    _stack_experts(ts, f"{src}.experts", f"{w}.weight",
+                                   f"{dst}.switch_mlp.{proj}.weight", n_experts, fam)
+            moves = [(f"{src}.shared_experts.{n}.weight", f"{dst}.shared_experts.{n}.weight")
+                     for n in ("gate_proj", "up_proj", "down_proj")]
+            moves += [(f"{src}.gate.weight", f"{dst}.gate.weight"),
+                      (f"{src}.gate.e_score_correction_bias", f"{dst}.e_score_correction_bias")]
+            for old, new in moves:
+                if old in ts:
+                    ts[new] = retag(ts.pop(old), name=new)
+        attn = f"{prefix}.self_attn"
+        if (layer + 1) in kda:
+            for old, new in (("q_conv1d", "q_conv"), ("k_conv1d", "k_conv"),
+                             ("v_conv1d", "v_conv")):
+                if f"{attn}.{old}.weight" in ts:
+                    w = ts.pop(f"{attn}.{old}.weight")
+                    if len(w.shape) == 3:
+                        w = _moveaxis21(f"{attn}.{old}.weight", w)
+                    name = f"{attn}.{new}.conv.weight"
+                    ts[name] = retag(w, name=name)
+            dt = ts.get(f"{attn}.dt_bias")
+            if dt is not None and len(dt.shape) > 1:
+                ts[f"{attn}.dt_bias"] = retag(dt, shape=(math.prod(dt.shape),))
+        if f"{attn}.kv_b_proj.weight" in ts:
+            if f"{attn}.kv_b_proj.scales" in ts:
+                raise ConfigError(f"{attn}.kv_b_proj is quantized; mlxfit does not model "
+                                  "mlx-lm's dequantize-and-requantize of it")
+            _split_kv_b(ts, attn, _arg(cfg, fam, "num_attention_heads"), nope, vdim, fam)
+    return ts
+
+
+def _longcat_flash(ts: Tensors, cfg: dict[str, Any], fam: str) -> Tensors:
+    """longcat_flash.py: per layer, experts stacked into switch_mlp (n_routed_experts each);
+    then both attentions' kv_b_proj split into embed_q / unembed_out; model.mtp* dropped."""
+    ts = dict(ts)
+    n_layers = _int_arg(cfg, fam, "num_layers")
+    n_experts = _int_arg(cfg, fam, "n_routed_experts")
+    for layer in range(n_layers):
+        prefix = f"model.layers.{layer}"
+        _stack_mlp_experts(ts, prefix, n_experts, fam)
+    for layer in range(n_layers):
+        for i in range(2):
+            prefix = f"model.layers.{layer}.self_attn.{i}"
+            if f"{prefix}.kv_b_proj.weight" in ts:
+                if f"{prefix}.kv_b_proj.scales" in ts:
+                    raise ConfigError(f"{prefix}.kv_b_proj is quantized; mlxfit does not "
+                                      "model mlx-lm's dequantize-and-requantize of it")
+                _split_kv_b(ts, prefix, _arg(cfg, fam, "num_attention_heads"),
+                            _arg(cfg, fam, "qk_nope_head_dim"), _arg(cfg, fam, "v_head_dim"),
+                            fam)
+    return {k: v for k, v in ts.items() if not k.startswith("model.mtp")}
+
+
+def _longcat_flash_ngram(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """longcat_flash_ngram.py: longcat_flash's sanitize, then embed_tokens moved (appended) to
+    the n-gram embedding's word_embeddings."""
+    ts = _longcat_flash(ts, cfg, "longcat_flash_ngram")
+    if "model.embed_tokens.weight" in ts:
+        name = "model.ngram_embeddings.word_embeddings.weight"
+        ts[name] = retag(ts.pop("model.embed_tokens.weight"), name=name)
+    return ts
+
+
+def _broadcast(k: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``a * b`` under numpy broadcasting (mlx's), or ConfigError."""
+    out = []
+    for x, y in zip(((1,) * (len(b) - len(a)) + a), ((1,) * (len(a) - len(b)) + b),
+                    strict=True):
+        if x != y and 1 not in (x, y):
+            raise ConfigError(f"{k}: shape {list(a)} does not broadcast with {list(b)} as "
+                              "mlx-lm's sanitize multiplies them")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+# Names falcon_h1's sanitize multiplies before it reaches the conv1d branch (an elif chain).
+_FALCON_SCALED = ("embed_tokens.weight", "lm_head.weight", "q_proj.weight", "k_proj.weight",
+                  "key_proj.weight", "o_proj.weight", "out_proj.weight", "gate_proj.weight",
+                  "down_proj.weight", "in_proj.weight")
+
+
+def _mup_size(cfg: dict[str, Any]) -> int:
+    """len(compute_mup_vector(args)): d_ssm, d_ssm, groups x state, groups x state, heads,
+    zip-truncated to the ssm_multipliers given."""
+    fam = "falcon_h1"
+    d_ssm = _int_arg(cfg, fam, "mamba_d_ssm")
+    gs = _int_arg(cfg, fam, "mamba_n_groups") * _int_arg(cfg, fam, "mamba_d_state")
+    sizes = [d_ssm, d_ssm, gs, gs, _int_arg(cfg, fam, "mamba_n_heads")]
+    mults = _arg(cfg, fam, "ssm_multipliers")
+    if not isinstance(mults, list | tuple):
+        raise ConfigError(f"config.json: ssm_multipliers={mults!r} is not a list")
+    return sum(sizes[:len(mults)])
+
+
+def _falcon_h1(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """falcon_h1.py: only when layer 0's conv1d is HF's (C, 1, K) (K > 1): the muP multipliers
+    folded in (same dtype; in_proj broadcast against the (M, 1) muP vector) and every conv1d
+    weight transposed; an MLX-layout checkpoint passes through untouched."""
+    key = "model.layers.0.mamba.conv1d.weight"
+    if key not in ts:
+        raise ConfigError(f"{key} is missing; mlx-lm's falcon_h1 sanitize reads it first")
+    c1d = ts[key]
+    if _last(key, c1d) <= _last(key, c1d, 1):
+        return ts
+    out: Tensors = {}
+    for k, v in ts.items():
+        if k.endswith("in_proj.weight"):
+            v = retag(v, shape=_broadcast(k, v.shape, (_mup_size(cfg), 1)))
+        elif "conv1d.weight" in k and not k.endswith(_FALCON_SCALED):
+            v = _transpose021(k, v)
+        out[k] = v
+    return out
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "mamba": _mamba,
     "mamba2": _mamba,
@@ -257,4 +490,9 @@ SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "lfm2_moe": _lfm2_moe,
     "jamba": _jamba,
     "granitemoehybrid": _granitemoehybrid,
+    "bailing_moe_linear": _bailing_moe_linear,
+    "bailing_hybrid": _bailing_hybrid,
+    "kimi_linear": _kimi_linear,
+    "longcat_flash_ngram": _longcat_flash_ngram,
+    "falcon_h1": _falcon_h1,
 }

@@ -192,7 +192,8 @@ def _bailing_moe_linear() -> list[Case]:
 
 def _bailing_hybrid() -> list[Case]:
     shape = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
-             "num_hidden_layers": 4, "first_k_dense_replace": 1, "layer_group_size": 2}
+             "num_hidden_layers": 4, "first_k_dense_replace": 1, "layer_group_size": 2,
+             "v_head_dim": 8}  # v != nope: the kv_b_proj split is told apart
     cfg = _tiny("bailing_hybrid", **shape)
     tied = _tiny("bailing_hybrid", tie_word_embeddings=True, **shape)
 
@@ -213,7 +214,7 @@ def _kimi_linear() -> list[Case]:
     shape = {"hidden_size": 64, "intermediate_size": 128, "moe_intermediate_size": 32,
              "num_experts": 4, "num_experts_per_token": 2, "num_hidden_layers": 3,
              "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
-             "head_dim": 16, "num_shared_experts": 1,
+             "head_dim": 16, "num_shared_experts": 1, "v_head_dim": 8,
              "linear_attn_config": {"head_dim": 16, "kda_layers": [1, 3], "num_heads": 4}}
     cfg = _tiny("kimi_linear", **shape)
     tied = _tiny("kimi_linear", tie_word_embeddings=True, **shape)
@@ -247,7 +248,7 @@ def _kimi_linear() -> list[Case]:
 def _longcat_flash_ngram() -> list[Case]:
     cfg = _tiny("longcat_flash_ngram", hidden_size=64, ffn_hidden_size=128,
                 expert_ffn_hidden_size=32, n_routed_experts=4, num_layers=2,
-                num_hidden_layers=2, ngram_vocab_size_ratio=2)
+                num_hidden_layers=2, ngram_vocab_size_ratio=2, v_head_dim=16)
     own = model_layout(cfg)
     hf = rename(hf_kv_b(hf_experts(own)), lambda k: k.replace(
         "model.ngram_embeddings.word_embeddings.", "model.embed_tokens."))

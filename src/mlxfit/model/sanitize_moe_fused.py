@@ -51,9 +51,13 @@ def _stacked(name: str, members: list[TensorInfo]) -> TensorInfo:
                          (len(members), *first.shape))
 
 
-def _stack_experts(ts: Tensors, each: Callable[[int], str], dst: str, n: int) -> None:
-    """In place, as mlx-lm does: when expert 0 is there, experts 0..n-1 popped and their stack
-    appended as ``dst`` (a missing expert is mlx-lm's KeyError)."""
+def _stack_experts(ts: Tensors, head: str, tail: str, dst: str, n: int) -> None:
+    """In place, as mlx-lm does: when expert 0 (``<head>0<tail>``) is there, experts 0..n-1
+    popped and their stack appended as ``dst`` (a missing expert is mlx-lm's KeyError)."""
+
+    def each(e: int) -> str:
+        return f"{head}{e}{tail}"
+
     if each(0) not in ts:
         return
     if n < 1:
@@ -159,7 +163,7 @@ def _bailing_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             continue
         for m in ("gate_proj", "down_proj", "up_proj"):
             for s in ("weight", "scales", "biases"):
-                _stack_experts(ts, lambda e, m=m, s=s: f"{p}.experts.{e}.{m}.{s}",
+                _stack_experts(ts, f"{p}.experts.", f".{m}.{s}",
                                f"{p}.switch_mlp.{m}.{s}", experts)
         for s in ("weight", "bias"):
             if f"{p}.gate.{s}" in ts:
@@ -186,7 +190,7 @@ def _laguna(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
                 ts[dst] = retag(ts.pop(src), name=dst)
         for m in ("gate_proj", "up_proj", "down_proj"):
             for s in ("weight", "scales", "biases"):
-                _stack_experts(ts, lambda e, m=m, s=s: f"{p}.experts.{e}.{m}.{s}",
+                _stack_experts(ts, f"{p}.experts.", f".{m}.{s}",
                                f"{p}.switch_mlp.{m}.{s}", experts)
     return ts
 
@@ -232,7 +236,7 @@ def _minimax(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     for layer in range(_count(cfg, "minimax", "num_hidden_layers")):
         p = f"model.layers.{layer}.block_sparse_moe"
         for w, m in (("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj")):
-            _stack_experts(ts, lambda e, w=w: f"{p}.experts.{e}.{w}.weight",
+            _stack_experts(ts, f"{p}.experts.", f".{w}.weight",
                            f"{p}.switch_mlp.{m}.weight", experts)
     return ts
 
@@ -246,7 +250,7 @@ def _mimo_v2_flash(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         p = f"model.layers.{layer}.mlp"
         for m in ("gate_proj", "down_proj", "up_proj"):
             for s in ("weight", "scales", "biases"):
-                _stack_experts(ts, lambda e, m=m, s=s: f"{p}.experts.{e}.{m}.{s}",
+                _stack_experts(ts, f"{p}.experts.", f".{m}.{s}",
                                f"{p}.switch_mlp.{m}.{s}", experts)
     return drop(ts, lambda k: not k.startswith("model.mtp"))
 
@@ -300,7 +304,7 @@ def _hunyuan(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         p = f"model.layers.{layer}.mlp"
         for m in ("up_proj", "down_proj", "gate_proj"):
             for s in ("weight", "scales", "biases"):
-                _stack_experts(ts, lambda e, m=m, s=s: f"{p}.experts.{e}.{m}.{s}",
+                _stack_experts(ts, f"{p}.experts.", f".{m}.{s}",
                                f"{p}.switch_mlp.{m}.{s}", experts)
     return ts
 

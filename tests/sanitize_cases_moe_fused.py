@@ -115,7 +115,7 @@ def _laguna() -> list[Case]:
     tied = dict(cfg, tie_word_embeddings=True)
     repacked = {"language_model." + k: v for k, v in
                 with_extra(hf(tied), {"lm_head.weight": ("BF16", (256, 64))}).items()}
-    return [(cfg, hf(cfg)), (tied, repacked)]
+    return [(cfg, hf(cfg)), (tied, repacked), (cfg, model_layout(cfg))]
 
 
 # ------------------------------------------------------------------ step3p5
@@ -176,32 +176,37 @@ def _mimo_v2_flash() -> list[Case]:
     # mimo pads to the scales' blocks: more scale rows than the weight needs still load.
     fp8 = _fp8(fp8, ("model.layers.0.self_attn.k_proj.weight",), scale_first=True,
                blocks=(2, 1))
-    return [(cfg, with_extra(hf, mtp)), (cfg, fp8)]
+    return [(cfg, with_extra(hf, mtp)), (cfg, fp8), (cfg, model_layout(cfg))]
 
 
 # ------------------------------------------------------------------ hunyuan
+
+def hunyuan_fused(cfg: dict[str, Any]) -> Layout:
+    """The fused dense checkpoint (one expert: a plain MLP): qkv_proj rows are per kv head
+    [its query group, k, v]; gate_and_up_proj is [up; gate]. Layer 1 (CLA) has q_proj only."""
+    groups = cfg["num_attention_heads"] // cfg["num_key_value_heads"]
+    fused: Layout = {}
+    for k, (dt, s) in model_layout(cfg).items():
+        layer0 = k.startswith("model.layers.0.")
+        if layer0 and re.search(r"self_attn\.k_proj\.", k):
+            fused[k.replace("k_proj", "qkv_proj")] = (dt, (s[0] * (groups + 2), *s[1:]))
+        elif re.search(r"self_attn\.v_proj\.|mlp\.up_proj\.", k) or (
+                layer0 and re.search(r"self_attn\.q_proj\.", k)):
+            continue  # in qkv_proj / gate_and_up_proj
+        elif k.endswith("mlp.gate_proj.weight"):
+            fused[k.replace("gate_proj", "gate_and_up_proj")] = (dt, (2 * s[0], s[1]))
+        else:
+            fused[k] = (dt, s)
+    return fused
+
 
 def _hunyuan() -> list[Case]:
     cfg = fixture("hunyuan", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
                   vocab_size=256, **_BF16)
     hf = _experts(model_layout(cfg), r"(model\.layers\.\d+\.mlp)\.switch_mlp\.(\w+)\.weight",
                   lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
-    # The fused dense checkpoint (one expert: a plain MLP): qkv_proj rows are per kv head
-    # [its query group, k, v]; gate_and_up_proj is [up; gate].
     dense = dict(cfg, num_experts=1)
-    fused: Layout = {}
-    for k, (dt, s) in model_layout(dense).items():
-        if k.endswith("self_attn.k_proj.weight"):
-            fused[k.replace("k_proj", "qkv_proj")] = (dt, (128, 64))
-        elif k.endswith(("self_attn.v_proj.weight", "mlp.up_proj.weight")):
-            continue
-        elif k.endswith("mlp.gate_proj.weight"):
-            fused[k.replace("gate_proj", "gate_and_up_proj")] = (dt, (2 * s[0], s[1]))
-        elif k.endswith("self_attn.q_proj.weight") and k.startswith("model.layers.0."):
-            continue  # in layer 0's qkv_proj; layer 1 (CLA) has q_proj only
-        else:
-            fused[k] = (dt, s)
-    return [(cfg, hf), (dense, fused), (cfg, model_layout(cfg))]
+    return [(cfg, hf), (dense, hunyuan_fused(dense)), (cfg, model_layout(cfg))]
 
 
 # ------------------------------------------------------------------ gpt_oss

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sanitize_cases_moe_fused import CASES
+from sanitize_cases_moe_fused import CASES, hunyuan_fused
 from sanitize_oracle import Layout, build
 
 from mlxfit.errors import ConfigError
@@ -64,3 +64,20 @@ def test_replay_refuses_what_mlx_lm_refuses(family, changes, layout, named):
     with pytest.raises(ConfigError) as err:
         SANITIZE[family]({k: TensorInfo.of(k, dt, s) for k, (dt, s) in layout.items()}, config)
     assert named in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fused_hunyuan_bias_is_refused_as_convert_fails_on_it():
+    """mlx-lm's hunyuan sanitize reshapes a fused qkv_proj bias (rows,) to (rows, 1) q/k/v
+    parts without raising; the strict load then refuses them, so convert fails: so do we."""
+    mx = pytest.importorskip("mlx.core")
+    config = _config("hunyuan", num_experts=1, attention_bias=True)
+    layout = hunyuan_fused(config)
+    assert layout["model.layers.0.self_attn.qkv_proj.bias"] == ("BF16", (128,))
+    model = build(config)
+    out = model.sanitize({k: mx.zeros(s) for k, (_, s) in layout.items()})
+    assert out["model.layers.0.self_attn.q_proj.bias"].shape == (64, 1)
+    with pytest.raises(ValueError, match="q_proj.bias"):
+        model.load_weights(list(out.items()), strict=True)
+    with pytest.raises(ConfigError, match="qkv_proj.bias"):
+        SANITIZE["hunyuan"]({k: TensorInfo.of(k, dt, s) for k, (dt, s) in layout.items()},
+                            config)

@@ -257,8 +257,8 @@ def _mimo_v2_flash(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 def _hunyuan_unfuse(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """The fused checkpoint (layer 0 has mlp.gate_and_up_proj): qkv_proj reshaped to
-    (kv heads, groups + 2, head_dim, -1) and split into q/k/v flattened back to 2-D (a 1-D
-    bias comes out (rows, 1)); gate_and_up_proj halved on axis 0 into up_proj then gate_proj."""
+    (kv heads, groups + 2, head_dim, -1) and split into q/k/v flattened back to 2-D;
+    gate_and_up_proj halved on axis 0 into up_proj then gate_proj."""
     d, heads = _arg(cfg, "hunyuan", "hidden_size"), _arg(cfg, "hunyuan", "num_attention_heads")
     kv = _arg(cfg, "hunyuan", "num_key_value_heads")
     if not all(type(x) is int and x > 0 for x in (d, heads, kv)):
@@ -268,6 +268,12 @@ def _hunyuan_unfuse(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     out: Tensors = {}
     for k, v in ts.items():
         if "qkv_proj" in k:
+            if len(v.shape) != 2:
+                # flatten(0, 2) makes every part 2-D: a fused bias comes out (rows, 1), which
+                # the model's (rows,) bias refuses at load, so mlx_lm.convert fails on it.
+                raise ConfigError(f"{k}: mlx-lm's hunyuan sanitize turns this "
+                                  f"{len(v.shape)}-D tensor into 2-D q/k/v parts the model "
+                                  "cannot load (mlx_lm.convert fails)")
             numel = v.nbytes // DTYPE_BYTES[v.dtype]
             unit = kv * (groups + 2) * head_dim
             if unit == 0 or numel % unit:

@@ -50,7 +50,7 @@ def _inv_freq(template: str, layers: int = 2) -> Layout:
 _SELF_ATTN_ROPE = "model.layers.{}.self_attn.rotary_emb.inv_freq"
 
 
-def _without(cfg: dict[str, Any], key: str) -> dict[str, Any]:
+def without(cfg: dict[str, Any], key: str) -> dict[str, Any]:
     return {k: v for k, v in cfg.items() if k != key}
 
 
@@ -61,7 +61,7 @@ def tied_cases(base: dict[str, Any], extra: Layout | None = None,
     extra = extra or {}
     untied = {**base, "tie_word_embeddings": False}
     head = model_layout(untied)["lm_head.weight"]
-    tied = (_without(base, "tie_word_embeddings") if default
+    tied = (without(base, "tie_word_embeddings") if default
             else {**base, "tie_word_embeddings": True})
     return [(tied, {**model_layout(tied), "lm_head.weight": head, **extra}),
             (untied, {**model_layout(untied), **extra})]
@@ -100,7 +100,7 @@ def _minicpm() -> list[Case]:
     the embedding when absent), so mlx-lm's strict load refuses every tied checkpoint."""
     cfg = small("minicpm", dim_model_base=64)
     mlx = model_layout(cfg)
-    return [(cfg, _without(mlx, "lm_head.weight")), (cfg, mlx)]
+    return [(cfg, without(mlx, "lm_head.weight")), (cfg, mlx)]
 
 
 def _apertus() -> list[Case]:

@@ -53,8 +53,13 @@ def _talkie(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 
 def _minicpm(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    """minicpm.py: a missing lm_head.weight becomes a copy of the embedding (appended), even
-    when the config ties them: the tied model has no lm_head, so its strict load refuses it."""
+    """minicpm.py: a missing lm_head.weight becomes a copy of the embedding (appended)."""
+    if cfg.get("tie_word_embeddings", _tie_default("minicpm")):
+        # The tied model has no lm_head, and its sanitize always leaves one (the checkpoint's
+        # or the copy), so mlx-lm's strict load refuses every tied MiniCPM checkpoint.
+        raise ConfigError("config.json: tie_word_embeddings is true, and mlx-lm's minicpm "
+                          "sanitize always leaves an lm_head.weight the tied model does not "
+                          "have (its strict load fails)")
     if "lm_head.weight" in ts:
         return ts
     emb = ts.get("model.embed_tokens.weight")

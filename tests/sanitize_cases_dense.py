@@ -213,7 +213,14 @@ def _muse_glimmer() -> list[Case]:
     return [(cfg, meta), (cfg, hf)]
 
 
+def _baichuan_m1() -> list[Case]:
+    cfg = fixture("baichuan_m1", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                  vocab_size=256, sliding_window_layers=[0], torch_dtype="bfloat16")
+    return [(cfg, model_layout(cfg))]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
+    "baichuan_m1": _baichuan_m1,
     "internlm2": _internlm2,
     "internlm3": lambda: dropping_case(
         "internlm3", _inv_freq("model.layers.{}.attention.rope.inv_freq"), head_dim=16),
@@ -245,3 +252,8 @@ CASES: dict[str, Callable[[], list[Case]]] = {
 }
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 UNREACHABLE: dict[str, dict[str, str]] = {}
+# family -> why its sanitize changes values only (the replay is then the identity, tested on a
+# layout whose every sanitize line runs)
+VALUES_ONLY: dict[str, str] = {
+    "baichuan_m1": "lm_head rows renormalised in float32 and cast back to their dtype",
+}

@@ -46,7 +46,8 @@ def _mx_dtype(st: str):
     from mlxfit.model.tensors import MLX_TO_SAFETENSORS
 
     inverse = {v: k for k, v in MLX_TO_SAFETENSORS.items()}
-    return getattr(mx, inverse[st])
+    name = inverse[st]
+    return mx.bool_ if name == "bool" else getattr(mx, name)  # mlx spells it bool_
 
 
 def params(model) -> Layout:

@@ -251,7 +251,14 @@ def _muse_glimmer(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return out
 
 
+def _values_only(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """baichuan_m1.py: lm_head renormalised row by row in float32 and cast back to its own
+    dtype: values change, names, dtypes and shapes do not."""
+    return ts
+
+
 SANITIZE: dict[str, Sanitize] = {
+    "baichuan_m1": _values_only,
     "internlm2": _internlm2,
     "internlm3": _internlm2,  # the same line
     "lille-130m": _dropping("rotary_emb"),

@@ -73,12 +73,137 @@ def _qwen_vl(family: str) -> list[Case]:
             (cfg, mlx)]
 
 
+def _llama4() -> list[Case]:
+    cfg = text_fixture("llama4", torch_dtype="bfloat16")
+    mlx = model_layout(cfg)
+    hf: Layout = {}
+    for k, (dt, shape) in mlx.items():
+        if k.endswith("experts.gate_proj.weight"):  # (E, I, H) -> fused (E, H, 2I)
+            e, i, h = shape
+            hf[k.replace("gate_proj.weight", "gate_up_proj")] = (dt, (e, h, 2 * i))
+        elif k.endswith("experts.up_proj.weight"):
+            continue
+        elif k.endswith("experts.down_proj.weight"):  # (E, H, I) -> (E, I, H)
+            hf[k.removesuffix(".weight")] = (dt, (shape[0], shape[2], shape[1]))
+        else:
+            hf[k] = (dt, shape)
+    return [(cfg, with_extra(hf, tower("vision_model", "multi_modal_projector"))), (cfg, mlx)]
+
+
+def _kimi_vl() -> list[Case]:
+    cfg = text_fixture("kimi_vl", torch_dtype="bfloat16", num_hidden_layers=2)
+    mlx = model_layout(cfg)
+    hf = unstack(mlx, r"(.+\.mlp)\.switch_mlp\.(\w+)\.weight",
+                 lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
+    rope = {f"language_model.model.layers.{i}.self_attn.rotary_emb.inv_freq": ("F32", (4,))
+            for i in range(2)}
+    return [(cfg, with_extra(hf, {**rope, **tower("vision_tower", "multi_modal_projector")})),
+            (cfg, mlx)]
+
+
+def _fused_qwen_experts(mlx: Layout) -> Layout:
+    """switch_mlp gate/up (E, I, H) -> experts.gate_up_proj (E, H, 2I); down (E, H, I) ->
+    experts.down_proj (E, I, H)."""
+    hf: Layout = {}
+    for k, (dt, shape) in mlx.items():
+        if k.endswith("switch_mlp.gate_proj.weight"):
+            e, i, h = shape
+            hf[k.replace("switch_mlp.gate_proj.weight", "experts.gate_up_proj")] = (
+                dt, (e, h, 2 * i))
+        elif k.endswith("switch_mlp.up_proj.weight"):
+            continue
+        elif k.endswith("switch_mlp.down_proj.weight"):
+            hf[k.replace("switch_mlp.down_proj.weight", "experts.down_proj")] = (
+                dt, (shape[0], shape[2], shape[1]))
+        else:
+            hf[k] = (dt, shape)
+    return hf
+
+
+def _qwen3_vl_moe() -> list[Case]:
+    cfg = text_fixture("qwen3_vl_moe", torch_dtype="bfloat16", num_hidden_layers=2)
+    mlx = model_layout(cfg)
+    fused = _fused_qwen_experts(mlx)
+    new = rename(fused, lambda k: k.replace("language_model.model.", "model.language_model.")
+                 .replace("language_model.lm_head", "lm_head"))
+    # Older: language_model.{model,lm_head} already, towers under visual (anything else at
+    # the top is dropped with them).
+    old = with_extra(tower("visual"), fused)
+    return [(cfg, with_extra(new, tower("model.visual"))), (cfg, old),
+            (cfg, with_extra(mlx, {"mtp.fc.weight": ("BF16", (8, 8))}))]
+
+
+def _gemma4_hf(mlx: Layout, cfg: dict[str, Any]) -> Layout:
+    """gemma4_text's HF names: fused experts, K/V of the KV-shared layers, rotary buffers and
+    activation ranges (all dropped or rebuilt by its sanitize)."""
+    hf: Layout = {}
+    n, shared = cfg["num_hidden_layers"], cfg["num_kv_shared_layers"]
+    for k, (dt, shape) in mlx.items():
+        if k.endswith("experts.switch_glu.gate_proj.weight"):  # (E, I, H) -> (E, 2I, H)
+            e, i, h = shape
+            hf[k.replace("switch_glu.gate_proj.weight", "gate_up_proj")] = (dt, (e, 2 * i, h))
+        elif k.endswith("experts.switch_glu.up_proj.weight"):
+            continue
+        elif k.endswith("experts.switch_glu.down_proj.weight"):
+            hf[k.replace("switch_glu.down_proj.weight", "down_proj")] = (dt, shape)
+        else:
+            hf[k] = (dt, shape)
+        if k.endswith("self_attn.q_norm.weight"):
+            p = k.removesuffix("q_norm.weight")
+            if int(k.split("layers.")[1].split(".")[0]) >= n - shared:
+                hf[p + "k_proj.weight"] = (dt, (shape[0], cfg["hidden_size"]))
+                hf[p + "v_proj.weight"] = (dt, (shape[0], cfg["hidden_size"]))
+                hf[p + "k_norm.weight"] = (dt, shape)
+            hf[p + "rotary_emb.inv_freq"] = ("F32", (shape[0] // 2,))
+            hf[p + "o_proj.input_max"] = ("F32", ())
+            hf[p + "o_proj.output_min"] = ("F32", ())
+    return hf
+
+
+_GEMMA4_MOE = {"num_hidden_layers": 3, "num_kv_shared_layers": 1, "enable_moe_block": True,
+               "layer_types": ["sliding_attention", "full_attention", "sliding_attention"],
+               "num_experts": 4, "top_k_experts": 2, "moe_intermediate_size": 32,
+               "attention_k_eq_v": True}
+
+
+def _gemma4_text() -> list[Case]:
+    dense = fixture("gemma4_text", torch_dtype="bfloat16")
+    moe = fixture("gemma4_text", torch_dtype="bfloat16", **_GEMMA4_MOE)
+    return [(c, _gemma4_hf(model_layout(c), c)) for c in (dense, moe)] + [
+        (moe, model_layout(moe))]
+
+
+def _gemma4() -> list[Case]:
+    cfg = text_fixture("gemma4", torch_dtype="bfloat16", **{
+        **_GEMMA4_MOE, "hidden_size": 64, "head_dim": 16, "global_head_dim": 32,
+        "intermediate_size": 128, "hidden_size_per_layer_input": 16, "num_attention_heads": 2,
+        "sliding_window_pattern": 2})
+    text = {**cfg["text_config"], "vocab_size": cfg["vocab_size"]}
+    mlx = model_layout(cfg)
+    hf = rename(_gemma4_hf(mlx, text),
+                lambda k: k.replace("language_model.model.", "model.language_model."))
+    towers = tower(*(f"model.{t}" for t in ("vision_tower", "multi_modal_projector",
+                                            "audio_tower", "embed_audio", "embed_vision",
+                                            "vision_embedder")))
+    return [(cfg, with_extra(hf, towers)),
+            (cfg, with_extra(mlx, tower("vision_tower")))]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "pixtral": lambda: _pop_towers("pixtral"),
     "lfm2-vl": lambda: _pop_towers("lfm2-vl"),
     "gemma3n": _gemma3n,
     "qwen2_vl": lambda: _qwen_vl("qwen2_vl"),
     "qwen3_vl": lambda: _qwen_vl("qwen3_vl"),
+    "llama4": _llama4,
+    "kimi_vl": _kimi_vl,
+    "qwen3_vl_moe": _qwen3_vl_moe,
+    "gemma4_text": _gemma4_text,
+    "gemma4": _gemma4,
 }
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
-UNREACHABLE: dict[str, dict[str, str]] = {}
+_NO_LAYER = ("every name with .self_attn.k_proj/v_proj/k_norm the model loads is "
+             "model.layers.<int>.*; any other is kept and fails the strict load")
+UNREACHABLE: dict[str, dict[str, str]] = {
+    "gemma4_text": {"except (IndexError, ValueError):": _NO_LAYER, "pass": _NO_LAYER},
+}

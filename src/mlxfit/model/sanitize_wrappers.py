@@ -94,10 +94,199 @@ def _qwen_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return _renamed(flatten(tree), _lm_prefixed)
 
 
+def _halves(k: str, shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    """The shape of each half of ``mx.split(v, 2, axis)``, which raises unless it divides."""
+    if len(shape) < abs(axis) or shape[axis] % 2:
+        raise ConfigError(f"{k}: shape {list(shape)} does not split in two along axis {axis} "
+                          "as mlx-lm's sanitize splits it")
+    out = list(shape)
+    out[axis] //= 2
+    return tuple(out)
+
+
+def _swapped(k: str, shape: tuple[int, ...], a: int, b: int) -> tuple[int, ...]:
+    """``swapaxes(a, b)``, which raises on an array with too few axes."""
+    n = len(shape)
+    if not (-n <= a < n and -n <= b < n):
+        raise ConfigError(f"{k}: shape {list(shape)} has no axes {a} and {b} to swap as mlx-lm's "
+                          "sanitize does")
+    out = list(shape)
+    out[a], out[b] = out[b], out[a]
+    return tuple(out)
+
+
+def _put(out: Tensors, name: str, dtype: str, shape: tuple[int, ...]) -> None:
+    out[name] = TensorInfo.of(name, dtype, shape)
+
+
+def _pop(ts: Tensors, k: str) -> TensorInfo:
+    """``weights.pop(k)``: mlx-lm's KeyError a ConfigError."""
+    if k not in ts:
+        raise ConfigError(f"{k}: missing; mlx-lm's sanitize needs it")
+    return ts.pop(k)
+
+
+def _stack_experts(ts: Tensors, prefix: str, names: tuple[tuple[str, str], ...], n: Any,
+                   parts: tuple[str, ...] = ("weight", "scales", "biases")) -> None:
+    """The DeepSeek-style expert stacking in place: for each (source, target) name and part,
+    if expert 0 is there, experts 0..n-1 popped and stacked into ``switch_mlp.<target>``
+    (appended)."""
+    for src, dst in names:
+        for part in parts:
+            if f"{prefix}.experts.0.{src}.{part}" not in ts:
+                continue
+            members = [_pop(ts, f"{prefix}.experts.{e}.{src}.{part}")
+                       for e in range(_count(n, "the number of routed experts"))]
+            first = members[0]
+            if any(t.shape != first.shape or t.dtype != first.dtype for t in members):
+                raise ConfigError(f"{prefix}.experts.*.{src}.{part}: experts differ in shape or "
+                                  "dtype; mlx-lm's sanitize cannot stack them")
+            _put(ts, f"{prefix}.switch_mlp.{dst}.{part}", first.dtype, (len(members), *first.shape))
+
+
+def _llama4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """llama4.py: vision weights dropped; the fused experts (E, H, 2I) split into gate and up
+    and transposed to SwitchGLU's (E, I, H), down (E, I, H) transposed; all appended."""
+    ts = {k: v for k, v in ts.items() if "vision_model" not in k
+          and "multi_modal_projector" not in k}
+    n = _count(_arg(_text(cfg), "llama4:text", "num_hidden_layers"), "num_hidden_layers")
+    for layer in range(n):
+        prefix = f"language_model.model.layers.{layer}.feed_forward.experts"
+        if f"{prefix}.gate_up_proj" in ts:
+            k = f"{prefix}.gate_up_proj"
+            v = ts.pop(k)
+            half = _swapped(k, _halves(k, v.shape, -1), 1, 2)
+            _put(ts, f"{prefix}.gate_proj.weight", v.dtype, half)
+            _put(ts, f"{prefix}.up_proj.weight", v.dtype, half)
+        if f"{prefix}.down_proj" in ts:
+            k = f"{prefix}.down_proj"
+            v = ts.pop(k)
+            _put(ts, f"{prefix}.down_proj.weight", v.dtype, _swapped(k, v.shape, 1, 2))
+    return ts
+
+
+def _kimi_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """kimi_vl.py: towers and rotary buffers dropped, experts stacked (DeepSeek-V3's text
+    sanitize is not called: kv_b_proj is not split, FP8 not dequantized)."""
+    ts = {k: v for k, v in ts.items() if "vision_tower" not in k and "rotary_emb" not in k
+          and "multi_modal_projector" not in k}
+    text = _text(cfg)
+    n = _count(_arg(text, "kimi_vl:text", "num_hidden_layers"), "text_config.num_hidden_layers")
+    experts = _arg(text, "kimi_vl:text", "n_routed_experts")
+    names = (("gate_proj", "gate_proj"), ("down_proj", "down_proj"), ("up_proj", "up_proj"))
+    for layer in range(n):
+        _stack_experts(ts, f"language_model.model.layers.{layer}.mlp", names, experts)
+    return ts
+
+
+def _qwen3_vl_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """qwen3_vl_moe.py: only language_model.model and lm_head kept (from the newer
+    model.language_model + lm_head or the older language_model.{model,lm_head}); the fused
+    experts (E, H, 2I) split into switch_mlp's gate and up (E, I, H), down transposed."""
+    tree = unflatten(ts)
+    pop_subtree(tree, "visual", "checkpoint")
+    model = tree.get("model", {}) if isinstance(tree, dict) else None
+    if not isinstance(model, dict):
+        raise ConfigError("checkpoint: tensor names are list indices where mlx-lm's sanitize "
+                          "expects model.language_model")
+    lm = model.get("language_model")
+    if isinstance(lm, TensorInfo):
+        raise ConfigError("model.language_model: a tensor where mlx-lm's sanitize expects the "
+                          "language model's subtree")
+    if lm:
+        head = subtree(tree, "lm_head", "lm_head.*")
+    else:
+        old = subtree(tree, "language_model", "language_model.*")
+        lm = subtree(old, "model", "language_model.model.*")
+        head = subtree(old, "lm_head", "language_model.lm_head.*")
+    ts = flatten({"language_model": {"model": lm, "lm_head": head}})
+    n = _count(_arg(_text(cfg), "qwen3_moe", "num_hidden_layers"), "num_hidden_layers")
+    for layer in range(n):
+        prefix = f"language_model.model.layers.{layer}.mlp"
+        k = f"{prefix}.experts.gate_up_proj"
+        if k in ts:
+            v = ts.pop(k)
+            if not v.shape:
+                raise ConfigError(f"{k}: a scalar; mlx-lm's sanitize splits its last axis")
+            mid = v.shape[-1] // 2
+            for part, width in (("gate_proj", mid), ("up_proj", v.shape[-1] - mid)):
+                shape = _swapped(k, (*v.shape[:-1], width), -2, -1)
+                _put(ts, f"{prefix}.switch_mlp.{part}.weight", v.dtype, shape)
+            down = _pop(ts, f"{prefix}.experts.down_proj")
+            _put(ts, f"{prefix}.switch_mlp.down_proj.weight", down.dtype,
+                 _swapped(down.name, down.shape, -2, -1))
+    return ts
+
+
+_GEMMA4_DROP = ("self_attn.rotary_emb", "input_max", "input_min", "output_max", "output_min")
+_GEMMA4_KV = (".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.k_norm")
+
+
+def _gemma4_text_sanitize(ts: Tensors, text: dict[str, Any]) -> Tensors:
+    """gemma4_text.py: rotary buffers and activation ranges dropped, K/V projections of the
+    KV-shared layers dropped, the fused experts split into switch_glu's gate and up."""
+    n = _arg(text, "gemma4_text", "num_hidden_layers")
+    shared = _arg(text, "gemma4_text", "num_kv_shared_layers")
+    if type(n) is not int or type(shared) is not int:
+        raise ConfigError("config.json: num_hidden_layers and num_kv_shared_layers must be "
+                          "integers for mlx-lm's gemma4 sanitize")
+    first_kv_shared = n - shared
+    out: Tensors = {}
+    for k, v in ts.items():
+        if any(s in k for s in _GEMMA4_DROP):
+            continue
+        if any(s in k for s in _GEMMA4_KV):
+            try:
+                if int(k.split("layers.")[1].split(".")[0]) >= first_kv_shared:
+                    continue
+            except (IndexError, ValueError):
+                pass
+        if k.endswith(".experts.gate_up_proj"):
+            base = k.removesuffix(".gate_up_proj")
+            half = _halves(k, v.shape, -2)
+            _put(out, f"{base}.switch_glu.gate_proj.weight", v.dtype, half)
+            _put(out, f"{base}.switch_glu.up_proj.weight", v.dtype, half)
+            continue
+        if k.endswith(".experts.down_proj"):
+            _put(out, f"{k.removesuffix('.down_proj')}.switch_glu.down_proj.weight", v.dtype,
+                 v.shape)
+            continue
+        out[k] = v
+    return out
+
+
+def _gemma4_text(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    return _gemma4_text_sanitize(ts, cfg)
+
+
+_GEMMA4_TOWERS = ("vision_tower", "multi_modal_projector", "audio_tower", "embed_audio",
+                  "embed_vision", "vision_embedder")
+
+
+def _gemma4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """gemma4.py: ``model.`` stripped, towers dropped, ``model.language_model.`` moved to
+    ``language_model.model.``, then gemma4_text's sanitize with the text config."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        starts_w_model = k.startswith("model.")
+        k = k.removeprefix("model.")
+        if k.startswith(_GEMMA4_TOWERS):
+            continue
+        if starts_w_model and k.startswith("language_model"):
+            k = k.replace("language_model.", "language_model.model.")
+        out[k] = retag(v, name=k)
+    return _gemma4_text_sanitize(out, _text(cfg))
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "pixtral": _pop_towers("vision_tower", "multi_modal_projector"),
     "lfm2-vl": _pop_towers("vision_tower", "multi_modal_projector"),
     "gemma3n": _gemma3n,
     "qwen2_vl": _qwen_vl,
     "qwen3_vl": _qwen_vl,
+    "llama4": _llama4,
+    "kimi_vl": _kimi_vl,
+    "qwen3_vl_moe": _qwen3_vl_moe,
+    "gemma4_text": _gemma4_text,
+    "gemma4": _gemma4,
 }

@@ -189,6 +189,39 @@ def _gemma4() -> list[Case]:
             (cfg, with_extra(mlx, tower("vision_tower")))]
 
 
+def _deepseek_hf(mlx: Layout, text: dict[str, Any], prefix: str) -> Layout:
+    """DeepSeek-V3's HF names under ``prefix``: per-expert MLPs, kv_b_proj whole (heads x
+    (nope + v), rank), rotary buffers."""
+    heads, nope, vdim = (text["num_attention_heads"], text["qk_nope_head_dim"],
+                         text["v_head_dim"])
+    hf = unstack(mlx, rf"({prefix}model\.layers\.\d+\.mlp)\.switch_mlp\.(\w+)\.weight",
+                 lambda m, e: f"{m[1]}.experts.{e}.{m[2]}.weight")
+    out: Layout = {}
+    for k, (dt, shape) in hf.items():
+        if k.endswith("self_attn.embed_q.weight"):
+            p = k.removesuffix("embed_q.weight")
+            out[p + "kv_b_proj.weight"] = (dt, (heads * (nope + vdim), shape[1]))
+            out[p + "rotary_emb.inv_freq"] = ("F32", (4,))
+        elif not k.endswith("self_attn.unembed_out.weight"):
+            out[k] = (dt, shape)
+    return out
+
+
+def _kimi_k25() -> list[Case]:
+    cfg = fixture("kimi_k25", torch_dtype="bfloat16")
+    text = cfg["text_config"]
+    mlx = model_layout(cfg)
+    hf = _deepseek_hf(mlx, text, r"language_model\.")
+    towers = tower("vision_tower", "vision_model", "multi_modal_projector", "mm_projector")
+    mtp = {"language_model.model.layers.61.eh_proj.weight": ("BF16", (64, 128))}
+    # FP8 (read by mlx as uint8) with one scale per 128x128 block, dequantized to bfloat16.
+    fp8 = {k: ("U8", shape) if k.endswith("q_a_proj.weight") else (dt, shape)
+           for k, (dt, shape) in hf.items()}
+    fp8.update({k.replace(".weight", ".weight_scale_inv"): ("F32", (1, 1))
+                for k in hf if k.endswith("q_a_proj.weight")})
+    return [(cfg, with_extra(hf, {**towers, **mtp})), (cfg, fp8), (cfg, mlx)]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "pixtral": lambda: _pop_towers("pixtral"),
     "lfm2-vl": lambda: _pop_towers("lfm2-vl"),
@@ -200,6 +233,7 @@ CASES: dict[str, Callable[[], list[Case]]] = {
     "qwen3_vl_moe": _qwen3_vl_moe,
     "gemma4_text": _gemma4_text,
     "gemma4": _gemma4,
+    "kimi_k25": _kimi_k25,
 }
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 _NO_LAYER = ("every name with .self_attn.k_proj/v_proj/k_norm the model loads is "

@@ -222,6 +222,39 @@ def _kimi_k25() -> list[Case]:
     return [(cfg, with_extra(hf, {**towers, **mtp})), (cfg, fp8), (cfg, mlx)]
 
 
+def _minimax_m3_vl() -> list[Case]:
+    dense0 = text_fixture("minimax_m3_vl", torch_dtype="bfloat16",
+                          mlp_layer_types=["dense", "sparse", "sparse", "sparse"])
+    mlx = model_layout(dense0)
+    names = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
+    hf = unstack(mlx, r"(.+\.block_sparse_moe)\.switch_mlp\.(\w+)\.weight",
+                 lambda m, e: f"{m[1]}.experts.{e}.{names[m[2]]}.weight")
+    # Layer 0 is dense, exported under block_sparse_moe.
+    hf = rename(hf, lambda k: k.replace("layers.0.mlp.", "layers.0.block_sparse_moe."))
+    towers = tower("vision_tower", "multi_modal_projector", "patch_merge_mlp")
+    # Shared expert as wide as the routed ones, folded in as expert n (fused gate_up on layer
+    # 1, separate on 2); layer 3 keeps it apart, both fused.
+    fold = text_fixture("minimax_m3_vl", torch_dtype="bfloat16", shared_intermediate_size=128)
+    folded: Layout = {}
+    for k, (dt, shape) in model_layout(fold).items():
+        layer = k.split("layers.")[1][0] if "layers." in k else ""
+        if "shared_experts" in k and layer in "12":
+            continue
+        if "switch_mlp" in k and layer in "12":
+            shape = (shape[0] + 1, *shape[1:])
+        if layer in "13" and k.endswith(("gate_proj.weight", "up_proj.weight")) and (
+                "switch_mlp" in k or "shared_experts" in k):
+            if k.endswith("up_proj.weight"):
+                continue
+            k = k.replace("gate_proj.weight", "gate_up_proj.weight")
+            shape = (*shape[:-2], 2 * shape[-2], shape[-1])
+        folded[k] = (dt, shape)
+    tied = text_fixture("minimax_m3_vl", torch_dtype="bfloat16", tie_word_embeddings=True)
+    with_head = with_extra(model_layout(tied), {"language_model.lm_head.weight": ("BF16",
+                                                                                  (128, 64))})
+    return [(dense0, with_extra(towers, hf)), (fold, folded), (tied, with_head), (dense0, mlx)]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "pixtral": lambda: _pop_towers("pixtral"),
     "lfm2-vl": lambda: _pop_towers("lfm2-vl"),
@@ -234,10 +267,16 @@ CASES: dict[str, Callable[[], list[Case]]] = {
     "gemma4_text": _gemma4_text,
     "gemma4": _gemma4,
     "kimi_k25": _kimi_k25,
+    "minimax_m3_vl": _minimax_m3_vl,
 }
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 _NO_LAYER = ("every name with .self_attn.k_proj/v_proj/k_norm the model loads is "
              "model.layers.<int>.*; any other is kept and fails the strict load")
+_MXFP8 = ("MXFP8 source: the .scales it makes load only into a model mlx-lm quantizes from "
+          "the checkpoint's quantization config first; the oracle's model is unquantized")
 UNREACHABLE: dict[str, dict[str, str]] = {
+    "minimax_m3_vl": {'base = k[: -len(".weight_scale_inv")]': _MXFP8,
+                      'out[f"{base}.scales"] = out.pop(k)': _MXFP8,
+                      'out[f"{base}.weight"] = out[f"{base}.weight"].view(mx.uint32)': _MXFP8},
     "gemma4_text": {"except (IndexError, ValueError):": _NO_LAYER, "pass": _NO_LAYER},
 }

@@ -406,6 +406,86 @@ def _kimi_k25(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return flatten(tree)
 
 
+_PARTS = ("weight", "scales", "biases")
+
+
+def _minimax_m3_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """minimax_m3_vl.py: towers dropped, a tied lm_head dropped, MXFP8 scales renamed (weights
+    viewed as uint32), a dense MLP stored under block_sparse_moe moved to mlp, a shared expert
+    folded in as expert n split out, fused gate_up split, per-expert w1/w2/w3 stacked."""
+    text = _text(cfg)
+
+    def arg(field: str) -> Any:
+        return _arg(text, "minimax_m3_vl:text", field)
+
+    out = {k: v for k, v in ts.items()
+           if not k.startswith(("vision_tower.", "multi_modal_projector.", "patch_merge_mlp."))}
+    if arg("tie_word_embeddings"):
+        out.pop("language_model.lm_head.weight", None)
+    for k in [k for k in out if k.endswith(".weight_scale_inv")]:
+        base = k[: -len(".weight_scale_inv")]
+        out[f"{base}.scales"] = retag(out.pop(k), name=f"{base}.scales")
+        w = out.get(f"{base}.weight")
+        if w is None:
+            raise ConfigError(f"{k}: no {base}.weight beside it; mlx-lm's sanitize needs it")
+        _put(out, f"{base}.weight", "U32", _view_u32(w.name, w))
+    n = arg("num_local_experts")
+    experts = (("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj"))
+    for i in range(_count(arg("num_hidden_layers"), "text_config.num_hidden_layers")):
+        moe = f"language_model.model.layers.{i}.block_sparse_moe"
+        for proj in ("gate_proj", "up_proj", "down_proj"):
+            if f"{moe}.{proj}.weight" not in out:
+                continue
+            mlp = f"language_model.model.layers.{i}.mlp"
+            for part in _PARTS:
+                v = out.pop(f"{moe}.{proj}.{part}", None)
+                if v is not None:
+                    out[f"{mlp}.{proj}.{part}"] = retag(v, name=f"{mlp}.{proj}.{part}")
+        for proj in ("gate_up_proj", "gate_proj", "up_proj", "down_proj"):
+            w = out.get(f"{moe}.switch_mlp.{proj}.weight")
+            if w is None:
+                continue
+            if not w.shape or type(n) is not int:
+                raise ConfigError(f"{w.name}: no expert count to compare (shape "
+                                  f"{list(w.shape)}, num_local_experts {n!r})")
+            if w.shape[0] != n + 1:
+                continue
+            for part in _PARTS:
+                v = out.pop(f"{moe}.switch_mlp.{proj}.{part}", None)
+                if v is None:
+                    continue
+                if not v.shape or v.shape[0] < n + 1:
+                    raise ConfigError(f"{v.name}: shape {list(v.shape)} has no expert {n} to "
+                                      "split out as mlx-lm's sanitize does")
+                _put(out, f"{moe}.switch_mlp.{proj}.{part}", v.dtype, (n, *v.shape[1:]))
+                _put(out, f"{moe}.shared_experts.{proj}.{part}", v.dtype, v.shape[1:])
+        for owner in (f"{moe}.switch_mlp", f"{moe}.shared_experts"):
+            for part in _PARTS:
+                fused = out.pop(f"{owner}.gate_up_proj.{part}", None)
+                if fused is None:
+                    continue
+                half = _halves(fused.name, fused.shape, -2)
+                _put(out, f"{owner}.gate_proj.{part}", fused.dtype, half)
+                _put(out, f"{owner}.up_proj.{part}", fused.dtype, half)
+        if f"{moe}.experts.0.w1.weight" not in out:
+            continue
+        for src, dst in experts:
+            for part in _PARTS:
+                if f"{moe}.experts.0.{src}.{part}" not in out:
+                    continue
+                members = [_pop(out, f"{moe}.experts.{e}.{src}.{part}")
+                           for e in range(_count(n, "text_config.num_local_experts"))]
+                if any(t.shape != members[0].shape for t in members):
+                    raise ConfigError(f"{moe}.experts.*.{src}.{part}: experts differ in shape; "
+                                      "mlx-lm's sanitize cannot stack them")
+                if any(t.dtype != members[0].dtype for t in members):
+                    raise ConfigError(f"{moe}.experts.*.{src}.{part}: experts differ in dtype "
+                                      "(mlx-lm would promote them; not modelled)")
+                _put(out, f"{moe}.switch_mlp.{dst}.{part}", members[0].dtype,
+                     (len(members), *members[0].shape))
+    return out
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "pixtral": _pop_towers("vision_tower", "multi_modal_projector"),
     "lfm2-vl": _pop_towers("vision_tower", "multi_modal_projector"),
@@ -418,4 +498,5 @@ SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "gemma4_text": _gemma4_text,
     "gemma4": _gemma4,
     "kimi_k25": _kimi_k25,
+    "minimax_m3_vl": _minimax_m3_vl,
 }

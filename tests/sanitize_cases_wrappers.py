@@ -255,6 +255,65 @@ def _minimax_m3_vl() -> list[Case]:
     return [(dense0, with_extra(towers, hf)), (fold, folded), (tied, with_head), (dense0, mlx)]
 
 
+_MUSE_VISION = {"hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 2,
+                "num_attention_heads": 2, "patch_size": 4, "pos_emb_height": 4,
+                "pos_emb_width": 4}
+
+
+def _muse_hf(mlx: Layout, text: dict[str, Any]) -> Layout:
+    """Muse Spark's HF names: q, k, v and the output gate apart, residual gates as one
+    ``*_residual_gate.gate`` each, zero-centred norms in float32, experts' gate and up fused
+    along axis 1, activation input scales; vision q, k, v apart."""
+    q = text["num_attention_heads"] * text["head_dim"]
+    kv = text["num_key_value_heads"] * text["head_dim"]
+    gates = {"add_attn": "post_attention_residual_gate.gate",
+             "add_ffn": "post_feedforward_residual_gate.gate"}
+    hf: Layout = {}
+    for k, (dt, shape) in mlx.items():
+        if k.endswith("self_attn.qkvg_proj.weight"):
+            p = k.removesuffix("qkvg_proj.weight")
+            for name, rows in (("q", q), ("k", kv), ("v", kv), ("gate", shape[0] - q - 2 * kv)):
+                hf[f"{p}{name}_proj.weight"] = (dt, (rows, shape[1]))
+        elif k.endswith(("attn.qkv_proj.weight", "attn.qkv_proj.bias")):
+            param = k.rsplit(".", 1)[1]
+            p = k.removesuffix(f"qkv_proj.{param}")
+            for name in "qkv":
+                hf[f"{p}{name}_proj.{param}"] = (dt, (shape[0] // 3, *shape[1:]))
+        elif k.endswith("_alpha"):
+            hf[k.rsplit(".", 1)[0] + "." + gates[k.rsplit(".", 1)[1][: -len("_alpha")]]] = (
+                dt, shape)
+        elif k.endswith("_beta"):
+            continue
+        elif k.endswith("experts.gate_proj.weight"):
+            e, i, h = shape
+            hf[k.replace("gate_proj.weight", "gate_up_proj")] = (dt, (e, 2 * i, h))
+            hf[k.replace("gate_proj.weight", "gate_up_proj_input_scale")] = ("F32", ())
+        elif k.endswith("experts.up_proj.weight"):
+            continue
+        elif k.endswith("experts.down_proj.weight"):
+            hf[k.removesuffix(".weight")] = (dt, shape)
+            hf[k.replace("down_proj.weight", "down_proj_input_scale")] = ("F32", ())
+        elif k.startswith("model.language_model.layers.") and k.endswith("norm.weight") and (
+                "self_attn" not in k):
+            hf[k] = ("F32", shape)
+        else:
+            hf[k] = (dt, shape)
+    return hf
+
+
+def _muse_spark() -> list[Case]:
+    cfg = fixture("muse_spark", torch_dtype="bfloat16")
+    text = cfg["text_config"]
+    mlx = model_layout(cfg)
+    towers = tower("model.audio_tower", "model.vision_tower", "model.vision_adapter",
+                   "model.vision_projection")
+    seeing = fixture("muse_spark", torch_dtype="bfloat16", vision_config=_MUSE_VISION)
+    seen = model_layout(seeing)
+    return [(cfg, with_extra(_muse_hf(mlx, text), towers)),
+            (seeing, with_extra(_muse_hf(seen, text), tower("model.audio_tower"))),
+            (seeing, seen)]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "pixtral": lambda: _pop_towers("pixtral"),
     "lfm2-vl": lambda: _pop_towers("lfm2-vl"),
@@ -268,13 +327,27 @@ CASES: dict[str, Callable[[], list[Case]]] = {
     "gemma4": _gemma4,
     "kimi_k25": _kimi_k25,
     "minimax_m3_vl": _minimax_m3_vl,
+    "muse_spark": _muse_spark,
 }
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 _NO_LAYER = ("every name with .self_attn.k_proj/v_proj/k_norm the model loads is "
              "model.layers.<int>.*; any other is kept and fails the strict load")
 _MXFP8 = ("MXFP8 source: the .scales it makes load only into a model mlx-lm quantizes from "
           "the checkpoint's quantization config first; the oracle's model is unquantized")
+_NVFP4 = ("NVFP4 source: the packed uint32 weights, .scales and .global_scale it makes load only "
+          "into a model mlx-lm quantizes from the checkpoint's quantization config first; the "
+          "oracle's model is unquantized")
+_MUSE_NVFP4_LINES = (
+    "gate_proj = gate_proj.view(mx.uint32)", "up_proj = up_proj.view(mx.uint32)",
+    "gate_scales, up_scales = mx.split(v, 2, axis=1)",
+    'sanitized[experts + "gate_proj.scales"] = gate_scales',
+    'sanitized[experts + "up_proj.scales"] = up_scales', "gate_gs, up_gs = v[:, 0], v[:, 1]",
+    'sanitized[experts + "gate_proj.global_scale"] = (', "gate_gs * _NVFP4_SCALE_2_TO_GLOBAL",
+    'sanitized[experts + "up_proj.global_scale"] = (', "up_gs * _NVFP4_SCALE_2_TO_GLOBAL",
+    'sanitized[experts + "down_proj.scales"] = v',
+    'sanitized[experts + "down_proj.global_scale"] = (', "v * _NVFP4_SCALE_2_TO_GLOBAL")
 UNREACHABLE: dict[str, dict[str, str]] = {
+    "muse_spark": dict.fromkeys(_MUSE_NVFP4_LINES, _NVFP4),
     "minimax_m3_vl": {'base = k[: -len(".weight_scale_inv")]': _MXFP8,
                       'out[f"{base}.scales"] = out.pop(k)': _MXFP8,
                       'out[f"{base}.weight"] = out[f"{base}.weight"].view(mx.uint32)': _MXFP8},

@@ -7,6 +7,7 @@ Families: gemma3n, lfm2-vl, pixtral, qwen2_vl, qwen3_vl, qwen3_vl_moe, kimi_vl, 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -486,6 +487,127 @@ def _minimax_m3_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return out
 
 
+_MUSE_GATES = {"post_attention_residual_gate.gate": "add_attn",
+               "post_feedforward_residual_gate.gate": "add_ffn"}
+_MUSE_LAYER = re.compile(r"^(model\.language_model\.layers\.\d+\.)(.+)$")
+# muse_spark.py _ZERO_CENTERED_NORMS: stored as their gain, in bfloat16.
+_MUSE_NORMS = ("input_layernorm.weight", "pre_feedforward_layernorm.weight",
+               "post_feedforward_layernorm.weight", "mlp.pre_expert_norm.weight",
+               "mlp.experts.post_expert_norm.weight")
+_MUSE_UNUSED = ("mlp.experts.gate_up_proj_input_scale", "mlp.experts.down_proj_input_scale")
+
+
+def _u8_as_u32(k: str, dtype: str, shape: tuple[int, ...]) -> tuple[str, tuple[int, ...]]:
+    """``v.view(mx.uint32) if v.dtype == mx.uint8 else v`` (mlx reads FP8/FP4 bytes as uint8)."""
+    if dtype not in ("U8", *FP8_DTYPES):
+        return dtype, shape
+    return "U32", _view_u32(k, TensorInfo.of(k, "U8", shape))
+
+
+def _times_float(dtype: str) -> str:
+    """The dtype of ``v * <python float>``: a float array keeps its dtype, others go float32."""
+    return dtype if dtype in ("F16", "BF16", "F32", "F64") else "F32"
+
+
+def _interleaved(k: str, shape: tuple[int, ...], head_dim: Any) -> None:
+    """``interleave_rope_rows`` keeps the shape, but its reshape needs whole heads."""
+    if (type(head_dim) is not int or head_dim < 2 or not shape
+            or shape[0] % (2 * (head_dim // 2))):
+        raise ConfigError(f"{k}: {shape[0] if shape else 0} rows are not whole heads of "
+                          f"{head_dim!r} for mlx-lm's RoPE row interleave")
+
+
+def _concat_rows(name: str, parts: list[TensorInfo]) -> TensorInfo:
+    first = parts[0]
+    if any(len(t.shape) != len(first.shape) or t.shape[1:] != first.shape[1:] or not t.shape
+           for t in parts):
+        raise ConfigError(f"{name}: {', '.join(t.name for t in parts)} differ past their rows; "
+                          "mlx-lm cannot concatenate them")
+    if any(t.dtype != first.dtype for t in parts):
+        raise ConfigError(f"{name}: {', '.join(t.name for t in parts)} differ in dtype (mlx-lm "
+                          "would promote them; not modelled)")
+    return TensorInfo.of(name, first.dtype, (sum(t.shape[0] for t in parts), *first.shape[1:]))
+
+
+def _muse_spark(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """muse_spark.py: audio (and, without a vision_config, vision) dropped; residual gates
+    turned into float32 alpha/beta, zero-centred norms into bfloat16 gains, fused and NVFP4
+    experts split and renamed (uint8 packs viewed as uint32), activation scales dropped (all
+    unless the checkpoint is already converted: an ``*_alpha`` name); q, k, v and the output
+    gate concatenated into qkvg_proj, the vision q, k, v into qkv_proj."""
+    text = _text(cfg)
+    vision = cfg.get("vision_config")
+    drop = ("model.audio_tower.",)
+    if not vision:
+        drop += ("model.vision_tower.", "model.vision_adapter.", "model.vision_projection.")
+    converted = any(k.endswith("_alpha") for k in ts)
+    out: Tensors = {}
+    for k, v in ts.items():
+        if k.startswith(drop):
+            continue
+        m = _MUSE_LAYER.match(k)
+        if m is None or converted:
+            out[k] = v
+            continue
+        prefix, suffix = m.groups()
+        experts = prefix + "mlp.experts."
+        if suffix in _MUSE_GATES:
+            for coef in ("_alpha", "_beta"):
+                _put(out, prefix + _MUSE_GATES[suffix] + coef, "F32", v.shape)
+        elif suffix in _MUSE_NORMS:
+            _put(out, k, "BF16", v.shape)
+        elif suffix == "mlp.experts.gate_up_proj":
+            dtype, half = _u8_as_u32(k, v.dtype, _halves(k, v.shape, 1))
+            _put(out, experts + "gate_proj.weight", dtype, half)
+            _put(out, experts + "up_proj.weight", dtype, half)
+        elif suffix == "mlp.experts.gate_up_proj_weight_scale":
+            half = _halves(k, v.shape, 1)
+            _put(out, experts + "gate_proj.scales", v.dtype, half)
+            _put(out, experts + "up_proj.scales", v.dtype, half)
+        elif suffix == "mlp.experts.gate_up_proj_weight_scale_2":
+            if len(v.shape) < 2 or v.shape[1] < 2:
+                raise ConfigError(f"{k}: shape {list(v.shape)} has no gate and up columns")
+            for part in ("gate_proj", "up_proj"):
+                _put(out, experts + part + ".global_scale", _times_float(v.dtype),
+                     (v.shape[0], *v.shape[2:]))
+        elif suffix == "mlp.experts.down_proj":
+            _put(out, experts + "down_proj.weight", *_u8_as_u32(k, v.dtype, v.shape))
+        elif suffix == "mlp.experts.down_proj_weight_scale":
+            _put(out, experts + "down_proj.scales", v.dtype, v.shape)
+        elif suffix == "mlp.experts.down_proj_weight_scale_2":
+            _put(out, experts + "down_proj.global_scale", _times_float(v.dtype), v.shape)
+        elif suffix in _MUSE_UNUSED:
+            continue
+        else:
+            out[k] = v
+    head_dim = _arg(text, "muse_spark:text", "head_dim")
+    for k in [k for k in out if k.endswith("self_attn.q_proj.weight")]:
+        attn = k[: -len("q_proj.weight")]
+        for param in _PARTS:
+            keys = [f"{attn}{p}.{param}" for p in ("q_proj", "k_proj", "v_proj", "gate_proj")]
+            if all(key in out for key in keys):
+                parts = [out.pop(key) for key in keys]
+                for t in parts[:2]:
+                    _interleaved(t.name, t.shape, head_dim)
+                name = f"{attn}qkvg_proj.{param}"
+                out[name] = _concat_rows(name, parts)
+    if isinstance(vision, dict):
+        vh, vn = vision.get("hidden_size", 1536), vision.get("num_attention_heads", 16)
+        vision_head = vh // vn if type(vh) is int and type(vn) is int and vn else None
+    else:
+        vision_head = None
+    for k in [k for k in out if k.startswith("model.vision_tower.")
+              and k.endswith(".attn.q_proj.weight")]:
+        attn = k[: -len("q_proj.weight")]
+        for param in ("weight", "bias"):
+            parts = [_pop(out, f"{attn}{p}_proj.{param}") for p in "qkv"]
+            for t in parts[:2]:
+                _interleaved(t.name, t.shape, vision_head)
+            name = f"{attn}qkv_proj.{param}"
+            out[name] = _concat_rows(name, parts)
+    return out
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "pixtral": _pop_towers("vision_tower", "multi_modal_projector"),
     "lfm2-vl": _pop_towers("vision_tower", "multi_modal_projector"),
@@ -499,4 +621,5 @@ SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "gemma4": _gemma4,
     "kimi_k25": _kimi_k25,
     "minimax_m3_vl": _minimax_m3_vl,
+    "muse_spark": _muse_spark,
 }

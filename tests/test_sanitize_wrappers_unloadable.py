@@ -7,8 +7,8 @@ inputs mlx-lm raises on). Compared with mlx-lm's own sanitize output, run lazily
 from __future__ import annotations
 
 import pytest
-from sanitize_cases_wrappers import fixture, text_fixture
-from sanitize_oracle import Layout, build
+from sanitize_cases_wrappers import CASES, fixture, text_fixture
+from sanitize_oracle import Layout, build, mlx_sanitize
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_wrappers import SANITIZE
@@ -124,3 +124,17 @@ def test_refused_where_mlx_lm_raises(family, config, layout):
     with pytest.raises(ConfigError) as refused:
         _ours(family, config, layout)
     assert "\n" not in str(refused.value)
+
+
+def test_lfm2_vl_pytorch_conv_layout_is_refused():
+    """lfm2-vl's sanitize leaves a PyTorch conv weight (C, 1, K) as it is; mlx-lm's strict
+    load then refuses it, and so does the replay (a conversion mlx-lm cannot make)."""
+    pytest.importorskip("mlx_lm")
+    cfg, layout = CASES["lfm2-vl"]()[0]
+    torch = {k: (dt, (s[0], s[2], s[1]) if k.endswith("conv.conv.weight") else s)
+             for k, (dt, s) in layout.items()}
+    assert torch != layout
+    with pytest.raises(ValueError, match="shape"):
+        mlx_sanitize(cfg, torch)
+    with pytest.raises(ConfigError, match="conv.conv.weight"):
+        _ours("lfm2-vl", cfg, torch)

@@ -55,6 +55,18 @@ def _pop_towers(*towers: str) -> Callable[[Tensors, dict[str, Any]], Tensors]:
     return sanitize
 
 
+def _lfm2_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """lfm2-vl.py: the towers popped, and nothing else: unlike lfm2.py it does not move a
+    PyTorch conv weight (C, 1, K) to MLX's (C, K, 1), so mlx_lm.convert's strict load refuses
+    such a checkpoint (checked in tests/test_sanitize_wrappers_unloadable.py)."""
+    out = _pop_towers("vision_tower", "multi_modal_projector")(ts, cfg)
+    for k, v in out.items():
+        if "conv.weight" in k and len(v.shape) == 3 and v.shape[-1] > v.shape[1]:
+            raise ConfigError(f"{k}: shape {list(v.shape)} is PyTorch's conv layout; mlx-lm's "
+                              "lfm2-vl sanitize keeps it and its strict load refuses it")
+    return out
+
+
 def _gemma3n(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """gemma3n.py: the towers and their embedders popped from under ``model``."""
     tree = unflatten(ts)
@@ -610,7 +622,7 @@ def _muse_spark(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "pixtral": _pop_towers("vision_tower", "multi_modal_projector"),
-    "lfm2-vl": _pop_towers("vision_tower", "multi_modal_projector"),
+    "lfm2-vl": _lfm2_vl,
     "gemma3n": _gemma3n,
     "qwen2_vl": _qwen_vl,
     "qwen3_vl": _qwen_vl,

@@ -138,3 +138,20 @@ def test_lfm2_vl_pytorch_conv_layout_is_refused():
         mlx_sanitize(cfg, torch)
     with pytest.raises(ConfigError, match="conv.conv.weight"):
         _ours("lfm2-vl", cfg, torch)
+
+
+def test_kimi_vl_unsplit_kv_b_proj_is_refused():
+    """kimi_vl's sanitize does not split kv_b_proj (DeepSeek-V3's does); mlx-lm's strict load
+    then refuses the HF layout, and so does the replay."""
+    pytest.importorskip("mlx_lm")
+    cfg, layout = CASES["kimi_vl"]()[0]
+    hf: Layout = {}
+    for k, (dt, shape) in layout.items():
+        if k.endswith("embed_q.weight"):
+            hf[k.replace("embed_q", "kv_b_proj")] = (dt, (shape[0] * 32, shape[1]))
+        elif not k.endswith("unembed_out.weight"):
+            hf[k] = (dt, shape)
+    with pytest.raises(ValueError, match="kv_b_proj"):
+        mlx_sanitize(cfg, hf)
+    with pytest.raises(ConfigError, match="kv_b_proj"):
+        _ours("kimi_vl", cfg, hf)

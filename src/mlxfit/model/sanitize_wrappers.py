@@ -190,6 +190,10 @@ def _kimi_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     names = (("gate_proj", "gate_proj"), ("down_proj", "down_proj"), ("up_proj", "up_proj"))
     for layer in range(n):
         _stack_experts(ts, f"language_model.model.layers.{layer}.mlp", names, experts)
+    for k in ts:
+        if k.endswith("self_attn.kv_b_proj.weight"):
+            raise ConfigError(f"{k}: mlx-lm's kimi_vl sanitize does not split it into embed_q / "
+                              "unembed_out, and its strict load refuses it")
     return ts
 
 

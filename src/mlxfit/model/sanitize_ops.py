@@ -135,3 +135,65 @@ def split_kv_b(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         out[p + "unembed_out.weight"] = TensorInfo.of(p + "unembed_out.weight", v.dtype,
                                                       (heads, vdim, rank))
     return out
+
+
+# --------------------------------------------------------------- wrappers group (issue 24)
+# mlx.utils.tree_unflatten / tree_flatten on names: the round trip many wrapper sanitizes make
+# to pop a subtree. It is not the identity: segments that are all integers become list
+# indices (sorted, written back as str(int): "01" -> "1"), and subtrees come back grouped in
+# first-appearance order.
+
+Tree = Any  # dict[str, Tree] | list[Tree] | TensorInfo
+
+
+def unflatten(ts: Tensors) -> Tree:
+    return _unflatten(list(ts.items()))
+
+
+def _unflatten(items: list[tuple[str, Any]]) -> Tree:
+    if len(items) == 1 and items[0][0] == "":
+        return items[0][1]
+    children: dict[str, list[tuple[str, Any]]] = {}
+    for key, value in items:
+        head, _, rest = key.partition(".")
+        children.setdefault(head, []).append((rest, value))
+    try:
+        index = {int(k): k for k in children}
+        is_list = len(index) == len(children)
+    except ValueError:
+        is_list = False
+    if not is_list:
+        return {k: _unflatten(v) for k, v in children.items()}
+    out: list[Tree] = []
+    for i, k in sorted(index.items()):
+        out.extend({} for _ in range(i - len(out)))  # gaps: empty subtrees, flattened to nothing
+        out.append(_unflatten(children[k]))
+    return out
+
+
+def flatten(tree: Tree, prefix: str = "") -> Tensors:
+    out: Tensors = {}
+    if isinstance(tree, list):
+        for i, sub in enumerate(tree):
+            out.update(flatten(sub, f"{prefix}.{i}"))
+    elif isinstance(tree, dict):
+        for k, sub in tree.items():
+            out.update(flatten(sub, f"{prefix}.{k}"))
+    else:
+        out[prefix[1:]] = TensorInfo.of(prefix[1:], tree.dtype, tree.shape)
+    return out
+
+
+def subtree(tree: Tree, key: str, what: str) -> Tree:
+    """``tree[key]`` where mlx-lm indexes a dict: its KeyError or TypeError a ConfigError."""
+    if not isinstance(tree, dict) or key not in tree:
+        raise ConfigError(f"{what}: no tensors under it; mlx-lm's sanitize needs them")
+    return tree[key]
+
+
+def pop_subtree(tree: Tree, key: str, what: str) -> Tree | None:
+    """``tree.pop(key, None)`` on a dict; on a list (all names numeric) mlx-lm raises."""
+    if not isinstance(tree, dict):
+        raise ConfigError(f"{what}: tensor names are list indices where mlx-lm's sanitize "
+                          "expects named subtrees")
+    return tree.pop(key, None)

@@ -32,7 +32,6 @@ from mlxfit.model.sanitize_ops import (
     Tensors,
     conv_moveaxis,
     drop,
-    fp8_dequant,
     fp8_left,
     retag,
     split_kv_b,
@@ -68,16 +67,6 @@ def _mixtral(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     ts = tie(ts, cfg, False)
     return stack(ts, r"(model\.layers\.\d+\.block_sparse_moe)\.experts\.(?P<e>\d+)\.(w[123])\.(weight)",
                   lambda m: f"{m[1]}.switch_mlp.{_MIXTRAL[m[3]]}.{m[4]}")
-
-
-def _deepseek_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    ts = fp8_dequant(ts)
-    fp8_left(ts, "deepseek_v3")
-    ts = stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
-                lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
-    out = split_kv_b(ts, cfg)
-    # The MTP layer: mlx-lm drops the prefix "model.layers.61" as written (DeepSeek-V3's 62nd).
-    return drop(out, lambda k: not k.startswith("model.layers.61") and "rotary_emb.inv_freq" not in k)
 
 
 def _glm4_moe_lite(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -236,7 +225,8 @@ RULES: dict[str, Rules] = {
     "qwen3": Rules(_qwen3),
     "qwen3_moe": Rules(_qwen3_moe, predicate=(("mlp.gate", _GATE8),)),
     "mixtral": Rules(_mixtral),
-    "deepseek_v3": Rules(_deepseek_v3, not_quantizable=("mlp.gate",),
+    # deepseek_v3.py sanitize, also what kimi_k25 runs on its language model.
+    "deepseek_v3": Rules(sanitize_wrappers.deepseek_v3_text, not_quantizable=("mlp.gate",),
                          keep_dtype=("e_score_correction_bias",)),
     "qwen3_next": Rules(_qwen3_next,
                         predicate=(("mlp.gate", _GATE8), ("shared_expert_gate", _GATE8))),

@@ -82,20 +82,6 @@ def stack(ts: Tensors, pattern: str, target: Callable[[re.Match], str]) -> Tenso
     return out
 
 
-def fp8_dequant(ts: Tensors) -> Tensors:
-    """DeepSeek-V3 style FP8: ``<m>.weight`` (F8) with ``<m>.weight_scale_inv`` becomes a
-    bfloat16 ``<m>.weight``; the scales go."""
-    out: Tensors = {}
-    for k, v in ts.items():
-        if "weight_scale_inv" in k:
-            wk = k.replace("_scale_inv", "")
-            if wk in ts:
-                out[wk] = retag(ts[wk], dtype="BF16")
-        elif k not in out:
-            out[k] = v
-    return out
-
-
 def fp8_left(ts: Tensors, family: str) -> None:
     left = [k for k, v in ts.items() if v.dtype in FP8_DTYPES]
     if left:

@@ -318,7 +318,7 @@ def _quantized_shapes(k: str, shape: tuple[int, ...], bits: int, group: int
     return (*shape[:-1], shape[-1] * bits // 32), (*shape[:-1], shape[-1] // group)
 
 
-def _deepseek_v3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
+def deepseek_v3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
     """deepseek_v3.py Model.sanitize (as kimi_k25 calls it on its language model): int4
     compressed-tensors remapped to MLX's quantized triple, FP8 (uint8 + weight_scale_inv)
     dequantized to bfloat16, experts stacked, kv_b_proj split into embed_q / unembed_out (re-
@@ -419,7 +419,7 @@ def _kimi_k25(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     for k in ("vision_tower", "vision_model", "multi_modal_projector", "mm_projector"):
         pop_subtree(tree, k, "checkpoint")
     lm = flatten(subtree(tree, "language_model", "language_model.*"))
-    tree["language_model"] = unflatten(_deepseek_v3_text(lm, _text(cfg)))
+    tree["language_model"] = unflatten(deepseek_v3_text(lm, _text(cfg)))
     return flatten(tree)
 
 

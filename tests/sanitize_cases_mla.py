@@ -1,18 +1,119 @@
-"""Checkpoint layouts for the mla families' sanitize replays (model/sanitize_mla.py), each
-written by undoing mlx-lm's sanitize on the model's own parameters; see tests/sanitize_oracle.py.
-Together a family's cases must run every line of its mlx-lm sanitize (or name the line in
-UNREACHABLE with why no checkpoint mlx-lm loads reaches it).
+"""Checkpoint layouts for the latent-attention families' sanitize replays
+(model/sanitize_mla.py), each written by undoing mlx-lm's sanitize on the model's own
+parameters; see tests/sanitize_oracle.py. Together a family's cases must run every line of its
+mlx-lm sanitize (or name the line in UNREACHABLE with why no checkpoint mlx-lm loads reaches it).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-from sanitize_oracle import Layout
+from sanitize_oracle import Layout, model_layout, unstack
+
+FIXTURES = Path(__file__).parent / "fixtures" / "families"
 
 Case = tuple[dict[str, Any], Layout]
 
-CASES: dict[str, Callable[[], list[Case]]] = {}
+
+def fixture(family: str, **changes: Any) -> dict[str, Any]:
+    """The family's fixture config (tests/fixtures/families), with ``changes``."""
+    return {**json.loads((FIXTURES / f"{family}.json").read_text()), **changes}
+
+
+def experts_hf(layout: Layout, mlp: str = r"model\.layers\.\d+\.mlp", stacked: str = "switch_mlp",
+               experts: str = "experts") -> Layout:
+    """Stacked ``<mlp>.<stacked>.<proj>.weight`` (E, ...) written as E per-expert tensors
+    ``<mlp>.<experts>.<e>.<proj>.weight``."""
+    return unstack(layout, rf"({mlp})\.{stacked}\.(\w+)\.weight",
+                   lambda m, e: f"{m[1]}.{experts}.{e}.{m[2]}.weight")
+
+
+def kv_b_hf(layout: Layout) -> Layout:
+    """Each attention's embed_q (H, rank, nope) and unembed_out (H, v, rank) written back as the
+    one kv_b_proj (H * (nope + v), rank) mlx-lm's sanitize splits."""
+    out: Layout = {}
+    for k, (dt, shape) in layout.items():
+        if k.endswith(".embed_q.weight"):
+            p = k[: -len("embed_q.weight")]
+            heads, rank, nope = shape
+            vdim = layout[p + "unembed_out.weight"][1][1]
+            out[p + "kv_b_proj.weight"] = (dt, (heads * (nope + vdim), rank))
+        elif not k.endswith(".unembed_out.weight"):
+            out[k] = (dt, shape)
+    return out
+
+
+def fp8(layout: Layout, names: Callable[[str], bool], suffix: str = "_scale_inv") -> Layout:
+    """The 2-D weights ``names`` picks written as FP8 (loaded by mlx as uint8) with a float32
+    scale per 128x128 block, ``<weight name><suffix>``."""
+    out: Layout = {}
+    for k, (dt, shape) in layout.items():
+        if names(k) and len(shape) == 2:
+            out[k] = ("U8", shape)
+            out[k + suffix] = ("F32", tuple(-(-d // 128) for d in shape))
+        else:
+            out[k] = (dt, shape)
+    return out
+
+
+def _deepseek_v2() -> list[Case]:
+    moe = fixture("deepseek_v2", num_hidden_layers=3, hidden_size=64, intermediate_size=128,
+                  moe_intermediate_size=32, n_routed_experts=4, n_shared_experts=1,
+                  num_experts_per_tok=2, first_k_dense_replace=1, vocab_size=128,
+                  torch_dtype="bfloat16")
+    dense = fixture("deepseek_v2", num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                    vocab_size=128, q_lora_rank=None, torch_dtype="bfloat16")
+    mlx = model_layout(moe)
+    return [(moe, experts_hf(mlx)), (moe, mlx), (dense, model_layout(dense))]
+
+
+def _v32(family: str, **changes: Any) -> Callable[[], list[Case]]:
+    def cases() -> list[Case]:
+        cfg = fixture(family, num_hidden_layers=3, hidden_size=64, intermediate_size=128,
+                      moe_intermediate_size=32, n_routed_experts=4, first_k_dense_replace=1,
+                      vocab_size=128, index_n_heads=2, index_head_dim=32, torch_dtype="bfloat16",
+                      **changes)
+        mlx = model_layout(cfg)
+        hf = kv_b_hf(experts_hf(mlx))
+        mtp = {f"model.layers.3.{k.split('.', 3)[3]}": v for k, v in hf.items()
+               if k.startswith("model.layers.2.")}
+        mtp["model.layers.3.eh_proj.weight"] = ("BF16", (64, 128))
+        scaled = fp8(hf, lambda k: k.endswith(("q_a_proj.weight", "o_proj.weight"))
+                     or ".experts.1." in k)
+        return [(cfg, {**hf, **mtp}), (cfg, scaled), (cfg, mlx)]
+    return cases
+
+
+CASES: dict[str, Callable[[], list[Case]]] = {
+    "deepseek_v2": _deepseek_v2,
+    "deepseek_v32": _v32("deepseek_v32"),
+    "glm_moe_dsa": _v32("glm_moe_dsa"),
+}
+# The quantized kv_b_proj branch: the oracle's model is unquantized, so its strict load refuses
+# embed_q.scales; and mlxfit refuses an already-quantized source before any sanitize.
+_QUANTIZED = "a quantized kv_b_proj: strict load of the unquantized model refuses its scales"
+_V32_Q = {
+    "dims = self.args.kv_lora_rank": _QUANTIZED,
+    "scales = weights.pop(f\"{prefix}.kv_b_proj.scales\")": _QUANTIZED,
+    "biases = weights.pop(f\"{prefix}.kv_b_proj.biases\")": _QUANTIZED,
+    "bits = (v.shape[-1] * 32) // dims": _QUANTIZED,
+    "group_size = dims // scales.shape[-1]": _QUANTIZED,
+    "v = mx.dequantize(": _QUANTIZED,
+    "wk, wk_scales, wk_biases = mx.quantize(": _QUANTIZED,
+    "wv, wv_scales, wv_biases = mx.quantize(": _QUANTIZED,
+    "v, scales, biases, bits=bits, group_size=group_size": _QUANTIZED,
+    "wk, bits=bits, group_size=group_size": _QUANTIZED,
+    "wv, bits=bits, group_size=group_size": _QUANTIZED,
+    "weights[f\"{prefix}.embed_q.scales\"] = wk_scales": _QUANTIZED,
+    "weights[f\"{prefix}.unembed_out.scales\"] = wv_scales": _QUANTIZED,
+    "weights[f\"{prefix}.embed_q.biases\"] = wk_biases": _QUANTIZED,
+    "weights[f\"{prefix}.unembed_out.biases\"] = wv_biases": _QUANTIZED,
+}
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
-UNREACHABLE: dict[str, dict[str, str]] = {}
+UNREACHABLE: dict[str, dict[str, str]] = {
+    "deepseek_v32": _V32_Q,
+    "glm_moe_dsa": _V32_Q,
+}

@@ -10,6 +10,220 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from mlxfit.model.sanitize_ops import Tensors
+from mlxfit.errors import ConfigError
+from mlxfit.model.mlx_lm_args import MODEL_ARGS
+from mlxfit.model.sanitize_ops import FP8_DTYPES, Tensors, retag
+from mlxfit.model.tensors import FLOAT_DTYPES, TensorInfo
 
-SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {}
+_PROJS = ("gate_proj", "down_proj", "up_proj")
+_QPARTS = ("weight", "scales", "biases")
+# What mlx loads an FP8 safetensors tensor as (uint8), and the FP8 names themselves.
+_FP8_AS_LOADED = FP8_DTYPES | {"U8"}
+
+
+def _arg(cfg: dict[str, Any], family: str, name: str) -> Any:
+    """A ModelArgs field as the family's model reads it: the config's, else its default."""
+    return cfg.get(name, MODEL_ARGS.get(family, {}).get("defaults", {}).get(name))
+
+
+def _count(value: Any, what: str) -> int:
+    if type(value) is not int or value < 0:
+        raise ConfigError(f"config.json: {what} is {value!r}; mlx-lm's sanitize needs a count")
+    return value
+
+
+def _pop(ts: Tensors, key: str) -> TensorInfo:
+    """``weights.pop(key)``: mlx-lm's KeyError, as one line naming the tensor."""
+    if key not in ts:
+        raise ConfigError(f"{key}: missing; mlx-lm's sanitize reads it (KeyError)")
+    return ts.pop(key)
+
+
+def _stacked(name: str, members: list[TensorInfo]) -> TensorInfo:
+    """``mx.stack(members)``: one (E, *shape) tensor; mlx raises when shapes differ."""
+    first = members[0]
+    if any(t.shape != first.shape for t in members):
+        raise ConfigError(f"{name}: the experts differ in shape; mlx-lm cannot stack them")
+    dtype = first.dtype
+    if any(t.dtype != dtype for t in members):  # mx.stack promotes mixed floats to float32
+        if not all(t.dtype in FLOAT_DTYPES for t in members):
+            raise ConfigError(f"{name}: the experts differ in dtype; mlxfit does not model "
+                              "mlx's promotion of those dtypes")
+        dtype = "F32"
+    return TensorInfo.of(name, dtype, (len(members), *first.shape))
+
+
+def _stack_experts(ts: Tensors, src: str, dst: str, n: Any, projs: tuple[str, ...] = _PROJS,
+                   parts: tuple[str, ...] = _QPARTS, what: str = "n_routed_experts") -> None:
+    """DeepSeek's per-layer loop, in place: for each projection and part whose expert 0 is
+    present, experts 0..n-1 popped and stacked into ``dst``.<proj>.<part> (appended)."""
+    for m in projs:
+        for k in parts:
+            if f"{src}.experts.0.{m}.{k}" in ts:
+                count = _count(n, what)
+                members = [_pop(ts, f"{src}.experts.{e}.{m}.{k}") for e in range(count)]
+                if not members:
+                    raise ConfigError(f"config.json: {what} is 0; mlx-lm cannot stack the "
+                                      f"experts of {src}")
+                name = f"{dst}.{m}.{k}"
+                ts[name] = _stacked(name, members)
+
+
+def _quantized_shape(name: str, shape: tuple[int, ...], bits: int, group: int) -> tuple[int, ...]:
+    last = shape[-1]
+    if group not in (32, 64, 128) or bits not in (2, 3, 4, 5, 6, 8) or last % group:
+        raise ConfigError(f"{name}: last axis {last} does not quantize at {bits} bits, group "
+                          f"size {group} (mx.quantize raises)")
+    return (*shape[:-1], last * bits // 32)
+
+
+_BY_PART = (("embed_q", "scales"), ("embed_q", "biases"), ("unembed_out", "scales"),
+            ("unembed_out", "biases"))
+_BY_KIND = (("embed_q", "scales"), ("unembed_out", "scales"), ("embed_q", "biases"),
+            ("unembed_out", "biases"))  # deepseek_v32's order
+
+
+def _absorb_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
+                 quantized_ok: bool = True,
+                 order: tuple[tuple[str, str], ...] = _BY_PART) -> None:
+    """kv_b_proj.weight popped and absorbed, in place: embed_q (H, rank, nope) and unembed_out
+    (H, v, rank) appended. A quantized kv_b_proj (its .scales present) is dequantized with bits
+    and group size inferred from kv_lora_rank, split, and quantized again the same way."""
+    key = f"{attn}.kv_b_proj.weight"
+    if key not in ts:
+        return
+    heads = _arg(cfg, family, "num_attention_heads")
+    nope, vdim = _arg(cfg, family, "qk_nope_head_dim"), _arg(cfg, family, "v_head_dim")
+    if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
+        raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
+                          "are needed to split kv_b_proj as mlx-lm does")
+    quantized = f"{attn}.kv_b_proj.scales" in ts
+    if quantized and not quantized_ok:
+        raise ConfigError(f"{attn}.kv_b_proj.scales: mlx-lm's {family} sanitize does not "
+                          "support a quantized kv_b_proj (ValueError)")
+    w = ts.pop(key)
+    shape, dtype = w.shape, w.dtype
+    bits = group = 0
+    scale_dtype = dtype
+    if quantized:
+        dims = _arg(cfg, family, "kv_lora_rank")
+        scales = _pop(ts, f"{attn}.kv_b_proj.scales")
+        _pop(ts, f"{attn}.kv_b_proj.biases")
+        if type(dims) is not int or dims < 1 or not shape or not scales.shape \
+                or scales.shape[-1] < 1:
+            raise ConfigError(f"{key}: a quantized kv_b_proj needs kv_lora_rank to infer its "
+                              "bits and group size")
+        bits, group = shape[-1] * 32 // dims, dims // scales.shape[-1]
+        if bits < 1 or group < 1:
+            raise ConfigError(f"{key}: bits or group size inferred as 0 (mx.dequantize raises)")
+        shape = (*shape[:-1], shape[-1] * 32 // bits)
+        dtype = scale_dtype = scales.dtype
+    size = 1
+    for d in shape:
+        size *= d
+    rows = heads * (nope + vdim)
+    if size == 0 or size % rows:
+        raise ConfigError(f"{key}: shape {list(w.shape)} does not reshape to "
+                          f"num_attention_heads x (qk_nope_head_dim + v_head_dim) rows")
+    rank = size // rows
+    wk, wv = (heads, rank, nope), (heads, vdim, rank)
+    if quantized:
+        qk = _quantized_shape(f"{attn}.embed_q.weight", wk, bits, group)
+        qv = _quantized_shape(f"{attn}.unembed_out.weight", wv, bits, group)
+        for part, extra in order:
+            s = wk if part == "embed_q" else wv
+            name = f"{attn}.{part}.{extra}"
+            ts[name] = TensorInfo.of(name, scale_dtype, (*s[:-1], s[-1] // group))
+        wk, wv, dtype = qk, qv, "U32"
+    ts[f"{attn}.embed_q.weight"] = TensorInfo.of(f"{attn}.embed_q.weight", dtype, wk)
+    ts[f"{attn}.unembed_out.weight"] = TensorInfo.of(f"{attn}.unembed_out.weight", dtype, wv)
+
+
+def _layer_index(key: str) -> int | None:
+    """``int(parts[2])`` of a ``<x>.layers.<i>...`` name (mlx-lm's MTP filters)."""
+    parts = key.split(".")
+    if len(parts) >= 3 and parts[1] == "layers":
+        if not parts[2].isdigit():
+            raise ConfigError(f"{key}: layer index {parts[2]!r} is not a number (mlx-lm's "
+                              "sanitize calls int() on it)")
+        return int(parts[2])
+    return None
+
+
+def _dequant_fp8(ts: Tensors, is_scale: Callable[[str], bool],
+                 broadcast_ok: bool = False) -> Tensors:
+    """DeepSeek-V3 style FP8 dequantization: each scale's weight (the name without
+    ``_scale_inv``) becomes bfloat16, kept where it or its scale came first; scales dropped.
+    The 128x128 block path needs a 2-D weight and a scale of its block grid."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        if is_scale(k):
+            wk = k.replace("_scale_inv", "")
+            if wk not in ts:
+                raise ConfigError(f"{k}: its weight {wk} is missing (mlx-lm's sanitize reads it)")
+            w = ts[wk]
+            if w.dtype not in _FP8_AS_LOADED:
+                raise ConfigError(f"{wk}: {w.dtype} with a {k}; mlx-lm's from_fp8 takes only "
+                                  "FP8 (uint8) weights")
+            if not (broadcast_ok and _broadcasts(v.shape, w.shape)) and not _block_grid(
+                    v.shape, w.shape):
+                raise ConfigError(f"{k}: shape {list(v.shape)} is not the 128x128 block "
+                                      f"grid of {wk} {list(w.shape)} (mlx-lm cannot dequantize)")
+            out[wk] = retag(w, dtype="BF16")
+        elif k not in out:
+            out[k] = v
+    return out
+
+
+def _block_grid(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
+    """The scale broadcasts over the (ceil(m/128), ceil(n/128)) blocks of a 2-D weight."""
+    return len(weight) == 2 and len(scale) == 2 and all(
+        s in (1, -(-d // 128)) for s, d in zip(scale, weight))
+
+
+def _broadcasts(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
+    if len(scale) > len(weight):
+        return False
+    pad = (1,) * (len(weight) - len(scale)) + tuple(scale)
+    return all(s in (1, w) for s, w in zip(pad, weight))
+
+
+# --------------------------------------------------------------------------- families
+
+def _deepseek_v2(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """deepseek_v2.py: each layer's experts stacked (weight/scales/biases); nothing else."""
+    ts = dict(ts)
+    n = _count(_arg(cfg, "deepseek_v2", "num_hidden_layers"), "num_hidden_layers")
+    experts = _arg(cfg, "deepseek_v2", "n_routed_experts")
+    for layer in range(n):
+        p = f"model.layers.{layer}"
+        _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
+    return ts
+
+
+def _v32(family: str) -> Callable[[Tensors, dict[str, Any]], Tensors]:
+    """deepseek_v32.py (glm_moe_dsa.py inherits it): layers from num_hidden_layers on (MTP)
+    dropped, FP8 weights with weight_scale_inv dequantized, then per layer the experts stacked
+    and kv_b_proj split into embed_q / unembed_out."""
+    def sanitize(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+        n = _count(_arg(cfg, family, "num_hidden_layers"), "num_hidden_layers")
+        kept: Tensors = {}
+        for k, v in ts.items():
+            i = _layer_index(k)
+            if i is None or i < n:
+                kept[k] = v
+        ts = _dequant_fp8(kept, lambda k: "weight_scale_inv" in k)
+        experts = _arg(cfg, family, "n_routed_experts")
+        for layer in range(n):
+            p = f"model.layers.{layer}"
+            _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
+            _absorb_kv_b(ts, f"{p}.self_attn", cfg, family, order=_BY_KIND)
+        return ts
+    return sanitize
+
+
+SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
+    "deepseek_v2": _deepseek_v2,
+    "deepseek_v32": _v32("deepseek_v32"),
+    "glm_moe_dsa": _v32("glm_moe_dsa"),
+}

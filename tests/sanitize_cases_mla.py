@@ -7,6 +7,7 @@ mlx-lm sanitize (or name the line in UNREACHABLE with why no checkpoint mlx-lm l
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,10 +88,66 @@ def _v32(family: str, **changes: Any) -> Callable[[], list[Case]]:
     return cases
 
 
+def fused_experts(layout: Layout) -> Layout:
+    """switch_mlp's gate and up (E, I, H) written as one experts.gate_up_proj (E, 2I, H) and its
+    down as experts.down_proj (Mistral 4's HF MoE layout)."""
+    out: Layout = {}
+    for k, (dt, shape) in layout.items():
+        m = re.fullmatch(r"(.+\.mlp)\.switch_mlp\.(gate|up|down)_proj\.weight", k)
+        if m is None:
+            out[k] = (dt, shape)
+        elif m[2] == "gate":
+            out[f"{m[1]}.experts.gate_up_proj"] = (dt, (shape[0], 2 * shape[1], *shape[2:]))
+        elif m[2] == "down":
+            out[f"{m[1]}.experts.down_proj"] = (dt, shape)
+    return out
+
+
+def _mistral4() -> list[Case]:
+    cfg = fixture("mistral4", num_hidden_layers=3, vocab_size=256, torch_dtype="bfloat16")
+    mlx = model_layout(cfg)
+    rope = {f"model.layers.{i}.self_attn.rotary_emb.inv_freq": ("F32", (4,)) for i in range(3)}
+    fused = kv_b_hf(fused_experts(mlx))
+    scaled: Layout = {}
+    for k, (dt, shape) in fused.items():
+        if k.endswith("experts.gate_up_proj"):  # one scale per expert
+            scaled[k] = ("U8", shape)
+            scaled[k + "_scale_inv"] = ("F32", (shape[0], 1, 1))
+        elif k.endswith("experts.down_proj"):  # one scale for the tensor
+            scaled[k] = ("U8", shape)
+            scaled[k + "_scale_inv"] = ("F32", ())
+        elif k.endswith("o_proj.weight"):  # 128x128 blocks, and an unused activation scale
+            scaled[k] = ("U8", shape)
+            scaled[k + "_scale_inv"] = ("F32", (1, 1))
+            scaled[k.replace("weight", "activation_scale")] = ("F32", ())
+        elif k == "lm_head.weight":  # (256, 64): a 2 x 1 block grid, which does not broadcast
+            scaled[k] = ("U8", shape)
+            scaled[k + "_scale_inv"] = ("F32", (2, 1))
+        elif k.endswith("q_a_proj.weight"):  # a scale of more axes than its weight
+            scaled[k] = ("U8", shape)
+            scaled[k + "_scale_inv"] = ("F32", (1, 1, 1))
+        else:
+            scaled[k] = (dt, shape)
+    return [(cfg, {**scaled, **rope}), (cfg, kv_b_hf(experts_hf(mlx))), (cfg, mlx)]
+
+
+def _longcat_flash() -> list[Case]:
+    cfg = fixture("longcat_flash", num_layers=2, num_hidden_layers=4, hidden_size=64,
+                  vocab_size=128, expert_ffn_hidden_size=32, n_routed_experts=4,
+                  torch_dtype="bfloat16")
+    mlx = model_layout(cfg)
+    hf = kv_b_hf(experts_hf(mlx))
+    mtp = {"model.mtp.embed_tokens.weight": ("BF16", (128, 64)),
+           "model.mtp.layers.0.self_attn.kv_b_proj.weight": ("BF16", (64, 16))}
+    return [(cfg, {**hf, **mtp}), (cfg, mlx)]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
     "glm_moe_dsa": _v32("glm_moe_dsa"),
+    "mistral4": _mistral4,
+    "longcat_flash": _longcat_flash,
 }
 # The quantized kv_b_proj branch: the oracle's model is unquantized, so its strict load refuses
 # embed_q.scales; and mlxfit refuses an already-quantized source before any sanitize.
@@ -112,8 +169,37 @@ _V32_Q = {
     "weights[f\"{prefix}.embed_q.biases\"] = wk_biases": _QUANTIZED,
     "weights[f\"{prefix}.unembed_out.biases\"] = wv_biases": _QUANTIZED,
 }
+_INT4 = ("an int4 (weight_packed / weight_shape) checkpoint: its scales and biases are refused "
+         "by the strict load of the oracle's unquantized model")
+_LONGCAT_Q = dict.fromkeys((
+    "dims = self.args.kv_lora_rank",
+    'scales = weights.pop(f"{prefix}.kv_b_proj.scales")',
+    'biases = weights.pop(f"{prefix}.kv_b_proj.biases")',
+    "bits = (v.shape[-1] * 32) // dims",
+    "group_size = dims // scales.shape[-1]",
+    "v = mx.dequantize(",
+    "v, scales, biases, bits=bits, group_size=group_size",
+    "wk, wk_s, wk_b = mx.quantize(",
+    "wk, bits=bits, group_size=group_size",
+    "wv, wv_s, wv_b = mx.quantize(",
+    "wv, bits=bits, group_size=group_size",
+    'weights[f"{prefix}.embed_q.scales"] = wk_s',
+    'weights[f"{prefix}.embed_q.biases"] = wk_b',
+    'weights[f"{prefix}.unembed_out.scales"] = wv_s',
+    'weights[f"{prefix}.unembed_out.biases"] = wv_b'), _QUANTIZED)
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 UNREACHABLE: dict[str, dict[str, str]] = {
     "deepseek_v32": _V32_Q,
     "glm_moe_dsa": _V32_Q,
+    "longcat_flash": _LONGCAT_Q,
+    "mistral4": {**{line: _INT4 for line in (
+        'base = k.replace("weight_shape", "")',
+        'new_weights[base + "weight"] = weights[base + "weight_packed"].view(',
+        "mx.uint32",
+        's = weights[base + "weight_scale"]',
+        'new_weights[base + "scales"] = s',
+        'new_weights[base + "biases"] = -8 * s')},
+        **{line.replace("{prefix}", "{attn}").replace("v = mx.deq", "w = mx.deq")
+           .replace("(v.shape", "(w.shape").replace("v, scales, biases", "w, scales, biases")
+           : why for line, why in _V32_Q.items()}},
 }

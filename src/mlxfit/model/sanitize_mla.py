@@ -12,8 +12,8 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
-from mlxfit.model.sanitize_ops import FP8_DTYPES, Tensors, retag
-from mlxfit.model.tensors import FLOAT_DTYPES, TensorInfo
+from mlxfit.model.sanitize_ops import FP8_DTYPES, Tensors, drop, retag
+from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 
 _PROJS = ("gate_proj", "down_proj", "up_proj")
 _QPARTS = ("weight", "scales", "biases")
@@ -118,9 +118,7 @@ def _absorb_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
             raise ConfigError(f"{key}: bits or group size inferred as 0 (mx.dequantize raises)")
         shape = (*shape[:-1], shape[-1] * 32 // bits)
         dtype = scale_dtype = scales.dtype
-    size = 1
-    for d in shape:
-        size *= d
+    size = _size(shape)
     rows = heads * (nope + vdim)
     if size == 0 or size % rows:
         raise ConfigError(f"{key}: shape {list(w.shape)} does not reshape to "
@@ -176,9 +174,29 @@ def _dequant_fp8(ts: Tensors, is_scale: Callable[[str], bool],
 
 
 def _block_grid(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
-    """The scale broadcasts over the (ceil(m/128), ceil(n/128)) blocks of a 2-D weight."""
-    return len(weight) == 2 and len(scale) == 2 and all(
-        s in (1, -(-d // 128)) for s, d in zip(scale, weight))
+    """The 128x128 block path: ``scale[:, None, :, None]`` times the (A, 128, B, 128) blocks of
+    a 2-D weight must broadcast and reshape back to the padded weight."""
+    if len(weight) != 2 or len(scale) < 2:
+        return False
+    blocks = (-(-weight[0] // 128), 128, -(-weight[1] // 128), 128)
+    shape = _broadcast_shape((scale[0], 1, scale[1], 1, *scale[2:]), blocks)
+    size = blocks[0] * blocks[1] * blocks[2] * blocks[3]
+    return shape is not None and _size(shape) == size
+
+
+def _size(shape: tuple[int, ...]) -> int:
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        return None
+    return tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b))
 
 
 def _broadcasts(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
@@ -222,8 +240,85 @@ def _v32(family: str) -> Callable[[Tensors, dict[str, Any]], Tensors]:
     return sanitize
 
 
+def _view_u32(t: TensorInfo, name: str) -> TensorInfo:
+    """``a.view(mx.uint32)``: the last axis rescaled by the itemsize ratio."""
+    size = DTYPE_BYTES.get(t.dtype)
+    if size is None or not t.shape or (t.shape[-1] * size) % 4:
+        raise ConfigError(f"{t.name}: {t.dtype} {list(t.shape)} does not view as uint32")
+    return TensorInfo.of(name, "U32", (*t.shape[:-1], t.shape[-1] * size // 4))
+
+
+def _mistral4_int4(ts: Tensors) -> Tensors:
+    """mistral4.py's int4 remap: each ``<m>.weight_shape`` marks a packed ``<m>.weight_packed``
+    (viewed as uint32) with ``<m>.weight_scale`` (the scales; biases -8 x scales); every
+    ``weight_scale`` / ``weight_packed`` key is dropped."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        if k.endswith("weight_shape"):
+            base = k.replace("weight_shape", "")
+            if base + "weight_packed" not in ts or base + "weight_scale" not in ts:
+                raise ConfigError(f"{k}: {base}weight_packed or {base}weight_scale is missing "
+                                  "(mlx-lm's sanitize reads both)")
+            out[base + "weight"] = _view_u32(ts[base + "weight_packed"], base + "weight")
+            scale = ts[base + "weight_scale"]
+            out[base + "scales"] = retag(scale, name=base + "scales")
+            out[base + "biases"] = retag(scale, name=base + "biases")
+        elif not k.endswith(("weight_scale", "weight_packed")):
+            out[k] = v
+    return out
+
+
+def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """mistral4.py: the int4 remap, FP8 dequantized (``*_scale_inv`` suffixes, per-tensor and
+    per-expert scales broadcast; activation scales dropped), then per layer the fused
+    experts.gate_up_proj split in two on axis 1, experts.down_proj renamed, per-expert tensors
+    stacked and kv_b_proj absorbed; rotary buffers dropped last."""
+    ts = _mistral4_int4(ts)
+    ts = _dequant_fp8(drop(ts, lambda k: not k.endswith("activation_scale")),
+                      lambda k: k.endswith("_scale_inv"), broadcast_ok=True)
+    n = _count(_arg(cfg, "mistral4", "num_hidden_layers"), "num_hidden_layers")
+    experts = _arg(cfg, "mistral4", "n_routed_experts")
+    for layer in range(n):
+        p = f"model.layers.{layer}"
+        gup = f"{p}.mlp.experts.gate_up_proj"
+        if gup in ts:
+            w = ts.pop(gup)
+            if len(w.shape) < 2 or w.shape[1] % 2:
+                raise ConfigError(f"{gup}: shape {list(w.shape)} does not split in two on "
+                                  "axis 1 (mx.split raises)")
+            half = (w.shape[0], w.shape[1] // 2, *w.shape[2:])
+            for part in ("gate_proj", "up_proj"):
+                name = f"{p}.mlp.switch_mlp.{part}.weight"
+                ts[name] = TensorInfo.of(name, w.dtype, half)
+        down = f"{p}.mlp.experts.down_proj"
+        if down in ts:
+            name = f"{p}.mlp.switch_mlp.down_proj.weight"
+            ts[name] = retag(ts.pop(down), name=name)
+        _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
+        _absorb_kv_b(ts, f"{p}.self_attn", cfg, "mistral4")
+    return drop(ts, lambda k: "rotary_emb.inv_freq" not in k)
+
+
+def _longcat_flash(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """longcat_flash.py: experts stacked per layer (num_layers, not num_hidden_layers), then
+    both attentions of each layer (self_attn.0 / .1) have kv_b_proj absorbed; model.mtp.*
+    dropped last."""
+    ts = dict(ts)
+    n = _count(_arg(cfg, "longcat_flash", "num_layers"), "num_layers")
+    experts = _arg(cfg, "longcat_flash", "n_routed_experts")
+    for layer in range(n):
+        p = f"model.layers.{layer}"
+        _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
+    for layer in range(n):
+        for i in range(2):
+            _absorb_kv_b(ts, f"model.layers.{layer}.self_attn.{i}", cfg, "longcat_flash")
+    return drop(ts, lambda k: not k.startswith("model.mtp"))
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
     "glm_moe_dsa": _v32("glm_moe_dsa"),
+    "mistral4": _mistral4,
+    "longcat_flash": _longcat_flash,
 }

@@ -142,12 +142,32 @@ def _longcat_flash() -> list[Case]:
     return [(cfg, {**hf, **mtp}), (cfg, mlx)]
 
 
+def _bailing_moe_v3() -> list[Case]:
+    small = {"hidden_size": 64, "intermediate_size": 128, "num_attention_heads": 4,
+             "head_dim": 16, "kv_lora_rank": 32, "q_lora_rank": 32, "qk_nope_head_dim": 16,
+             "qk_rope_head_dim": 8, "v_head_dim": 16, "layer_group_size": 2,
+             "num_hidden_layers": 4, "num_experts": 4, "num_experts_per_tok": 2, "n_group": 1,
+             "topk_group": 1, "moe_intermediate_size": 32,
+             "moe_shared_expert_intermediate_size": 32, "vocab_size": 128,
+             "torch_dtype": "bfloat16"}
+    cfg = fixture("bailing_moe_v3", **small)
+    mlx = model_layout(cfg)
+    hf = {k: (dt, (s[0], s[2], s[1]) if "_conv1d.weight" in k else s)
+          for k, (dt, s) in kv_b_hf(experts_hf(mlx)).items()}
+    mtp = {k.replace("model.layers.3.", "model.layers.4."): v for k, v in hf.items()
+           if k.startswith("model.layers.3.")}
+    tied = fixture("bailing_moe_v3", **small, tie_word_embeddings=True)
+    return [(cfg, {**hf, **mtp}), (tied, {**model_layout(tied), "lm_head.weight": ("BF16", (128, 64))}),
+            (cfg, mlx)]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
     "glm_moe_dsa": _v32("glm_moe_dsa"),
     "mistral4": _mistral4,
     "longcat_flash": _longcat_flash,
+    "bailing_moe_v3": _bailing_moe_v3,
 }
 # The quantized kv_b_proj branch: the oracle's model is unquantized, so its strict load refuses
 # embed_q.scales; and mlxfit refuses an already-quantized source before any sanitize.
@@ -192,6 +212,10 @@ UNREACHABLE: dict[str, dict[str, str]] = {
     "deepseek_v32": _V32_Q,
     "glm_moe_dsa": _V32_Q,
     "longcat_flash": _LONGCAT_Q,
+    "bailing_moe_v3": dict.fromkeys((
+        "raise ValueError(", '"Quantized Bailing V3 kv_b_proj weights are not supported"'),
+        "mlx-lm raises on a quantized kv_b_proj (so does the replay, ConfigError); a case that "
+        "raises cannot be loaded"),
     "mistral4": {**{line: _INT4 for line in (
         'base = k.replace("weight_shape", "")',
         'new_weights[base + "weight"] = weights[base + "weight_packed"].view(',

@@ -12,7 +12,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
-from mlxfit.model.sanitize_ops import FP8_DTYPES, Tensors, drop, retag
+from mlxfit.model.sanitize_ops import FP8_DTYPES, Tensors, drop, retag, tie
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 
 _PROJS = ("gate_proj", "down_proj", "up_proj")
@@ -315,10 +315,42 @@ def _longcat_flash(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return drop(ts, lambda k: not k.startswith("model.mtp"))
 
 
+def _bailing_moe_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """bailing_moe_v3.py: lm_head dropped when tied, MTP layers (model.layers.<i >= n>)
+    dropped, per layer from first_k_dense_replace the experts' weights stacked, kv_b_proj
+    absorbed (a quantized one refused), then HF short convolutions (C, 1, K) moved to (C, K, 1)
+    in place."""
+    ts = tie(ts, cfg, bool(_arg(cfg, "bailing_moe_v3", "tie_word_embeddings")))
+    n = _count(_arg(cfg, "bailing_moe_v3", "num_hidden_layers"), "num_hidden_layers")
+    out: Tensors = {}
+    for k, v in ts.items():
+        idx = k[len("model.layers."):].split(".", 1)[0] if k.startswith("model.layers.") else ""
+        if not (idx.isdigit() and int(idx) >= n):
+            out[k] = v
+    dense = _arg(cfg, "bailing_moe_v3", "first_k_dense_replace")
+    experts = _arg(cfg, "bailing_moe_v3", "num_experts")
+    for layer in range(n):
+        p = f"model.layers.{layer}"
+        if layer >= _count(dense, "first_k_dense_replace"):
+            _stack_experts(out, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts,
+                           projs=("gate_proj", "up_proj", "down_proj"), parts=("weight",),
+                           what="num_experts")
+        _absorb_kv_b(out, f"{p}.attention", cfg, "bailing_moe_v3", quantized_ok=False)
+    for k, v in list(out.items()):
+        if "_conv1d.weight" in k and v.shape and v.shape[-1] != 1:
+            if len(v.shape) < 3:
+                raise ConfigError(f"{k}: shape {list(v.shape)} has no axis 2 to move "
+                                  "(mlx-lm's moveaxis raises)")
+            s = v.shape
+            out[k] = retag(v, shape=(s[0], s[2], s[1], *s[3:]))
+    return out
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
     "glm_moe_dsa": _v32("glm_moe_dsa"),
     "mistral4": _mistral4,
     "longcat_flash": _longcat_flash,
+    "bailing_moe_v3": _bailing_moe_v3,
 }

@@ -161,6 +161,63 @@ def _bailing_moe_v3() -> list[Case]:
             (cfg, mlx)]
 
 
+_KIMI_W = {"gate_proj": "w1", "down_proj": "w2", "up_proj": "w3"}
+
+
+def _kimi_hf(cfg: dict[str, Any], prefix: str, bias_in_gate: bool, a_log: int) -> Layout:
+    """kimi_k3's own parameters written as a Kimi checkpoint: the MoE under block_sparse_moe
+    (experts per index, w1/w2/w3), KDA's fused q/k/v projections and convolutions split (HF
+    convolutions (C, 1, K)), A_log and dt_bias as (1, n) rows (A_log ``a_log`` x num_heads
+    wide), attention-residual weights as <src>.proj_weight / norm_weight, kv_b_proj unsplit."""
+    mlx = {k.removeprefix("language_model."): v for k, v in model_layout(cfg).items()}
+    out: Layout = {}
+    for k, (dt, s) in mlx.items():
+        m = re.fullmatch(r"(model\.layers\.\d+)\.(mlp|self_attn)\.(.+)", k)
+        moe = m is not None and f"{m[1]}.mlp.switch_mlp.gate_proj.weight" in mlx
+        res = re.fullmatch(r"(.+)\.(self_attention_res|mlp_res|output_attn_res)_(proj|norm)"
+                           r"\.weight", k)
+        if moe and m[2] == "mlp" and m[3].startswith("switch_mlp."):
+            w = _KIMI_W[m[3].split(".")[1]]
+            for e in range(s[0]):
+                out[f"{m[1]}.block_sparse_moe.experts.{e}.{w}.weight"] = (dt, s[1:])
+        elif moe and m[3] == "e_score_correction_bias":
+            out[f"{m[1]}.block_sparse_moe.{'gate.' * bias_in_gate}e_score_correction_bias"] = (
+                dt, s)
+        elif moe and m[2] == "mlp":
+            out[f"{m[1]}.block_sparse_moe.{m[3]}"] = (dt, s)
+        elif m is not None and m[3] == "qkv_proj.weight":
+            for p in "qkv":
+                out[f"{m[1]}.self_attn.{p}_proj.weight"] = (dt, (s[0] // 3, *s[1:]))
+        elif m is not None and m[3] == "qkv_conv.conv.weight":
+            for p in "qkv":
+                out[f"{m[1]}.self_attn.{p}_conv1d.weight"] = (dt, (s[0] // 3, s[2], s[1]))
+        elif m is not None and m[3] in ("A_log", "dt_bias"):
+            out[k] = (dt, (1, s[0] * (a_log if m[3] == "A_log" else 1)))
+        elif res is not None:
+            out[f"{res[1]}.{res[2]}.{res[3]}_weight"] = (dt, s)
+        else:
+            out[k] = (dt, s)
+    return {prefix + k: v for k, v in kv_b_hf(out).items()}
+
+
+def _kimi_k3() -> list[Case]:
+    base = fixture("kimi_k3")
+    text = base["text_config"]
+    full = {**base, "torch_dtype": "bfloat16",
+            "text_config": {**text, "attn_res_block_size": 2, "routed_expert_hidden_size": 32,
+                            "latent_moe_use_norm": True, "num_shared_experts": 1}}
+    tied = {**base, "torch_dtype": "bfloat16",
+            "text_config": {**text, "tie_word_embeddings": True}}
+    mtp = {"model.mtp.0.weight": ("BF16", (64,)), "mtp.1.weight": ("BF16", (64,)),
+           "model.layers.4.input_layernorm.weight": ("BF16", (64,))}
+    towers = {"vision_tower.patch.weight": ("BF16", (8, 8)),
+              "mm_projector.proj.weight": ("BF16", (64, 8))}
+    a = {**_kimi_hf(full, "language_model.", True, 1),
+         **{"language_model." + k: v for k, v in mtp.items()}, **towers}
+    b = {**_kimi_hf(tied, "", False, 2), "lm_head.weight": ("BF16", (128, 64))}
+    return [(full, a), (tied, b), (full, model_layout(full))]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
@@ -168,6 +225,7 @@ CASES: dict[str, Callable[[], list[Case]]] = {
     "mistral4": _mistral4,
     "longcat_flash": _longcat_flash,
     "bailing_moe_v3": _bailing_moe_v3,
+    "kimi_k3": _kimi_k3,
 }
 # The quantized kv_b_proj branch: the oracle's model is unquantized, so its strict load refuses
 # embed_q.scales; and mlxfit refuses an already-quantized source before any sanitize.

@@ -7,6 +7,7 @@ Families: deepseek_v2, deepseek_v32, glm_moe_dsa, deepseek_v41, mistral4, kimi_k
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -346,6 +347,145 @@ def _bailing_moe_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return out
 
 
+_KIMI_TOWERS = ("vision_tower", "vision_model", "multi_modal_projector", "mm_projector")
+_KIMI_RES = tuple((f"{src}.{a}_weight", f"{src}_{a}.weight")
+                  for src in ("self_attention_res", "mlp_res", "output_attn_res")
+                  for a in ("proj", "norm"))
+_KIMI_MOE_NAMES = ("shared_experts.gate_proj", "shared_experts.up_proj",
+                   "shared_experts.down_proj", "routed_expert_down_proj", "routed_expert_up_proj",
+                   "routed_expert_norm", "gate", "switch_mlp.gate_proj", "switch_mlp.up_proj",
+                   "switch_mlp.down_proj")
+
+
+def _concat0(name: str, parts: list[TensorInfo]) -> TensorInfo:
+    """``mx.concatenate(parts, axis=0)``."""
+    first = parts[0]
+    if any(len(t.shape) != len(first.shape) or not t.shape or t.shape[1:] != first.shape[1:]
+           for t in parts):
+        raise ConfigError(f"{name}: its parts differ past axis 0; mlx-lm cannot concatenate them")
+    dtype = first.dtype
+    if any(t.dtype != dtype for t in parts):
+        if not all(t.dtype in FLOAT_DTYPES for t in parts):
+            raise ConfigError(f"{name}: its parts differ in dtype; mlxfit does not model mlx's "
+                              "promotion of those dtypes")
+        dtype = "F32"
+    return TensorInfo.of(name, dtype, (sum(t.shape[0] for t in parts), *first.shape[1:]))
+
+
+def _kimi_k3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
+    """kimi_k3.py LanguageModel.sanitize on the text model's names."""
+    fam = "kimi_k3:text"
+    n = _count(_arg(text, fam, "num_hidden_layers"), "text_config.num_hidden_layers")
+    ts = {k: v for k, v in ts.items() if not k.startswith(("model.mtp", "mtp"))}
+    kept: Tensors = {}
+    for k, v in ts.items():
+        m = re.match(r"model\.layers\.(\d+)\.", k)
+        if m is None or int(m[1]) < n:
+            kept[k] = v
+    ts = tie(kept, text, bool(_arg(text, fam, "tie_word_embeddings")))
+    for k in list(ts):
+        for pat, dst in _KIMI_RES:
+            if k.endswith(pat):
+                name = k[: -len(pat)] + dst
+                ts[name] = retag(ts.pop(k), name=name)
+                break
+    linear = text.get("linear_attn_config")
+    if not isinstance(linear, dict) or "kda_layers" not in linear or "num_heads" not in linear:
+        raise ConfigError("config.json: linear_attn_config with kda_layers and num_heads is "
+                          "needed to build kimi_k3's layers")
+    kda = linear["kda_layers"]
+    experts = _arg(text, fam, "num_experts")
+    dense = _arg(text, fam, "first_k_dense_replace")
+    freq = _arg(text, fam, "moe_layer_freq")
+    for i in range(n):
+        lp = f"model.layers.{i}"
+        if (experts or 0) > 0 and i >= dense and i % freq == 0:
+            _kimi_k3_moe(ts, f"{lp}.block_sparse_moe", f"{lp}.mlp", experts)
+        ap = f"{lp}.self_attn"
+        if (i + 1) in kda:
+            _kimi_k3_delta(ts, ap, linear["num_heads"])
+        _absorb_kv_b(ts, ap, text, fam)
+    return ts
+
+
+def _kimi_k3_moe(ts: Tensors, src: str, dst: str, experts: Any) -> None:
+    for w, proj in (("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj")):
+        if f"{src}.experts.0.{w}.weight_packed" in ts:
+            count = _count(experts, "text_config.num_experts")
+            packed = [_pop(ts, f"{src}.experts.{i}.{w}.weight_packed") for i in range(count)]
+            scales = [_pop(ts, f"{src}.experts.{i}.{w}.weight_scale") for i in range(count)]
+            name = f"{dst}.switch_mlp.{proj}.weight"
+            ts[name] = _view_u32(_stacked(name, packed), name)
+            ts[f"{dst}.switch_mlp.{proj}.scales"] = _stacked(f"{dst}.switch_mlp.{proj}.scales",
+                                                             scales)
+        else:
+            for suffix in _QPARTS:
+                if f"{src}.experts.0.{w}.{suffix}" in ts:
+                    count = _count(experts, "text_config.num_experts")
+                    name = f"{dst}.switch_mlp.{proj}.{suffix}"
+                    ts[name] = _stacked(name, [_pop(ts, f"{src}.experts.{i}.{w}.{suffix}")
+                                               for i in range(count)])
+    for name in _KIMI_MOE_NAMES:
+        for suffix in _QPARTS:
+            key = f"{src}.{name}.{suffix}"
+            if key in ts:
+                ts[f"{dst}.{name}.{suffix}"] = retag(ts.pop(key), name=f"{dst}.{name}.{suffix}")
+    for key in (f"{src}.gate.e_score_correction_bias", f"{src}.e_score_correction_bias"):
+        if key in ts:
+            name = f"{dst}.e_score_correction_bias"
+            ts[name] = retag(ts.pop(key), name=name)
+
+
+def _kimi_k3_delta(ts: Tensors, ap: str, heads: Any) -> None:
+    """A KDA layer: q/k/v_conv1d renamed (HF (C, 1, K) moved to (C, K, 1)), dt_bias and A_log
+    flattened, A_log cut to num_heads, q/k/v projections and convolutions fused on axis 0."""
+    for src, dst in (("q_conv1d", "q_conv"), ("k_conv1d", "k_conv"), ("v_conv1d", "v_conv")):
+        key = f"{ap}.{src}.weight"
+        if key in ts:
+            w = ts.pop(key)
+            name = f"{ap}.{dst}.conv.weight"
+            s = w.shape
+            ts[name] = TensorInfo.of(name, w.dtype, (s[0], s[2], s[1]) if len(s) == 3 else s)
+    for name in ("dt_bias", "A_log"):
+        key = f"{ap}.{name}"
+        if key in ts and len(ts[key].shape) > 1:
+            ts[key] = retag(ts[key], shape=(_size(ts[key].shape),))
+    key = f"{ap}.A_log"
+    if key in ts:
+        if not ts[key].shape:
+            raise ConfigError(f"{key}: a scalar; mlx-lm's sanitize reads its shape[0]")
+        if type(heads) is not int:
+            raise ConfigError("config.json: linear_attn_config.num_heads is not a number")
+        if ts[key].shape[0] > heads:
+            ts[key] = retag(ts[key], shape=(heads,))
+    if f"{ap}.qkv_proj.weight" not in ts:
+        for suffix in _QPARTS:
+            parts = [f"{ap}.{p}_proj.{suffix}" for p in "qkv"]
+            if all(p in ts for p in parts):
+                name = f"{ap}.qkv_proj.{suffix}"
+                ts[name] = _concat0(name, [ts.pop(p) for p in parts])
+    conv = [f"{ap}.{p}_conv.conv.weight" for p in "qkv"]
+    if f"{ap}.qkv_conv.conv.weight" not in ts and all(p in ts for p in conv):
+        name = f"{ap}.qkv_conv.conv.weight"
+        ts[name] = _concat0(name, [ts.pop(p) for p in conv])
+
+
+def _kimi_k3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """kimi_k3.py Model.sanitize: towers dropped, the language_model. prefix stripped, the text
+    model's sanitize, then every name under language_model."""
+    text = cfg.get("text_config", cfg)  # ModelArgs.from_dict: a flat config is the text one
+    if not isinstance(text, dict):
+        raise ConfigError("config.json: text_config is not an object (kimi_k3 reads it)")
+    inner: Tensors = {}
+    for k, v in ts.items():
+        if k.startswith(_KIMI_TOWERS):
+            continue
+        k = k.removeprefix("language_model.")
+        inner[k] = retag(v, name=k)
+    out = _kimi_k3_text(inner, text)
+    return {f"language_model.{k}": retag(v, name=f"language_model.{k}") for k, v in out.items()}
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
@@ -353,4 +493,5 @@ SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "mistral4": _mistral4,
     "longcat_flash": _longcat_flash,
     "bailing_moe_v3": _bailing_moe_v3,
+    "kimi_k3": _kimi_k3,
 }

@@ -218,6 +218,56 @@ def _kimi_k3() -> list[Case]:
     return [(full, a), (tied, b), (full, model_layout(full))]
 
 
+_V41_BACK = (
+    (".self_attn.", ".attn."), (".mlp.", ".ffn."), (".input_layernorm.", ".attn_norm."),
+    (".post_attention_layernorm.", ".ffn_norm."), (".attn_hc.", ".hc_attn_"),
+    (".ffn_hc.", ".hc_ffn_"), (".sinks", ".attn_sink"),
+    (".shared_experts.gate_proj.", ".shared_experts.w1."),
+    (".shared_experts.down_proj.", ".shared_experts.w2."),
+    (".shared_experts.up_proj.", ".shared_experts.w3."), (".q_a_proj.", ".wq_a."),
+    (".q_b_proj.", ".wq_b."), (".kv_proj.", ".wkv."), (".gate_proj.", ".wgate."),
+    (".o_a_proj.", ".wo_a."), (".o_b_proj.", ".wo_b."), (".q_a_norm.", ".q_norm."),
+    (".compressor.kv_norm.", ".compressor.norm."), (".indexer.k_proj.", ".indexer.wk."),
+    (".gate.e_score_correction_bias", ".gate.bias"),
+)
+
+
+def _v41_published(layout: Layout) -> Layout:
+    """deepseek_v41's parameters under the published checkpoint's names (no "model." prefix,
+    wq_a / wkv / wo_a ..., experts per index as w1/w2/w3, wo_a as one 2-D matrix)."""
+    out: Layout = {}
+    for k, (dt, s) in layout.items():
+        m = re.fullmatch(r"model\.(layers\.\d+)\.mlp\.experts\.switch_mlp\.(\w+)\.weight", k)
+        if m is not None:
+            w = _KIMI_W[m[2]]
+            for e in range(s[0]):
+                out[f"{m[1]}.ffn.experts.{e}.{w}.weight"] = (dt, s[1:])
+            continue
+        if k in ("lm_head.weight", "model.embed_tokens.weight"):
+            out["head.weight" if k == "lm_head.weight" else "embed.weight"] = (dt, s)
+            continue
+        name = k.removeprefix("model.")
+        for new, old in _V41_BACK:
+            name = name.replace(new, old)
+        out[name] = (dt, (s[0] * s[1], s[2]) if name.endswith(".wo_a.weight") else s)
+    return out
+
+
+def _deepseek_v41() -> list[Case]:
+    cfg = fixture("deepseek_v41_compressed", torch_dtype="bfloat16")
+    mlx = model_layout(cfg)
+    extra = {"mtp.0.attn.wq_a.weight": ("BF16", (32, 64)), "vision.patch.weight": ("BF16", (8,)),
+             "aligner.proj.weight": ("BF16", (64, 8)), "image_newline": ("BF16", (64,)),
+             "layers.1.engram.table": ("BF16", (8, 64)),
+             "layers.2.ffn.gate.bias_vl": ("F32", (4,))}
+    published = _v41_published(mlx)
+    # A key ending in ".scale" with no ".weight" beside it is renamed like any other: the
+    # hyper-connection scale written under its MLX spelling reaches the model as it is.
+    published = {("layers.2.attn_hc.scale" if k == "layers.2.hc_attn_scale" else k): v
+                 for k, v in published.items()}
+    return [(cfg, {**published, **extra}), (cfg, mlx)]
+
+
 CASES: dict[str, Callable[[], list[Case]]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
@@ -226,6 +276,7 @@ CASES: dict[str, Callable[[], list[Case]]] = {
     "longcat_flash": _longcat_flash,
     "bailing_moe_v3": _bailing_moe_v3,
     "kimi_k3": _kimi_k3,
+    "deepseek_v41": _deepseek_v41,
 }
 # The quantized kv_b_proj branch: the oracle's model is unquantized, so its strict load refuses
 # embed_q.scales; and mlxfit refuses an already-quantized source before any sanitize.
@@ -265,11 +316,28 @@ _LONGCAT_Q = dict.fromkeys((
     'weights[f"{prefix}.embed_q.biases"] = wk_b',
     'weights[f"{prefix}.unembed_out.scales"] = wv_s',
     'weights[f"{prefix}.unembed_out.biases"] = wv_b'), _QUANTIZED)
+_V41_SCALED = ("an FP8/FP4 weight with its .scale: repacked as uint32 weight + scales, which the "
+               "strict load of the oracle's unquantized model refuses")
+_V41_RAISE = "mlx-lm raises (ValueError; the replay a ConfigError): a raising case cannot load"
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 UNREACHABLE: dict[str, dict[str, str]] = {
     "deepseek_v32": _V32_Q,
     "glm_moe_dsa": _V32_Q,
     "longcat_flash": _LONGCAT_Q,
+    "deepseek_v41": {
+        # the skip of a .scale whose .weight is present (the expert loop's and bias_vl's
+        # ``continue`` lines, same text, do run)
+        "continue": _V41_SCALED,
+        "value, scale = _repack(value, scale)": _V41_SCALED,
+        "scale = scale.reshape(self.args.o_groups, -1, scale.shape[-1])": _V41_SCALED,
+        'clean[f"{name.removesuffix(\'weight\')}scales"] = scale': _V41_SCALED,
+        'scales = mx.stack([part["scale"] for part in parts])': _V41_SCALED,
+        "value, scales = _repack(value, scales)": _V41_SCALED,
+        'clean[f"{name}.scales"] = scales': _V41_SCALED,
+        "raise ValueError(": _V41_RAISE,
+        'f"Layer {layer} has {len(rows)} {proj} expert weights, "': _V41_RAISE,
+        'f"but the config declares {n_experts} experts."': _V41_RAISE,
+    },
     "bailing_moe_v3": dict.fromkeys((
         "raise ValueError(", '"Quantized Bailing V3 kv_b_proj weights are not supported"'),
         "mlx-lm raises on a quantized kv_b_proj (so does the replay, ConfigError); a case that "

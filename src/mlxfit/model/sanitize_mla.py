@@ -486,6 +486,117 @@ def _kimi_k3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return {f"language_model.{k}": retag(v, name=f"language_model.{k}") for k, v in out.items()}
 
 
+_V41_DROP = ("vision.", "aligner.", "image_", "mtp.")
+_V41_EXPERT = r"layers\.(\d+)\.ffn\.experts\.(\d+)\.(w[123])\.(weight|scale)"
+_V41_PROJ = {"w1": "gate_proj", "w2": "down_proj", "w3": "up_proj"}
+_V41_RENAMES = (
+    (".attn.", ".self_attn."), (".ffn.", ".mlp."), (".attn_norm.", ".input_layernorm."),
+    (".ffn_norm.", ".post_attention_layernorm."), (".hc_attn_", ".attn_hc."),
+    (".hc_ffn_", ".ffn_hc."), (".attn_sink", ".sinks"), (".wq_a.", ".q_a_proj."),
+    (".wq_b.", ".q_b_proj."), (".wkv.", ".kv_proj."), (".wgate.", ".gate_proj."),
+    (".wo_a.", ".o_a_proj."), (".wo_b.", ".o_b_proj."), (".q_norm.", ".q_a_norm."),
+    (".compressor.norm.", ".compressor.kv_norm."), (".indexer.wk.", ".indexer.k_proj."),
+    (".gate.bias", ".gate.e_score_correction_bias"),
+    (".shared_experts.w1.", ".shared_experts.gate_proj."),
+    (".shared_experts.w2.", ".shared_experts.down_proj."),
+    (".shared_experts.w3.", ".shared_experts.up_proj."),
+)
+
+
+def _v41_rename(key: str) -> str:
+    """deepseek_v41.py _rename: one DeepSeek checkpoint name to its MLX name."""
+    if key == "head.weight":
+        return "lm_head.weight"
+    if key == "embed.weight":
+        return "model.embed_tokens.weight"
+    key = f"model.{key}"
+    for old, new in _V41_RENAMES:
+        key = key.replace(old, new)
+    return key
+
+
+def _v41_repack(w: TensorInfo, scale: TensorInfo, name: str) -> tuple[TensorInfo, TensorInfo]:
+    """deepseek_v41.py _repack: the packed weight viewed as uint32, its ue8m0 scale as uint8,
+    32x32-tile scales repeated to one per output row."""
+    if len(scale.shape) < 2 or len(w.shape) < 2:
+        raise ConfigError(f"{name}: weight {list(w.shape)} or scale {list(scale.shape)} has no "
+                          "row axis (mlx-lm's repack reads shape[-2])")
+    rows = scale.shape[-2]
+    if rows != w.shape[-2]:
+        rows = min(rows * 32, w.shape[-2])
+    sname = name.removesuffix("weight") + "scales"
+    return (_view_u32(w, name),
+            TensorInfo.of(sname, "U8", (*scale.shape[:-2], rows, scale.shape[-1])))
+
+
+def _o_groups(t: TensorInfo, groups: Any, name: str) -> TensorInfo:
+    """``value.reshape(o_groups, -1, value.shape[-1])``."""
+    last, size = (t.shape[-1] if t.shape else 0), _size(t.shape)
+    if type(groups) is not int or groups < 1 or last < 1 or size % (groups * last):
+        raise ConfigError(f"{name}: shape {list(t.shape)} does not reshape into o_groups="
+                          f"{groups!r} groups")
+    return retag(t, shape=(groups, size // (groups * last), last))
+
+
+def _deepseek_v41(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+    """deepseek_v41.py: a checkpoint with MLX names (any "model." key) passes untouched; the
+    published one loses its vision, aligner, image, MTP and engram tensors and image-routing
+    biases, is renamed, has FP8/FP4 weights with a ``.scale`` repacked as MLX quantized
+    tensors, wo_a split into its o_groups, and its experts stacked per layer and projection
+    (appended, in order of first appearance)."""
+    if any(k.startswith("model.") for k in ts):
+        return ts
+    args = {**cfg["text_config"], "model_type": cfg.get("model_type")} if isinstance(
+        cfg.get("text_config"), dict) else cfg
+    text = {k: v for k, v in ts.items() if not k.startswith(_V41_DROP) and ".engram." not in k}
+    clean: Tensors = {}
+    experts: dict[tuple[int, str], dict[int, dict[str, TensorInfo]]] = {}
+    for key, value in text.items():
+        m = re.fullmatch(_V41_EXPERT, key)
+        if m is not None:
+            rows = experts.setdefault((int(m[1]), m[3]), {})
+            rows.setdefault(int(m[2]), {})[m[4]] = value
+            continue
+        if key.endswith(".gate.bias_vl"):
+            continue
+        if key.endswith(".scale") and f"{key.removesuffix('.scale')}.weight" in text:
+            continue
+        scale = text.get(f"{key.removesuffix('.weight')}.scale") if key.endswith(".weight") \
+            else None
+        name = _v41_rename(key)
+        if scale is not None:
+            value, scale = _v41_repack(value, scale, name)
+        if name.endswith(".o_a_proj.weight"):
+            groups = _arg(args, "deepseek_v41", "o_groups")
+            value = _o_groups(value, groups, name)
+            if scale is not None:
+                scale = _o_groups(scale, groups, name)
+        clean[name] = retag(value, name=name)
+        if scale is not None:
+            sname = f"{name.removesuffix('weight')}scales"
+            clean[sname] = retag(scale, name=sname)
+    n = _arg(args, "deepseek_v41", "n_routed_experts")
+    for (layer, proj), rows in experts.items():
+        if len(rows) != n:
+            raise ConfigError(f"layers.{layer}.ffn.experts: {len(rows)} {proj} expert weights, "
+                              f"but the config declares n_routed_experts={n!r} (mlx-lm raises)")
+        parts = [rows[i] for i in sorted(rows)]
+        name = f"model.layers.{layer}.mlp.experts.switch_mlp.{_V41_PROJ[proj]}"
+        if any("weight" not in p for p in parts):
+            raise ConfigError(f"layers.{layer}.ffn.experts: a {proj} expert has a scale and no "
+                              "weight (mlx-lm's sanitize reads it)")
+        value = _stacked(f"{name}.weight", [p["weight"] for p in parts])
+        if "scale" in parts[0]:
+            if any("scale" not in p for p in parts):
+                raise ConfigError(f"layers.{layer}.ffn.experts: some {proj} experts have no "
+                                  "scale (mlx-lm's sanitize reads one for each)")
+            scales = _stacked(f"{name}.scales", [p["scale"] for p in parts])
+            value, scales = _v41_repack(value, scales, f"{name}.weight")
+            clean[f"{name}.scales"] = scales
+        clean[f"{name}.weight"] = retag(value, name=f"{name}.weight")
+    return clean
+
+
 SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "deepseek_v2": _deepseek_v2,
     "deepseek_v32": _v32("deepseek_v32"),
@@ -494,4 +605,5 @@ SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "longcat_flash": _longcat_flash,
     "bailing_moe_v3": _bailing_moe_v3,
     "kimi_k3": _kimi_k3,
+    "deepseek_v41": _deepseek_v41,
 }

@@ -395,8 +395,12 @@ def _kimi_k3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
                           "needed to build kimi_k3's layers")
     kda = linear["kda_layers"]
     experts = _arg(text, fam, "num_experts")
-    dense = _arg(text, fam, "first_k_dense_replace")
-    freq = _arg(text, fam, "moe_layer_freq")
+    dense = _count(_arg(text, fam, "first_k_dense_replace"), "text_config.first_k_dense_replace")
+    freq = _count(_arg(text, fam, "moe_layer_freq"), "text_config.moe_layer_freq")
+    if not isinstance(kda, (list, tuple)) or (experts is not None and type(experts) is not int) \
+            or freq < 1:
+        raise ConfigError("config.json: text_config's kda_layers, num_experts or moe_layer_freq "
+                          "is not what kimi_k3's layers are built from")
     for i in range(n):
         lp = f"model.layers.{i}"
         if (experts or 0) > 0 and i >= dense and i % freq == 0:

@@ -141,12 +141,13 @@ def _absorb_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
 def _layer_index(key: str) -> int | None:
     """``int(parts[2])`` of a ``<x>.layers.<i>...`` name (mlx-lm's MTP filters)."""
     parts = key.split(".")
-    if len(parts) >= 3 and parts[1] == "layers":
-        if not parts[2].isdigit():
-            raise ConfigError(f"{key}: layer index {parts[2]!r} is not a number (mlx-lm's "
-                              "sanitize calls int() on it)")
+    if len(parts) < 3 or parts[1] != "layers":
+        return None
+    try:
         return int(parts[2])
-    return None
+    except ValueError:
+        raise ConfigError(f"{key}: layer index {parts[2]!r} is not a number (mlx-lm's "
+                          "sanitize calls int() on it)") from None
 
 
 def _dequant_fp8(ts: Tensors, is_scale: Callable[[str], bool],
@@ -167,7 +168,7 @@ def _dequant_fp8(ts: Tensors, is_scale: Callable[[str], bool],
             if not (broadcast_ok and _broadcasts(v.shape, w.shape)) and not _block_grid(
                     v.shape, w.shape):
                 raise ConfigError(f"{k}: shape {list(v.shape)} is not the 128x128 block "
-                                      f"grid of {wk} {list(w.shape)} (mlx-lm cannot dequantize)")
+                                  f"grid of {wk} {list(w.shape)} (mlx-lm cannot dequantize)")
             out[wk] = retag(w, dtype="BF16")
         elif k not in out:
             out[k] = v

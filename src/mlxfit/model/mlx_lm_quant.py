@@ -557,7 +557,8 @@ QUANT_FACTS: dict[str, dict[str, Any]] = {
     'kimi_k3': {
         "sanitize": True,
         "not_quantizable": (
-            '.self_attn.qkv_conv.conv',
+            '.mlp_res_proj', '.self_attention_res_proj', '.self_attn.qkv_conv.conv',
+            'language_model.model.output_attn_res_proj',
         ),
         "keep_dtype": (
             '.mlp.e_score_correction_bias', '.self_attn.A_log', '.self_attn.dt_bias',

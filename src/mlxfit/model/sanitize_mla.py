@@ -301,19 +301,19 @@ def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return drop(ts, lambda k: "rotary_emb.inv_freq" not in k)
 
 
-def _longcat_flash(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
+def longcat_flash(ts: Tensors, cfg: dict[str, Any], fam: str = "longcat_flash") -> Tensors:
     """longcat_flash.py: experts stacked per layer (num_layers, not num_hidden_layers), then
     both attentions of each layer (self_attn.0 / .1) have kv_b_proj absorbed; model.mtp.*
-    dropped last."""
+    dropped last. longcat_flash_ngram runs it too (``fam``: whose ModelArgs defaults apply)."""
     ts = dict(ts)
-    n = _count(_arg(cfg, "longcat_flash", "num_layers"), "num_layers")
-    experts = _arg(cfg, "longcat_flash", "n_routed_experts")
+    n = _count(_arg(cfg, fam, "num_layers"), "num_layers")
+    experts = _arg(cfg, fam, "n_routed_experts")
     for layer in range(n):
         p = f"model.layers.{layer}"
         _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
     for layer in range(n):
         for i in range(2):
-            _absorb_kv_b(ts, f"model.layers.{layer}.self_attn.{i}", cfg, "longcat_flash")
+            _absorb_kv_b(ts, f"model.layers.{layer}.self_attn.{i}", cfg, fam)
     return drop(ts, lambda k: not k.startswith("model.mtp"))
 
 
@@ -607,7 +607,7 @@ SANITIZE: dict[str, Callable[[Tensors, dict[str, Any]], Tensors]] = {
     "deepseek_v32": _v32("deepseek_v32"),
     "glm_moe_dsa": _v32("glm_moe_dsa"),
     "mistral4": _mistral4,
-    "longcat_flash": _longcat_flash,
+    "longcat_flash": longcat_flash,
     "bailing_moe_v3": _bailing_moe_v3,
     "kimi_k3": _kimi_k3,
     "deepseek_v41": _deepseek_v41,

@@ -13,6 +13,7 @@ from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
+from mlxfit.model.sanitize_mla import longcat_flash
 from mlxfit.model.sanitize_ops import Tensors, retag
 from mlxfit.model.tensors import TensorInfo
 
@@ -396,32 +397,10 @@ def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return ts
 
 
-def _longcat_flash(ts: Tensors, cfg: dict[str, Any], fam: str) -> Tensors:
-    """longcat_flash.py: per layer, experts stacked into switch_mlp (n_routed_experts each);
-    then both attentions' kv_b_proj split into embed_q / unembed_out; model.mtp* dropped."""
-    ts = dict(ts)
-    n_layers = _int_arg(cfg, fam, "num_layers")
-    n_experts = _int_arg(cfg, fam, "n_routed_experts")
-    for layer in range(n_layers):
-        prefix = f"model.layers.{layer}"
-        _stack_mlp_experts(ts, prefix, n_experts, fam)
-    for layer in range(n_layers):
-        for i in range(2):
-            prefix = f"model.layers.{layer}.self_attn.{i}"
-            if f"{prefix}.kv_b_proj.weight" in ts:
-                if f"{prefix}.kv_b_proj.scales" in ts:
-                    raise ConfigError(f"{prefix}.kv_b_proj is quantized; mlxfit does not "
-                                      "model mlx-lm's dequantize-and-requantize of it")
-                _split_kv_b(ts, prefix, _arg(cfg, fam, "num_attention_heads"),
-                            _arg(cfg, fam, "qk_nope_head_dim"), _arg(cfg, fam, "v_head_dim"),
-                            fam)
-    return {k: v for k, v in ts.items() if not k.startswith("model.mtp")}
-
-
 def _longcat_flash_ngram(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """longcat_flash_ngram.py: longcat_flash's sanitize, then embed_tokens moved (appended) to
     the n-gram embedding's word_embeddings."""
-    ts = _longcat_flash(ts, cfg, "longcat_flash_ngram")
+    ts = longcat_flash(ts, cfg, "longcat_flash_ngram")
     if "model.embed_tokens.weight" in ts:
         name = "model.ngram_embeddings.word_embeddings.weight"
         ts[name] = retag(ts.pop("model.embed_tokens.weight"), name=name)

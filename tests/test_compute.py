@@ -13,6 +13,7 @@ from mlxfit.estimate.compute import (
     SCAN_FLOPS,
     chip_compute,
     chunk_flops,
+    cold_gpu_seconds,
     predicted_ttft,
     prefill_layers,
     prefill_seconds,
@@ -118,6 +119,40 @@ def _llama_ttft(prompt: int, step: int = 2048, machine: str = "M4 Max 128GB") ->
                          load_calibration(), m.name)
     assert out is not None
     return out.ttft_s
+
+
+def _llama_prompt(prompt: int, cal, *, cold_gpu: bool):
+    cfg = load_config("meta-llama__Meta-Llama-3.1-8B")
+    p = MatmulParams(total=8_030_261_248, embedding=525_336_576, lm_head=525_336_576,
+                     fmt="affine4")
+    w = WeightsRead(total_bytes=4_500_000_000, expert_bytes=0, embedding_bytes=300_000_000,
+                    tied_embeddings=False, params=p)
+    m = resolve_machine("M5 Max 128GB")
+    out = predicted_ttft(cfg, _run(prompt), w, m.bandwidth_gbs, compute_for(m), cal, m.name,
+                         cold_gpu=cold_gpu)
+    assert out is not None
+    return out
+
+
+@pytest.mark.parametrize("prompt", [128, 16384])
+@pytest.mark.parametrize("lost", [100.0, 0.002])
+def test_cold_gpu_start_slows_a_short_prefill_and_caps_a_long_one(prompt, lost):
+    """A prefill that starts on an idle GPU (a harness that sleeps between trials) runs
+    ``cold_gpu_slowdown`` times slower until the ramp has cost ``cold_gpu_lost_s``: with a
+    slowdown of 3, a warm TTFT of t becomes 3t while 2t < the cap (every prefill here under a
+    100 s cap), t + the cap after (a 2 ms cap)."""
+    base = load_calibration()
+    cal = replace(base, prefill=replace(base.prefill, cold_gpu_slowdown=3.0,
+                                        cold_gpu_lost_s=lost))
+    warm = _llama_prompt(prompt, cal, cold_gpu=False)
+    cold = _llama_prompt(prompt, cal, cold_gpu=True)
+    t = warm.ttft_s
+    assert 2 * t < 100.0 and 2 * t > 0.002
+    assert cold.ttft_s == pytest.approx(3 * t if lost == 100.0 else t + 0.002)
+    assert cold_gpu_seconds(t, 3.0, lost) == pytest.approx(cold.ttft_s - t)
+    terms = {x.name: x.seconds for x in cold.terms}
+    assert terms["cold_gpu_seconds"] == pytest.approx(cold.ttft_s - t)
+    assert "cold_gpu_seconds" not in {x.name for x in warm.terms}  # mlxfit's own TTFT: warm
 
 
 def test_ttft_monotone_in_context_and_chunks():

@@ -33,6 +33,11 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
     evaluated (Gemma 3n/4 build their KV-shared layers too)
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
+
+A prefill that starts on an idle GPU (a harness that sleeps between trials: mlx_lm.benchmark
+--delay) runs its first part at the parked clock: ``cold_gpu_seconds``. mlxfit's own TTFT is
+the warm one (mlx_lm.benchmark's back-to-back trials); the evaluation adds it to runs whose
+harness slept (bench/prefill_eval.idle_gpu).
 """
 
 from __future__ import annotations
@@ -325,10 +330,20 @@ def chunk_read_bytes(cfg: ModelConfig, w: WeightsRead, tokens: int) -> int:
     return dense + routed
 
 
+def cold_gpu_seconds(warm_s: float, slowdown: float, lost_s: float) -> float:
+    """Seconds a prefill of ``warm_s`` (on a warm GPU) adds when it starts on an idle one:
+    macOS parks an idle GPU's clock (DVFS) and ramps it back under load, so the first part runs
+    ``slowdown`` times slower until the ramp has cost ``lost_s`` (a short prefill ends inside
+    the ramp and is just ``slowdown`` times slower)."""
+    return min(warm_s * (slowdown - 1.0), lost_s)
+
+
 def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   chip: ChipCompute, cal: Calibration, machine_name: str) -> PromptTime | None:
+                   chip: ChipCompute, cal: Calibration, machine_name: str, *,
+                   cold_gpu: bool = False) -> PromptTime | None:
     """TTFT and prompt tok/s of ``run``'s prompt (ctx - gen tokens); None when the
-    calibration has no [prefill] table or the tensors' parameters were not counted."""
+    calibration has no [prefill] table or the tensors' parameters were not counted.
+    ``cold_gpu``: the prefill starts on an idle GPU (``cold_gpu_seconds``)."""
     if cal.prefill is None or w.params is None:
         return None
     pc = cal.prefill
@@ -339,7 +354,12 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     total, secs, parts = ps.flops, ps.seconds, ps.parts
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        bandwidth_gbs, cal, machine_name)
-    ttft = secs + step
+    cold = (cold_gpu_seconds(secs + step, pc.cold_gpu_slowdown, pc.cold_gpu_lost_s)
+            if cold_gpu else 0.0)
+    ttft = secs + step + cold
+    cold_terms = (TimeTerm("cold_gpu_seconds", cold,
+                           "the prefill starts on an idle GPU: min((prefill + first step) x "
+                           "(cold_gpu_slowdown - 1), cold_gpu_lost_s)"),) if cold_gpu else ()
     terms = (
         TimeTerm("prefill_matmul_seconds", parts.matmul,
                  "2 x parameters per token (dense + routed experts x top_k/experts) x prefill "
@@ -375,8 +395,9 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                   "slowest_chunk_s": ps.largest_chunk_s, "slowest_layer_s": ps.largest_layer_s}),
         TimeTerm("first_decode_step_seconds", step,
                  "the last prompt token through the decode step (predicted_decode_seconds)"),
-        TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds",
-                 {"prompt": s.prompt}),
+    ) + cold_terms + (
+        TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds"
+                 + (" + cold_gpu_seconds" if cold_gpu else ""), {"prompt": s.prompt}),
     )
     return PromptTime(ttft, s.prompt / ttft, s.prompt, ps.chunks, ps.largest_chunk_s,
                       ps.largest_layer_s, terms)

@@ -6,7 +6,9 @@ Used by ``bench/metal_eval.py --speed [--md FILE] [--loo-rows FILE]``. Each run'
 (bytes each decode step reads by kernel path, FLOPs and bytes of each prefill chunk) come from
 mlxfit's own functions (``speed.weights_split``, ``speed.kv_read_parts``,
 ``compute.chunk_flops``, ``compute.chunk_read_bytes``); the time is then a sum of amounts over
-fitted efficiencies, so the fits (log(pred/meas), soft-L1) work on per-run features. The
+fitted efficiencies, so the fits (log(pred/meas), soft-L1) work on per-run features. A run whose
+harness slept before each trial (``prefill_eval.idle_gpu``: ax-engine's mlx_lm.benchmark
+--delay) adds the cold-GPU start (``compute.cold_gpu_seconds``) to its TTFT. The
 "shipped" prediction is mlxfit's (``predicted_decode_seconds``, ``predicted_ttft``) with
 calibration.toml as it is.
 

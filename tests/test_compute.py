@@ -204,6 +204,26 @@ def test_chunk_read_eta_charges_the_weights_a_chunk_reads():
     assert (two.matmul, two.attention, two.scan) == (one.matmul, one.attention, one.scan)
 
 
+def test_prefill_multiplies_the_parameters_of_the_layers_it_computes():
+    """Layers differ in size (Gemma-4 E2B's KV-shared layers, never computed in prefill, have
+    double-wide MLPs): with each layer's dense parameters counted from the tensors, a chunk
+    multiplies those of the layers it computes plus those outside the layers; without the
+    counts, the uniform share computed / layers."""
+    raw = config_dict("google__gemma-4-26B-A4B")
+    text = {**raw["text_config"], "num_kv_shared_layers": 12}
+    cfg = parse_config({**raw, "text_config": text}, act_bytes=2)
+    layers = text["num_hidden_layers"]
+    n = prefill_layers(cfg)
+    assert n < layers - 12
+    own = (100_000_000,) * (layers - 12) + (300_000_000,) * 12
+    outside = 7_000_000
+    p = MatmulParams(total=outside + sum(own), fmt="affine4", layer_dense=own)
+    f = chunk_flops(cfg, p, _run(129), 1)
+    assert f.dense == pytest.approx(2 * (outside + 100_000_000 * n) * 128)
+    uniform = chunk_flops(cfg, replace(p, layer_dense=()), _run(129), 1)
+    assert uniform.dense == pytest.approx(2 * (outside + sum(own)) * n / layers * 128)
+
+
 def test_per_layer_chunk_cost_counts_every_layer_mlx_lm_builds():
     """mlx-lm builds every layer's graph for each prefill chunk (the GPU idle meanwhile) and
     evaluates only up to the last cache owner: Gemma-4's KV-shared layers are built, never

@@ -14,7 +14,8 @@ kernel setup, which this model does not include.
 
 Per chunk of L tokens (constants: calibration.toml [prefill]):
   matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)
-             x L x the share of layers computed (prefill_layers), over eff_<format> x peak
+             x L, of the layers computed (prefill_layers; each layer's own parameters:
+             computed_dense_params), over eff_<format> x peak
   attention  2 x q_heads x (k_dim + v_dim) x (query, key) pairs: causal (fused SDPA, "causal"
              mask: L x offset + L(L+1)/2), or the whole L x keys rectangle (an array mask, a
              window, or unfused scores). MLA adds the per-chunk rebuild of K and V from the
@@ -142,6 +143,18 @@ def prefill_layers(cfg: ModelConfig) -> int:
     return 0
 
 
+def computed_dense_params(dense: float, per_layer: tuple[int, ...], n: int, layers: int
+                          ) -> float:
+    """Of ``dense`` parameters, those a chunk computing the first ``n`` of ``layers`` layers
+    multiplies: the first n layers' own (``per_layer``, counted from the tensors) and those
+    outside the layers (Gemma 3n/4's per-layer input projection, norms). Layers differ in size:
+    Gemma-4 E2B's 20 KV-shared layers, never computed, have double-wide MLPs and hold 70 % of
+    its layer parameters, not 20/35. Without a count for every layer, the uniform n/layers."""
+    if len(per_layer) < layers or not all(per_layer[:layers]) or sum(per_layer) > dense:
+        return dense * n / max(layers, 1)
+    return dense - sum(per_layer) + sum(per_layer[:n])
+
+
 def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool = True,
                             computed: int | None = None) -> tuple[float, float]:
     """(dense, routed-expert) parameters one token multiplies. The input embedding and
@@ -154,7 +167,7 @@ def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool 
         head = p.lm_head or p.embedding  # tied: the embedding table is the head
         return dense + head, routed
     n = prefill_layers(cfg) if computed is None else computed
-    dense *= n / max(cfg.num_layers, 1)
+    dense = computed_dense_params(dense, p.layer_dense, n, cfg.num_layers)
     moe = cfg.moe_layers
     if moe:
         routed *= sum(1 for ly in cfg.layers[:n] if ly.moe) / moe

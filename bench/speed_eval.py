@@ -6,7 +6,9 @@ Used by ``bench/metal_eval.py --speed [--md FILE] [--loo-rows FILE]``. Each run'
 (bytes each decode step reads by kernel path, FLOPs and bytes of each prefill chunk) come from
 mlxfit's own functions (``speed.weights_split``, ``speed.kv_read_parts``,
 ``compute.chunk_flops``, ``compute.chunk_read_bytes``); the time is then a sum of amounts over
-fitted efficiencies, so the fits (log(pred/meas), soft-L1) work on per-run features. The
+fitted efficiencies, so the fits (log(pred/meas), soft-L1) work on per-run features. A run whose
+harness slept before each trial (``prefill_eval.idle_gpu``: ax-engine's mlx_lm.benchmark
+--delay) adds the cold-GPU start (``compute.cold_gpu_seconds``) to its TTFT. The
 "shipped" prediction is mlxfit's (``predicted_decode_seconds``, ``predicted_ttft``) with
 calibration.toml as it is.
 
@@ -28,7 +30,12 @@ from dataclasses import replace
 
 import numpy as np
 
-from mlxfit.estimate.compute import chunk_flops, chunk_read_bytes, prefill_layers
+from mlxfit.estimate.compute import (
+    chunk_flops,
+    chunk_read_bytes,
+    cold_gpu_seconds,
+    prefill_layers,
+)
 from mlxfit.estimate.speed import kv_read_parts, weights_split
 
 KINDS = ("dense", "MoE", "MLA", "sliding", "hybrid", "SSM")
@@ -42,7 +49,8 @@ PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4"
            "expert_eff": (0.02, 2.0), "neural_accel_eff": (0.05, 2.0), "attn_eff": (0.05, 2.0),
            "attn_unfused_eff": (0.01, 2.0), "score_eta": (0.01, 2.0), "scan_eff": (0.001, 2.0),
            "chunk_read_eta": (0.02, 2.0), "per_layer_chunk_s": (0.0, 0.05),
-           "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5)}
+           "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5),
+           "cold_gpu_slowdown": (1.0, 5.0), "cold_gpu_lost_s": (0.0, 1.0)}
 # A constant is fitted only where at least this many models (formats: runs) carry its feature;
 # otherwise it keeps the all-runs value (as decode's ultra_eta always did leaving guruswami out).
 MIN_MODELS = 3
@@ -51,7 +59,8 @@ DEC_NEEDS = {"expert_eta": "routed", "kv_eta": "fused", "unfused_eta": "unfused"
              "per_moe_layer_s": "Lm", "gqa_ultra": "fused_g", "ultra_eta": "ultra"}
 PRE_NEEDS = {"expert_eff": "experts", "attn_eff": "attn_fused", "attn_unfused_eff": "attn_unfused",
              "score_eta": "traffic", "scan_eff": "scan", "per_moe_layer_chunk_s": "moe_layers",
-             "ultra_compute": "ultra", "neural_accel_eff": "na"}
+             "ultra_compute": "ultra", "neural_accel_eff": "na",
+             "cold_gpu_slowdown": "cold", "cold_gpu_lost_s": "cold"}
 
 
 # Runs whose prompt speeds stay out of the fit and tables (their decode speeds are kept), by a
@@ -156,10 +165,17 @@ def prefill_features(c, model, row, ev, pe) -> dict | None:
             "moe_layers": model.cfg.moe_layers,
             "bw": m.bandwidth_gbs * 1e9, "step": step, "fmt": w.params.fmt,
             "T": chip.matmul_flops, "A": chip.gpu_flops, "na": float(chip.neural_accel),
-            "ultra": float(chip.ultra), "P": s.prompt}
+            "ultra": float(chip.ultra), "P": s.prompt, "cold": float(pe.idle_gpu(row))}
 
 
 def prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:
+    warm = _warm_prefill_seconds(f, x, ultra_eta)
+    if not f["cold"]:
+        return warm
+    return warm + cold_gpu_seconds(warm, x["cold_gpu_slowdown"], x["cold_gpu_lost_s"])
+
+
+def _warm_prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:
     ultra = x["ultra_compute"] if f["ultra"] else 1.0
     tensor = f["T"] * (x["neural_accel_eff"] if f["na"] else 1.0) * ultra
     bw = f["bw"] * (ultra_eta if f["ultra"] else 1.0)

@@ -13,6 +13,7 @@ from mlxfit.estimate.compute import (
     SCAN_FLOPS,
     chip_compute,
     chunk_flops,
+    cold_gpu_seconds,
     predicted_ttft,
     prefill_layers,
     prefill_seconds,
@@ -120,6 +121,40 @@ def _llama_ttft(prompt: int, step: int = 2048, machine: str = "M4 Max 128GB") ->
     return out.ttft_s
 
 
+def _llama_prompt(prompt: int, cal, *, cold_gpu: bool):
+    cfg = load_config("meta-llama__Meta-Llama-3.1-8B")
+    p = MatmulParams(total=8_030_261_248, embedding=525_336_576, lm_head=525_336_576,
+                     fmt="affine4")
+    w = WeightsRead(total_bytes=4_500_000_000, expert_bytes=0, embedding_bytes=300_000_000,
+                    tied_embeddings=False, params=p)
+    m = resolve_machine("M5 Max 128GB")
+    out = predicted_ttft(cfg, _run(prompt), w, m.bandwidth_gbs, compute_for(m), cal, m.name,
+                         cold_gpu=cold_gpu)
+    assert out is not None
+    return out
+
+
+@pytest.mark.parametrize("prompt", [128, 16384])
+@pytest.mark.parametrize("lost", [100.0, 0.002])
+def test_cold_gpu_start_slows_a_short_prefill_and_caps_a_long_one(prompt, lost):
+    """A prefill that starts on an idle GPU (a harness that sleeps between trials) runs
+    ``cold_gpu_slowdown`` times slower until the ramp has cost ``cold_gpu_lost_s``: with a
+    slowdown of 3, a warm TTFT of t becomes 3t while 2t < the cap (every prefill here under a
+    100 s cap), t + the cap after (a 2 ms cap)."""
+    base = load_calibration()
+    cal = replace(base, prefill=replace(base.prefill, cold_gpu_slowdown=3.0,
+                                        cold_gpu_lost_s=lost))
+    warm = _llama_prompt(prompt, cal, cold_gpu=False)
+    cold = _llama_prompt(prompt, cal, cold_gpu=True)
+    t = warm.ttft_s
+    assert 2 * t < 100.0 and 2 * t > 0.002
+    assert cold.ttft_s == pytest.approx(3 * t if lost == 100.0 else t + 0.002)
+    assert cold_gpu_seconds(t, 3.0, lost) == pytest.approx(cold.ttft_s - t)
+    terms = {x.name: x.seconds for x in cold.terms}
+    assert terms["cold_gpu_seconds"] == pytest.approx(cold.ttft_s - t)
+    assert "cold_gpu_seconds" not in {x.name for x in warm.terms}  # mlxfit's own TTFT: warm
+
+
 def test_ttft_monotone_in_context_and_chunks():
     ttfts = [_llama_ttft(p) for p in (512, 2048, 4096, 16384, 65536)]
     assert ttfts == sorted(ttfts) and len(set(ttfts)) == len(ttfts)
@@ -167,6 +202,26 @@ def test_chunk_read_eta_charges_the_weights_a_chunk_reads():
     assert one.fixed == pytest.approx(4.5e9 / (0.5 * 546e9))
     assert two.fixed == pytest.approx(2 * one.fixed)
     assert (two.matmul, two.attention, two.scan) == (one.matmul, one.attention, one.scan)
+
+
+def test_prefill_multiplies_the_parameters_of_the_layers_it_computes():
+    """Layers differ in size (Gemma-4 E2B's KV-shared layers, never computed in prefill, have
+    double-wide MLPs): with each layer's dense parameters counted from the tensors, a chunk
+    multiplies those of the layers it computes plus those outside the layers; without the
+    counts, the uniform share computed / layers."""
+    raw = config_dict("google__gemma-4-26B-A4B")
+    text = {**raw["text_config"], "num_kv_shared_layers": 12}
+    cfg = parse_config({**raw, "text_config": text}, act_bytes=2)
+    layers = text["num_hidden_layers"]
+    n = prefill_layers(cfg)
+    assert n < layers - 12
+    own = (100_000_000,) * (layers - 12) + (300_000_000,) * 12
+    outside = 7_000_000
+    p = MatmulParams(total=outside + sum(own), fmt="affine4", layer_dense=own)
+    f = chunk_flops(cfg, p, _run(129), 1)
+    assert f.dense == pytest.approx(2 * (outside + 100_000_000 * n) * 128)
+    uniform = chunk_flops(cfg, replace(p, layer_dense=()), _run(129), 1)
+    assert uniform.dense == pytest.approx(2 * (outside + sum(own)) * n / layers * 128)
 
 
 def test_per_layer_chunk_cost_counts_every_layer_mlx_lm_builds():

@@ -269,3 +269,18 @@ def test_summary_is_frozen() -> None:
     s = summarize_weights([], {})
     with pytest.raises(AttributeError):
         s.total_bytes = 1  # type: ignore[misc]
+
+
+def test_dense_parameters_per_decoder_layer() -> None:
+    """Prefill computes only the first layers, and layers differ in size: the summary counts
+    each decoder layer's dense parameters (quantized weights unpacked), leaving out the
+    embedding, the routed experts, an MTP head's layers and what sits outside the layers."""
+    tensors = (qlinear("model.layers.0.mlp.up_proj", 64, 64)  # 4,096
+               + qlinear("model.layers.1.mlp.up_proj", 128, 64)  # 8,192
+               + [T("model.layers.1.input_layernorm.weight", "BF16", [64]),
+                  T("model.layers.1.mlp.experts.0.up_proj.weight", "BF16", [8, 64]),
+                  T("model.embed_tokens.weight", "BF16", [100, 64]),
+                  T("model.norm.weight", "BF16", [64]),
+                  T("mtp.layers.0.proj.weight", "BF16", [64, 64])])
+    s = summarize_weights(tensors, Q4)
+    assert s.layer_dense_params == (4096, 8192 + 64)

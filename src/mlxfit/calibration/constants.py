@@ -94,6 +94,10 @@ class Prefill:
     per_layer_chunk_s: float  # fixed cost per computed layer per chunk
     per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
     ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute
+    # a prefill that starts on an idle GPU (compute.cold_gpu_seconds): the parked clock's
+    # slowdown and the most seconds the ramp costs
+    cold_gpu_slowdown: float
+    cold_gpu_lost_s: float
     watchdog_layer_s: float  # one layer of one chunk: past it macOS's GPU watchdog has killed runs
 
 
@@ -121,7 +125,8 @@ _POSITIVE = frozenset({"eta", "ultra_eta", "expert_eta", "kv_eta", "unfused_eta"
                        "eff_bf16", "eff_affine2", "eff_affine3", "eff_affine4", "eff_affine5",
                        "eff_affine6", "eff_affine8", "eff_mxfp4", "eff_nvfp4", "eff_mxfp8",
                        "expert_eff", "neural_accel_eff", "attn_eff", "attn_unfused_eff",
-                       "scan_eff", "score_eta", "chunk_read_eta", "ultra_compute", "watchdog_layer_s"})
+                       "scan_eff", "score_eta", "chunk_read_eta", "ultra_compute", "watchdog_layer_s",
+                       "cold_gpu_slowdown"})
 
 
 def _number(v: Any, name: str, where: str) -> float:

@@ -14,7 +14,8 @@ kernel setup, which this model does not include.
 
 Per chunk of L tokens (constants: calibration.toml [prefill]):
   matmul     2 x parameters a token touches (dense weights; routed experts x top_k/experts)
-             x L x the share of layers computed (prefill_layers), over eff_<format> x peak
+             x L, of the layers computed (prefill_layers; each layer's own parameters:
+             computed_dense_params), over eff_<format> x peak
   attention  2 x q_heads x (k_dim + v_dim) x (query, key) pairs: causal (fused SDPA, "causal"
              mask: L x offset + L(L+1)/2), or the whole L x keys rectangle (an array mask, a
              window, or unfused scores). MLA adds the per-chunk rebuild of K and V from the
@@ -33,6 +34,11 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
     evaluated (Gemma 3n/4 build their KV-shared layers too)
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
+
+A prefill that starts on an idle GPU (a harness that sleeps between trials: mlx_lm.benchmark
+--delay) runs its first part at the parked clock: ``cold_gpu_seconds``. mlxfit's own TTFT is
+the warm one (mlx_lm.benchmark's back-to-back trials); the evaluation adds it to runs whose
+harness slept (bench/prefill_eval.idle_gpu).
 """
 
 from __future__ import annotations
@@ -137,6 +143,18 @@ def prefill_layers(cfg: ModelConfig) -> int:
     return 0
 
 
+def computed_dense_params(dense: float, per_layer: tuple[int, ...], n: int, layers: int
+                          ) -> float:
+    """Of ``dense`` parameters, those a chunk computing the first ``n`` of ``layers`` layers
+    multiplies: the first n layers' own (``per_layer``, counted from the tensors) and those
+    outside the layers (Gemma 3n/4's per-layer input projection, norms). Layers differ in size:
+    Gemma-4 E2B's 20 KV-shared layers, never computed, have double-wide MLPs and hold 70 % of
+    its layer parameters, not 20/35. Without a count for every layer, the uniform n/layers."""
+    if len(per_layer) < layers or not all(per_layer[:layers]) or sum(per_layer) > dense:
+        return dense * n / max(layers, 1)
+    return dense - sum(per_layer) + sum(per_layer[:n])
+
+
 def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool = True,
                             computed: int | None = None) -> tuple[float, float]:
     """(dense, routed-expert) parameters one token multiplies. The input embedding and
@@ -149,7 +167,7 @@ def matmul_params_per_token(cfg: ModelConfig, p: MatmulParams, *, prefill: bool 
         head = p.lm_head or p.embedding  # tied: the embedding table is the head
         return dense + head, routed
     n = prefill_layers(cfg) if computed is None else computed
-    dense *= n / max(cfg.num_layers, 1)
+    dense = computed_dense_params(dense, p.layer_dense, n, cfg.num_layers)
     moe = cfg.moe_layers
     if moe:
         routed *= sum(1 for ly in cfg.layers[:n] if ly.moe) / moe
@@ -325,10 +343,20 @@ def chunk_read_bytes(cfg: ModelConfig, w: WeightsRead, tokens: int) -> int:
     return dense + routed
 
 
+def cold_gpu_seconds(warm_s: float, slowdown: float, lost_s: float) -> float:
+    """Seconds a prefill of ``warm_s`` (on a warm GPU) adds when it starts on an idle one:
+    macOS parks an idle GPU's clock (DVFS) and ramps it back under load, so the first part runs
+    ``slowdown`` times slower until the ramp has cost ``lost_s`` (a short prefill ends inside
+    the ramp and is just ``slowdown`` times slower)."""
+    return min(warm_s * (slowdown - 1.0), lost_s)
+
+
 def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   chip: ChipCompute, cal: Calibration, machine_name: str) -> PromptTime | None:
+                   chip: ChipCompute, cal: Calibration, machine_name: str, *,
+                   cold_gpu: bool = False) -> PromptTime | None:
     """TTFT and prompt tok/s of ``run``'s prompt (ctx - gen tokens); None when the
-    calibration has no [prefill] table or the tensors' parameters were not counted."""
+    calibration has no [prefill] table or the tensors' parameters were not counted.
+    ``cold_gpu``: the prefill starts on an idle GPU (``cold_gpu_seconds``)."""
     if cal.prefill is None or w.params is None:
         return None
     pc = cal.prefill
@@ -339,7 +367,12 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     total, secs, parts = ps.flops, ps.seconds, ps.parts
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        bandwidth_gbs, cal, machine_name)
-    ttft = secs + step
+    cold = (cold_gpu_seconds(secs + step, pc.cold_gpu_slowdown, pc.cold_gpu_lost_s)
+            if cold_gpu else 0.0)
+    ttft = secs + step + cold
+    cold_terms = (TimeTerm("cold_gpu_seconds", cold,
+                           "the prefill starts on an idle GPU: min((prefill + first step) x "
+                           "(cold_gpu_slowdown - 1), cold_gpu_lost_s)"),) if cold_gpu else ()
     terms = (
         TimeTerm("prefill_matmul_seconds", parts.matmul,
                  "2 x parameters per token (dense + routed experts x top_k/experts) x prefill "
@@ -375,8 +408,9 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                   "slowest_chunk_s": ps.largest_chunk_s, "slowest_layer_s": ps.largest_layer_s}),
         TimeTerm("first_decode_step_seconds", step,
                  "the last prompt token through the decode step (predicted_decode_seconds)"),
-        TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds",
-                 {"prompt": s.prompt}),
+    ) + cold_terms + (
+        TimeTerm("ttft_seconds", ttft, "prefill_seconds + first_decode_step_seconds"
+                 + (" + cold_gpu_seconds" if cold_gpu else ""), {"prompt": s.prompt}),
     )
     return PromptTime(ttft, s.prompt / ttft, s.prompt, ps.chunks, ps.largest_chunk_s,
                       ps.largest_layer_s, terms)

@@ -149,6 +149,7 @@ class MatmulParams:
     lm_head: int = 0
     lookup: int = 0
     fmt: str = "bf16"  # "bf16" (any float), "affine4" (affine + bits), "mxfp4", "nvfp4", "mxfp8"
+    layer_dense: tuple[int, ...] = ()  # dense parameters of each decoder layer (by index)
 
     @classmethod
     def of(cls, w) -> MatmulParams:
@@ -160,7 +161,8 @@ class MatmulParams:
         else:
             fmt = w.quant_mode
         return cls(total=w.param_count, experts=w.expert_params, embedding=w.embedding_params,
-                   lm_head=w.lm_head_params, lookup=w.lookup_params, fmt=fmt)
+                   lm_head=w.lm_head_params, lookup=w.lookup_params, fmt=fmt,
+                   layer_dense=w.layer_dense_params)
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ config.json; see MLX_MEMORY.md section 1 for the layout facts relied on here.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +75,22 @@ class WeightsSummary:
     embedding_params: int = 0
     lm_head_params: int = 0
     lookup_params: int = 0
+    # Dense parameters (no role above) of each decoder layer by its index ("layers.<i>."):
+    # prefill computes only the first few, and layers differ in size (Gemma 3n/4's KV-shared
+    # layers have double-wide MLPs; hybrids' linear-attention and attention layers)
+    layer_dense_params: tuple[int, ...] = ()
+
+
+# The decoder layer a tensor belongs to: "<prefix>.layers.<i>." (not an MTP head's layers)
+_LAYER = re.compile(r"(?:^|\.)layers\.(\d+)\.")
+
+
+def layer_index(name: str) -> int | None:
+    """The decoder layer ``name`` belongs to; None outside the decoder layers."""
+    m = _LAYER.search(name)
+    if m is None or "mtp" in name.split(".") or is_vision(name):
+        return None
+    return int(m.group(1))
 
 
 @dataclass(frozen=True)
@@ -201,6 +218,7 @@ def summarize_weights(
 
     all_bytes = total = experts = vision = embedding = head = params = 0
     by_role = {"expert": 0, "embedding": 0, "lm_head": 0, "lookup": 0}
+    per_layer: dict[int, int] = {}
     q_bytes = q_weights = 0
     by_dtype: dict[str, int] = {}
     for t in tensors:
@@ -235,6 +253,8 @@ def summarize_weights(
                 else "expert" if is_expert(t.name) and not is_vision(t.name) else None)
         if role:
             by_role[role] += n
+        elif n and (i := layer_index(t.name)) is not None:
+            per_layer[i] = per_layer.get(i, 0) + n
 
     return WeightsSummary(
         total_bytes=total,
@@ -258,4 +278,5 @@ def summarize_weights(
         embedding_params=by_role["embedding"],
         lm_head_params=by_role["lm_head"],
         lookup_params=by_role["lookup"],
+        layer_dense_params=tuple(per_layer.get(i, 0) for i in range(max(per_layer, default=-1) + 1)),
     )

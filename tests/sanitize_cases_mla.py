@@ -6,22 +6,11 @@ mlx-lm sanitize (or name the line in UNREACHABLE with why no checkpoint mlx-lm l
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from sanitize_oracle import Layout, model_layout, unstack
-
-FIXTURES = Path(__file__).parent / "fixtures" / "families"
-
-Case = tuple[dict[str, Any], Layout]
-
-
-def fixture(family: str, **changes: Any) -> dict[str, Any]:
-    """The family's fixture config (tests/fixtures/families), with ``changes``."""
-    return {**json.loads((FIXTURES / f"{family}.json").read_text()), **changes}
+from sanitize_oracle import Case, Layout, fixture, model_layout, unstack
 
 
 def experts_hf(layout: Layout, mlp: str = r"model\.layers\.\d+\.mlp", stacked: str = "switch_mlp",

@@ -6,22 +6,11 @@ UNREACHABLE with why no checkpoint mlx-lm loads reaches it).
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-from sanitize_oracle import Layout, model_layout, rename, unstack
-
-FIXTURES = Path(__file__).parent / "fixtures" / "families"
-
-Case = tuple[dict[str, Any], Layout]
-
-
-def fixture(family: str, **changes: Any) -> dict[str, Any]:
-    """The family's fixture config (tests/fixtures/families), with ``changes``."""
-    return {**json.loads((FIXTURES / f"{family}.json").read_text()), **changes}
+from sanitize_oracle import Case, Layout, fixture, model_layout, rename, unstack
 
 
 def hf_conv(layout: Layout, needle: str) -> Layout:

@@ -13,13 +13,22 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
+import json
 import re
 import sys
 import types
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 Layout = dict[str, tuple[str, tuple[int, ...]]]
+Case = tuple[dict[str, Any], Layout]  # (config, checkpoint layout)
+FIXTURES = Path(__file__).parent / "fixtures" / "families"
+
+
+def fixture(family: str, **changes: Any) -> dict[str, Any]:
+    """The family's fixture config (tests/fixtures/families), with ``changes``."""
+    return {**json.loads((FIXTURES / f"{family}.json").read_text()), **changes}
 
 
 def _classes(config: dict[str, Any]):

@@ -25,6 +25,7 @@ from mlxfit.model import (
     sanitize_wrappers,
 )
 from mlxfit.model.build_hybrid import bailing_global
+from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
 from mlxfit.model.mlx_lm_quant import QUANT_FACTS
 from mlxfit.model.sanitize_ops import (
@@ -334,3 +335,22 @@ def sanitized(tensors: list[TensorInfo] | tuple[TensorInfo, ...], config: dict[s
     if family not in ("deepseek_v3",):
         fp8_left(ts, family)
     return ts, rules
+
+
+def loaded_tensors(tensors: list[TensorInfo] | tuple[TensorInfo, ...],
+                   config: dict[str, Any]) -> tuple[TensorInfo, ...]:
+    """The tensors ``mlx_lm.load`` holds: its loader runs the family's sanitize on every
+    checkpoint, so an HF-layout one is held as the sanitize leaves it (FP8 blocks dequantized to
+    bfloat16, MTP layers, rotary buffers and towers dropped, experts stacked); an MLX-layout one
+    passes through. Only where the family's sanitize is replayed and verified; a family mlxfit
+    does not know keeps its tensors as stored."""
+    mt = config.get("model_type")
+    archs = config.get("architectures")
+    if not isinstance(mt, str):
+        return tuple(tensors)
+    family = mlx_lm_module(mt, [a for a in archs if isinstance(a, str)]
+                           if isinstance(archs, list) else [])
+    rules = RULES.get(family) or generated_rules(family)
+    if family not in RULES and family not in QUANT_FACTS or not rules.verified:
+        return tuple(tensors)
+    return tuple(rules.sanitize({t.name: t for t in tensors}, config).values())

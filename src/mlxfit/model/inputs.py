@@ -8,6 +8,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from mlxfit.model.config import ModelConfig
+from mlxfit.model.convert_rules import loaded_tensors
 from mlxfit.model.crosscheck import check_dims
 from mlxfit.model.parse import parse_config
 from mlxfit.model.quantize import ConversionPlan
@@ -49,13 +50,23 @@ class ModelInputs:
     source_notes: tuple[str, ...] = ()
 
 
+def held_tensors(src, with_vision: bool = False) -> tuple[TensorInfo, ...]:
+    """The tensors mlx-lm holds once it loaded ``src``: its sanitize replayed (an HF-layout
+    checkpoint's FP8 dequantized, MTP layers and towers dropped). With the towers asked for
+    (another loader, such as mlx-vlm's, keeps them), the tensors as stored."""
+    if with_vision or getattr(src, "as_loaded", False):
+        return tuple(src.tensors)
+    return loaded_tensors(src.tensors, src.config)
+
+
 def model_inputs(src, with_vision: bool = False) -> ModelInputs:
     """A ModelSource (folder, hf-cache snapshot or catalog entry) -> the model's fit inputs."""
     where = f"{src.location}/config.json" if src.kind != "catalog" else f"{src.name} (catalog)"
-    w = summarize_weights(src.tensors, src.config, with_vision=with_vision)
-    cfg = parse_config(src.config, act_bytes=activation_bytes(src.tensors), where=where)
-    check_dims(cfg, src.tensors, src.config, where)  # a config its own weights contradict
-    lookup = sum(t.nbytes for t in src.tensors if is_lookup_table(t.name))
+    tensors = held_tensors(src, with_vision)
+    w = summarize_weights(tensors, src.config, with_vision=with_vision)
+    cfg = parse_config(src.config, act_bytes=activation_bytes(tensors), where=where)
+    check_dims(cfg, tensors, src.config, where)  # a config its own weights contradict
+    lookup = sum(t.nbytes for t in tensors if is_lookup_table(t.name))
     wr = WeightsRead(total_bytes=w.total_bytes, expert_bytes=w.expert_bytes,
                      embedding_bytes=w.embedding_bytes, tied_embeddings=w.tied_embeddings,
                      lookup_bytes=lookup, params=MatmulParams.of(w))
@@ -68,7 +79,8 @@ def model_inputs(src, with_vision: bool = False) -> ModelInputs:
 
 def model_arrays(src, with_vision: bool = False) -> tuple:
     """The model's largest weight arrays (for the maxBufferLength check)."""
-    return weight_buffers(src.tensors, keep=lambda n: with_vision or not is_vision(n))
+    return weight_buffers(held_tensors(src, with_vision),
+                          keep=lambda n: with_vision or not is_vision(n))
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,9 @@ class ModelSource:
     # a lower bound: its tensors' bytes, without the headers or a tower the repo may also hold.
     download_bytes: int | None = None
     download_at_least: bool = False
+    # The tensors are already as mlx-lm's load holds them (a predicted conversion's output),
+    # so its sanitize is not replayed on them again.
+    as_loaded: bool = False
 
 
 @dataclass(frozen=True)

@@ -80,7 +80,8 @@ def converted_source(src: ModelSource, recipe: QuantRecipe,
     sized = (f"sized as `{cmd}` would write it: {plan.weight_bytes / 1e9:,.2f} GB of weights, "
              f"{plan.bits_per_weight:.3f} bits per weight")
     notes = (sized, *plan.notes, *src.notes)
-    return replace(src, config=config, tensors=plan.tensors, files=(), notes=notes), plan
+    return replace(src, config=config, tensors=plan.tensors, files=(), notes=notes,
+                   as_loaded=True), plan
 
 
 def conversion_plan(plan: QuantizationPlan, model_ref: str) -> ConversionPlan:

@@ -33,7 +33,7 @@ from mlxfit.mlx_lm_defaults import (
     DEFAULT_PREFILL_STEP_SIZE,
     DEFAULT_QUANTIZED_KV_START,
 )
-from mlxfit.model.inputs import ModelInputs, model_arrays, model_inputs
+from mlxfit.model.inputs import ModelInputs, held_tensors, model_arrays, model_inputs
 from mlxfit.model.names import quant_family
 from mlxfit.model.quantize import QuantRecipe
 from mlxfit.model.weights import summarize_weights
@@ -409,7 +409,8 @@ def ttft_of(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration) -> floa
 def weights_summary(model: str, revision: str | None = None, with_vision: bool = False):
     """The exact weights breakdown of a model (no machine, no context)."""
     src = resolve_model(model, revision=revision)
-    return src, summarize_weights(src.tensors, src.config, with_vision=with_vision)
+    return src, summarize_weights(held_tensors(src, with_vision), src.config,
+                                  with_vision=with_vision)
 
 
 # --------------------------------------------------------------------------- the other verbs

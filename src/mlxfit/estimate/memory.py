@@ -300,13 +300,19 @@ def kv_term(cfg: ModelConfig, run: Run) -> Term:
     )
 
 
-def state_term(cfg: ModelConfig) -> Term:
-    """ArraysCache state of linear-attention / SSM / conv layers: constant in the context."""
+def state_bytes_final(cfg: ModelConfig, run: Run) -> int:
+    """The ArraysCache states once the run's whole context went through the model."""
+    return cfg.state_bytes_at(run.ctx)
+
+
+def state_term(cfg: ModelConfig, run: Run) -> Term:
+    """ArraysCache state of linear-attention / SSM / conv layers: constant in the context
+    (LongCat's n-gram ids: the last n-1 of the tokens seen)."""
     kinds: dict[str, int] = {}
     for ly in cfg.layers:
         if ly.state_kind:
             kinds[ly.state_kind.name] = kinds.get(ly.state_kind.name, 0) + 1
-    return Term("recurrent_state", cfg.state_bytes,
+    return Term("recurrent_state", state_bytes_final(cfg, run),
                 "sum over linear/SSM/conv layers of conv state + recurrent state", kinds)
 
 
@@ -589,7 +595,8 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
                           "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
                           "its quantized copy", {"quantized_kv_start": start}))
     terms.append(Term("base", int(be.base_bytes), "backend allocations present in every run"))
-    return Phase(f"prefill chunk {n_chunk} ({c} tokens)", int(kv + cfg.state_bytes),
+    state = cfg.state_bytes_at(s.offset_after(n_chunk))
+    return Phase(f"prefill chunk {n_chunk} ({c} tokens)", int(kv + state),
                  tuple(terms))
 
 
@@ -616,7 +623,7 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
              {"vocab": cfg.vocab}),
         Term("base", int(be.base_bytes), "backend allocations present in every run"),
     )
-    return Phase("decode at full context", int(kv + cfg.state_bytes), terms)
+    return Phase("decode at full context", int(kv + state_bytes_final(cfg, run)), terms)
 
 
 def peak_phase(cfg: ModelConfig, run: Run, be: Backend, weights_bytes: int = 0) -> Phase:

@@ -5,7 +5,9 @@ accepts are drawn with ``--seed`` (mlxfit.model.config_gen), and each is run at 
 (S, n) of ``--steps`` x ``--ns`` under the plain flags, one ``--kv-bits`` set and one
 ``--max-kv-size`` (config_gen.flag_sets), compared exactly by mlxfit.verbs.diffcheck. With
 ``--findings`` the regression cases of tests/data/difffuzz/ are run instead. Prints the
-verdicts per family and the findings; ``--out`` writes one JSON line per comparison.
+verdicts per family and the findings; ``--out`` writes one JSON line per comparison;
+``--save DIR`` writes each (variant, flags) with a finding as a regression case there
+(tests/data/difffuzz/'s format: the config, the flags and every disagreeing (S, n) run).
 
     PYTHONPATH=src .venv/bin/python bench/difffuzz.py --seed 7 --n 4
     PYTHONPATH=src .venv/bin/python bench/difffuzz.py --findings
@@ -56,6 +58,23 @@ def run_findings(out) -> collections.Counter:
     return verdicts
 
 
+def case_name(variant: str, flags: dict) -> str:
+    """The regression case's name: the variant, then -kvb<B>q<start> / -mkv<M> for the flags."""
+    if flags.get("kv_bits") is not None:
+        return f"{variant}-kvb{flags['kv_bits']}q{flags['quantized_kv_start']}"
+    if flags.get("max_kv_size") is not None:
+        return f"{variant}-mkv{flags['max_kv_size']}"
+    return variant
+
+
+def save_case(folder: Path, v: config_gen.Variant, family: str, flags: dict,
+              runs: list[tuple[int, int]], kind: str) -> None:
+    name = case_name(v.name, flags)
+    case = {"config": v.config, "family": family, "finding": name,
+            "flags": Flags(**flags).__dict__, "kind": kind, "runs": [list(r) for r in runs]}
+    (folder / f"{name}.json").write_text(json.dumps(case, indent=1, sort_keys=True) + "\n")
+
+
 def run_campaign(args, out) -> collections.Counter:
     verdicts: collections.Counter = collections.Counter()
     per_family: dict[str, collections.Counter] = {}
@@ -74,6 +93,8 @@ def run_campaign(args, out) -> collections.Counter:
                 continue
             kept += 1
             for flags in config_gen.flag_sets(args.seed, index):
+                found: list[tuple[int, int]] = []
+                kind = ""
                 for step, n in grid:
                     o = compare(v.config, n, step, Flags(**flags))
                     fam[o.verdict] += 1
@@ -81,8 +102,12 @@ def run_campaign(args, out) -> collections.Counter:
                     out.write(json.dumps({"variant": v.name, "flags": flags, "tweaks": v.tweaks,
                                           **o.__dict__}) + "\n")
                     if o.verdict in FINDINGS:
+                        found.append((step, n))
+                        kind = kind or (o.verdict + (f": {o.why[:120]}" if o.why else ""))
                         print(f"{v.name} {flags}: {o.verdict} S={step} n={n} "
                               f"mlxfit={o.mlxfit} mlx-lm={o.mlx_lm} {o.why[:100]}")
+                if found and args.save:
+                    save_case(Path(args.save), v, family, flags, found, kind)
         fam["variants"] = kept
         print(f"# {family}: {dict(fam)} in {time.perf_counter() - t0:.1f} s", flush=True)
     return verdicts
@@ -98,6 +123,7 @@ def main() -> int:
     p.add_argument("--steps", default="37,512")
     p.add_argument("--findings", action="store_true", help="run tests/data/difffuzz instead")
     p.add_argument("--out", default="/dev/null", help="one JSON line per comparison")
+    p.add_argument("--save", default="", help="write each finding as a regression case here")
     args = p.parse_args()
     args.ns = [int(x) for x in args.ns.split(",")]
     args.steps = [int(x) for x in args.steps.split(",")]

@@ -58,8 +58,10 @@ class Run:
 
     @property
     def kv_quantized(self) -> bool:
-        """Whether the cache is a QuantizedKVCache once it holds the whole context."""
-        return self.kv_bits is not None and self.ctx > self.quantized_kv_start
+        """Whether the cache is a QuantizedKVCache once it holds the whole context:
+        maybe_quantize_kv_cache converts it after the call that brings its offset to
+        quantized_kv_start (``c.offset >= quantized_kv_start``), the last call included."""
+        return self.kv_bits is not None and self.ctx >= self.quantized_kv_start
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,10 @@ verdicts per family and the findings; ``--out`` writes one JSON line per compari
 
     PYTHONPATH=src .venv/bin/python bench/difffuzz.py --seed 7 --n 4
     PYTHONPATH=src .venv/bin/python bench/difffuzz.py --findings
+    PYTHONPATH=src .venv/bin/python bench/difffuzz.py --configs tests/fixtures/configs
+
+``--configs PATH,...`` runs published config.json files (folders searched recursively) as
+they are, with the same grid and flag sets (seed ``--seed``): the real-config check.
 """
 
 from __future__ import annotations
@@ -55,6 +59,44 @@ def run_findings(out) -> collections.Counter:
             if o.verdict in FINDINGS:
                 print(f"{case['finding']}: {o.verdict} S={step} n={n} mlxfit={o.mlxfit} "
                       f"mlx-lm={o.mlx_lm} {o.why[:120]}")
+    return verdicts
+
+
+def _published(paths: list[str]) -> list[tuple[str, dict]]:
+    found = []
+    for root in paths:
+        files = [Path(root)] if root.endswith(".json") else sorted(Path(root).rglob("*.json"))
+        for f in files:
+            try:
+                config = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(config, dict) and isinstance(config.get("model_type"), str):
+                found.append((str(f), config))
+    return found
+
+
+def run_configs(args, out) -> collections.Counter:
+    """Each published config as it is, at the grid under the flag sets of ``--seed``."""
+    verdicts: collections.Counter = collections.Counter()
+    families: dict[str, collections.Counter] = {}
+    grid = _grid(args.ns, args.steps)
+    for index, (path, config) in enumerate(_published(args.configs.split(","))):
+        fam = families.setdefault(config["model_type"], collections.Counter())
+        fam["configs"] += 1
+        for flags in config_gen.flag_sets(args.seed, index):
+            for step, n in grid:
+                o = compare(config, n, step, Flags(**flags))
+                fam[o.verdict] += 1
+                verdicts[o.verdict] += 1
+                out.write(json.dumps({"config": path, "flags": flags, **o.__dict__}) + "\n")
+                if o.verdict in FINDINGS:
+                    print(f"{path} {flags}: {o.verdict} S={step} n={n} mlxfit={o.mlxfit} "
+                          f"mlx-lm={o.mlx_lm} {o.why[:100]}", flush=True)
+    for name, fam in sorted(families.items()):
+        print(f"# {name}: {dict(fam)}")
+    print(f"# {len(families)} model_types, {sum(f['configs'] for f in families.values())} "
+          "configs")
     return verdicts
 
 
@@ -124,12 +166,18 @@ def main() -> int:
     p.add_argument("--findings", action="store_true", help="run tests/data/difffuzz instead")
     p.add_argument("--out", default="/dev/null", help="one JSON line per comparison")
     p.add_argument("--save", default="", help="write each finding as a regression case here")
+    p.add_argument("--configs", default="", help="comma-separated published configs / folders")
     args = p.parse_args()
     args.ns = [int(x) for x in args.ns.split(",")]
     args.steps = [int(x) for x in args.steps.split(",")]
     t0 = time.perf_counter()
     with open(args.out, "w") as out:
-        verdicts = run_findings(out) if args.findings else run_campaign(args, out)
+        if args.findings:
+            verdicts = run_findings(out)
+        elif args.configs:
+            verdicts = run_configs(args, out)
+        else:
+            verdicts = run_campaign(args, out)
     found = sum(verdicts[v] for v in FINDINGS)
     print(f"verdicts: {dict(verdicts)}; findings {found}; {time.perf_counter() - t0:.0f} s")
     return 1 if found else 0

@@ -346,3 +346,29 @@ def test_fit_refuses_a_config_mlx_lm_cannot_load_in_one_line(tmp_path: Path) -> 
     lines = [ln for ln in r.output.strip().splitlines() if ln]
     assert len(lines) == 1 and "config.json" in lines[0] and "'rms_norm_eps'" in lines[0]
     assert "Traceback" not in r.output
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("field", ["index_head_dim", "index_n_heads"])
+def test_minimax_m3_sparse_layers_need_the_indexer_widths(field: str) -> None:
+    """minimax_m3_vl's sparse-attention layers build index projections index_n_heads x
+    index_head_dim wide (both default None): without one mlx-lm cannot build the model and
+    mlxfit refuses it naming the field; given nested (sparse_attention_config's
+    sparse_num_index_heads / sparse_index_dim, as the published config spells them) both
+    accept it with the same bytes."""
+    from mlxfit.model.oracle import build_model
+
+    config = _fixture("minimax_m3_vl")
+    tc = config["text_config"]
+    cut = {**config, "text_config": {k: v for k, v in tc.items() if k != field}}
+    with pytest.raises(MlxfitError):
+        build_model(cut)
+    with pytest.raises(ConfigError) as e:
+        parse_config(cut)
+    assert e.value.field == field and f"'{field}'" in str(e.value)
+    nested_key = {"index_head_dim": "sparse_index_dim",
+                  "index_n_heads": "sparse_num_index_heads"}[field]
+    nested = {**config, "text_config": {**cut["text_config"],
+                                        "sparse_attention_config": {nested_key: tc[field]}}}
+    ours, mlx_lm = _mlxfit_and_mlx_lm(nested, "minimax_m3_vl")
+    assert ours == mlx_lm

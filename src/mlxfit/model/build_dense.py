@@ -86,7 +86,8 @@ def minimax_m3(c: Ctx) -> list[Layer]:
     # (sparse_index_dim, sparse_block_size, sparse_attention_freq) over the flat keys.
     nested = c.f.d.get("sparse_attention_config")
     lifted = {"index_head_dim": "sparse_index_dim", "index_block_size": "sparse_block_size",
-              "sparse_attention_freq": "sparse_attention_freq"}
+              "sparse_attention_freq": "sparse_attention_freq",
+              "index_n_heads": "sparse_num_index_heads"}
     d = dict(c.f.d)
     if isinstance(nested, dict):
         d.update({flat: nested[key] for flat, key in lifted.items() if key in nested})
@@ -106,6 +107,14 @@ def minimax_m3(c: Ctx) -> list[Layer]:
             return bool(freq[i])
         return True
 
+    if any(sparse(i) for i in range(c.n)):
+        # a sparse layer's indexer projections are index_n_heads x index_head_dim wide: without
+        # either (default None) mlx-lm's Attention.__init__ fails, so mlx-lm cannot load it
+        for key in ("index_head_dim", "index_n_heads"):
+            if not isinstance(f.d.get(key), int):
+                raise ConfigError(f"{f.where}: missing {key!r}, which mlx-lm's minimax_m3_vl "
+                                  "sparse-attention layers require: mlx-lm cannot load this "
+                                  "config", file=f.where, field=key)
     layers = []
     for i in range(c.n):
         if sparse(i):

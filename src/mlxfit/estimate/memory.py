@@ -157,6 +157,9 @@ def check_run(run: Run) -> None:
 def validate_run(cfg: ModelConfig, run: Run) -> None:
     """``check_run``, then what mlx-lm cannot do with this model (a quantized cache)."""
     check_run(run)
+    if cfg.fails_past is not None and run.ctx > cfg.fails_past:
+        raise UsageError(f"ctx: {run.ctx:,} tokens: {cfg.fails_why} past "
+                         f"{cfg.fails_past:,} tokens", param="ctx")
     if run.kv_bits is not None:
         if cfg.no_quantized_attention:
             raise UsageError(f"kv_bits: mlx-lm's {cfg.family} attention reads the cache's "

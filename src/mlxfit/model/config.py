@@ -123,6 +123,10 @@ class ModelConfig:
     # Why max_position is longer than max_position_embeddings ("" when it is not): a
     # rope_scaling mlx-lm applies (mlxfit.model.rope_context).
     context_source: str = ""
+    # A context past which mlx-lm's own forward pass fails for this config (None: none), and
+    # why: validate_run refuses such a run instead of sizing it.
+    fails_past: int | None = None
+    fails_why: str = ""
 
     def __hash__(self) -> int:
         # The generated hash walks every layer; the estimators key their caches on the config

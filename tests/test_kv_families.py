@@ -326,7 +326,8 @@ def test_llama4_text_alone_has_no_chunked_layers():
     33,000 tokens (prefill 32,999 -> 33,024 slots) that is 48 x 33,024 x 4,096 B, not the
     wrapper's 36 chunked layers."""
     text = config_dict("meta-llama__Llama-4-Scout-17B-16E-Instruct")["text_config"]
-    cfg = parse_config({**text, "model_type": "llama4_text"})
+    # the wrapper states tie_word_embeddings; llama4_text's ModelArgs requires it of its own
+    cfg = parse_config({**text, "model_type": "llama4_text", "tie_word_embeddings": False})
     assert cfg.family == "llama4_text" and not cfg.own_cache
     assert kv_bytes_final(cfg, Run(ctx=33000)) == 48 * 33024 * 8 * 128 * 4
 

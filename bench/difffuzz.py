@@ -5,10 +5,16 @@ accepts are drawn with ``--seed`` (mlxfit.model.config_gen), and each is run at 
 (S, n) of ``--steps`` x ``--ns`` under the plain flags, one ``--kv-bits`` set and one
 ``--max-kv-size`` (config_gen.flag_sets), compared exactly by mlxfit.verbs.diffcheck. With
 ``--findings`` the regression cases of tests/data/difffuzz/ are run instead. Prints the
-verdicts per family and the findings; ``--out`` writes one JSON line per comparison.
+verdicts per family and the findings; ``--out`` writes one JSON line per comparison;
+``--save DIR`` writes each (variant, flags) with a finding as a regression case there
+(tests/data/difffuzz/'s format: the config, the flags and every disagreeing (S, n) run).
 
     PYTHONPATH=src .venv/bin/python bench/difffuzz.py --seed 7 --n 4
     PYTHONPATH=src .venv/bin/python bench/difffuzz.py --findings
+    PYTHONPATH=src .venv/bin/python bench/difffuzz.py --configs tests/fixtures/configs
+
+``--configs PATH,...`` runs published config.json files (folders searched recursively) as
+they are, with the same grid and flag sets (seed ``--seed``): the real-config check.
 """
 
 from __future__ import annotations
@@ -56,6 +62,61 @@ def run_findings(out) -> collections.Counter:
     return verdicts
 
 
+def _published(paths: list[str]) -> list[tuple[str, dict]]:
+    found = []
+    for root in paths:
+        files = [Path(root)] if root.endswith(".json") else sorted(Path(root).rglob("*.json"))
+        for f in files:
+            try:
+                config = json.loads(f.read_text())
+            except (OSError, ValueError):
+                continue
+            if isinstance(config, dict) and isinstance(config.get("model_type"), str):
+                found.append((str(f), config))
+    return found
+
+
+def run_configs(args, out) -> collections.Counter:
+    """Each published config as it is, at the grid under the flag sets of ``--seed``."""
+    verdicts: collections.Counter = collections.Counter()
+    families: dict[str, collections.Counter] = {}
+    grid = _grid(args.ns, args.steps)
+    for index, (path, config) in enumerate(_published(args.configs.split(","))):
+        fam = families.setdefault(config["model_type"], collections.Counter())
+        fam["configs"] += 1
+        for flags in config_gen.flag_sets(args.seed, index):
+            for step, n in grid:
+                o = compare(config, n, step, Flags(**flags))
+                fam[o.verdict] += 1
+                verdicts[o.verdict] += 1
+                out.write(json.dumps({"config": path, "flags": flags, **o.__dict__}) + "\n")
+                if o.verdict in FINDINGS:
+                    print(f"{path} {flags}: {o.verdict} S={step} n={n} mlxfit={o.mlxfit} "
+                          f"mlx-lm={o.mlx_lm} {o.why[:100]}", flush=True)
+    for name, fam in sorted(families.items()):
+        print(f"# {name}: {dict(fam)}")
+    print(f"# {len(families)} model_types, {sum(f['configs'] for f in families.values())} "
+          "configs")
+    return verdicts
+
+
+def case_name(variant: str, flags: dict) -> str:
+    """The regression case's name: the variant, then -kvb<B>q<start> / -mkv<M> for the flags."""
+    if flags.get("kv_bits") is not None:
+        return f"{variant}-kvb{flags['kv_bits']}q{flags['quantized_kv_start']}"
+    if flags.get("max_kv_size") is not None:
+        return f"{variant}-mkv{flags['max_kv_size']}"
+    return variant
+
+
+def save_case(folder: Path, v: config_gen.Variant, family: str, flags: dict,
+              runs: list[tuple[int, int]], kind: str) -> None:
+    name = case_name(v.name, flags)
+    case = {"config": v.config, "family": family, "finding": name,
+            "flags": Flags(**flags).__dict__, "kind": kind, "runs": [list(r) for r in runs]}
+    (folder / f"{name}.json").write_text(json.dumps(case, indent=1, sort_keys=True) + "\n")
+
+
 def run_campaign(args, out) -> collections.Counter:
     verdicts: collections.Counter = collections.Counter()
     per_family: dict[str, collections.Counter] = {}
@@ -74,6 +135,8 @@ def run_campaign(args, out) -> collections.Counter:
                 continue
             kept += 1
             for flags in config_gen.flag_sets(args.seed, index):
+                found: list[tuple[int, int]] = []
+                kind = ""
                 for step, n in grid:
                     o = compare(v.config, n, step, Flags(**flags))
                     fam[o.verdict] += 1
@@ -81,8 +144,12 @@ def run_campaign(args, out) -> collections.Counter:
                     out.write(json.dumps({"variant": v.name, "flags": flags, "tweaks": v.tweaks,
                                           **o.__dict__}) + "\n")
                     if o.verdict in FINDINGS:
+                        found.append((step, n))
+                        kind = kind or (o.verdict + (f": {o.why[:120]}" if o.why else ""))
                         print(f"{v.name} {flags}: {o.verdict} S={step} n={n} "
                               f"mlxfit={o.mlxfit} mlx-lm={o.mlx_lm} {o.why[:100]}")
+                if found and args.save:
+                    save_case(Path(args.save), v, family, flags, found, kind)
         fam["variants"] = kept
         print(f"# {family}: {dict(fam)} in {time.perf_counter() - t0:.1f} s", flush=True)
     return verdicts
@@ -98,12 +165,19 @@ def main() -> int:
     p.add_argument("--steps", default="37,512")
     p.add_argument("--findings", action="store_true", help="run tests/data/difffuzz instead")
     p.add_argument("--out", default="/dev/null", help="one JSON line per comparison")
+    p.add_argument("--save", default="", help="write each finding as a regression case here")
+    p.add_argument("--configs", default="", help="comma-separated published configs / folders")
     args = p.parse_args()
     args.ns = [int(x) for x in args.ns.split(",")]
     args.steps = [int(x) for x in args.steps.split(",")]
     t0 = time.perf_counter()
     with open(args.out, "w") as out:
-        verdicts = run_findings(out) if args.findings else run_campaign(args, out)
+        if args.findings:
+            verdicts = run_findings(out)
+        elif args.configs:
+            verdicts = run_configs(args, out)
+        else:
+            verdicts = run_campaign(args, out)
     found = sum(verdicts[v] for v in FINDINGS)
     print(f"verdicts: {dict(verdicts)}; findings {found}; {time.perf_counter() - t0:.0f} s")
     return 1 if found else 0

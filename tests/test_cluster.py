@@ -80,7 +80,8 @@ def qwen3_moe_folder(root: Path, moe_intermediate: int = 8) -> Path:
            "intermediate_size": 128, "moe_intermediate_size": moe_intermediate,
            "num_experts": 4, "num_experts_per_tok": 2, "decoder_sparse_step": 1,
            "mlp_only_layers": [], "vocab_size": 100, "max_position_embeddings": 4096,
-           "tie_word_embeddings": True, "rms_norm_eps": 1e-6}
+           "tie_word_embeddings": True, "rms_norm_eps": 1e-6, "rope_theta": 1e6,
+           "norm_topk_prob": True}
     m = moe_intermediate
     spec: dict[str, tuple[str, list[int]]] = {
         "model.embed_tokens.weight": ("BF16", [100, 64]),

@@ -135,15 +135,24 @@ def test_gated_q_is_a_family_fact() -> None:
     base = {"hidden_size": 64, "num_hidden_layers": 4, "num_attention_heads": 4,
             "vocab_size": 100}
     assert parse_config({**base, "model_type": "qwen3_5_moe"}).gated_q  # by its alias
-    assert not parse_config({**base, "model_type": "qwen3"}).gated_q
-    assert parse_config({**base, "model_type": "qwen3", "attn_output_gate": True}).gated_q
+    # the fields mlx-lm's qwen3 ModelArgs requires (without them the config is refused)
+    qwen3 = {**base, "model_type": "qwen3", "intermediate_size": 128, "rms_norm_eps": 1e-6,
+             "num_key_value_heads": 2, "max_position_embeddings": 4096, "head_dim": 16,
+             "tie_word_embeddings": True, "rope_theta": 1e6}
+    assert not parse_config(qwen3).gated_q
+    assert parse_config({**qwen3, "attn_output_gate": True}).gated_q
 
 
 def test_depth_from_pattern_is_a_family_fact() -> None:
     assert {n for n, f in FAMILIES.items() if f.depth_from_pattern} == {"nemotron_h"}
     cfg = {"model_type": "nemotron_h", "hidden_size": 64, "num_attention_heads": 4,
            "mamba_num_heads": 2, "mamba_head_dim": 8, "ssm_state_size": 4,
-           "hybrid_override_pattern": "M*M-E"}
+           "hybrid_override_pattern": "M*M-E",
+           # the rest of what mlx-lm's nemotron_h ModelArgs requires
+           "vocab_size": 100, "intermediate_size": 128, "max_position_embeddings": 4096,
+           "num_key_value_heads": 2, "attention_bias": False, "mamba_proj_bias": False,
+           "conv_kernel": 4, "n_groups": 1, "mlp_bias": False, "layer_norm_epsilon": 1e-5,
+           "use_bias": False, "use_conv_bias": True}
     assert parse_config(cfg).num_layers == 5
     with pytest.raises(ConfigError, match="num_hidden_layers"):
         parse_config({**cfg, "model_type": "qwen3"})

@@ -151,12 +151,15 @@ def test_auto_plan_falls_back_when_mlx_lm_fails(tmp_path: Path) -> None:
 
 @NEEDS_MLX
 def test_missing_field_mlx_lm_requires_is_named(tmp_path: Path) -> None:
-    """gear's ModelArgs requires layer_types: mlx-lm's own rejection, one line, exit 2."""
+    """gear's ModelArgs requires rms_norm_eps: refused in one line naming config.json and the
+    field before any plan is read, exit 2."""
     config = json.loads((FAMILY_DIR / "gear.json").read_text())
     del config["rms_norm_eps"]
     res = invoke("fit", str(_folder(tmp_path, config)), "--plan", "mlx-lm")
     assert res.exit_code == 2
-    assert "missing field 'rms_norm_eps'" in res.stderr and "mlx-lm" in res.stderr
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and "config.json: missing 'rms_norm_eps'" in lines[0]
+    assert "mlx-lm" in lines[0]
 
 
 def test_oracle_stays_off_the_plain_import_path() -> None:

@@ -476,9 +476,10 @@ def test_block_pattern_defines_an_implausible_depth(pattern: str) -> None:
 def test_head_dim_that_floors_to_zero() -> None:
     # Regression: hidden_size < num_attention_heads without head_dim made head_dim 0, and every
     # KV cache 0 bytes: a silently wrong number.
+    # llama: mlx-lm's ModelArgs has head_dim optional (qwen3 requires it)
     config = {k: v for k, v in QWEN3_8B.items() if k != "head_dim"}
     with pytest.raises(ConfigError) as info:
-        parse_config(dict(config, hidden_size=16))
+        parse_config(dict(config, hidden_size=16, model_type="llama"))
     one_line(info.value, "hidden_size", "num_attention_heads")
 
 
@@ -594,7 +595,10 @@ TINY = {"model.embed_tokens.weight": ("BF16", [64, 32]),
         "model.layers.0.mlp.down_proj.weight": ("BF16", [32, 64])}
 TINY_CONFIG = {"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 1,
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
-               "intermediate_size": 64, "max_position_embeddings": 4096}
+               "intermediate_size": 64, "max_position_embeddings": 4096,
+               # the rest of what mlx-lm's qwen3 ModelArgs requires
+               "head_dim": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+               "rope_theta": 1e6}
 
 
 def tiny_folder(root: Path, name: str = "tiny") -> Path:

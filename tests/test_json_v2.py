@@ -188,11 +188,18 @@ def test_errors_under_json_are_json(args, kind, field):
 
 
 def test_error_json_names_the_file_and_field(tmp_path):
-    folder = make_folder(tmp_path / "m", {"model_type": "llama", "num_hidden_layers": "abc"},
+    # every field mlx-lm's llama ModelArgs requires is there; num_hidden_layers is garbled
+    config = {"model_type": "llama", "num_hidden_layers": "abc", "hidden_size": 8,
+              "intermediate_size": 16, "num_attention_heads": 2, "rms_norm_eps": 1e-5,
+              "vocab_size": 8}
+    folder = make_folder(tmp_path / "m", config,
                          {"model.safetensors": {"lm_head.weight": ("F16", [8, 8])}})
     d = _json("fit", str(folder), *ON_M4PRO, codes=(2,))
     assert d["error"]["kind"] == "config" and d["error"]["field"] == "num_hidden_layers"
     assert d["error"]["file"].endswith("config.json")
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    d = _json("fit", str(folder), *ON_M4PRO, codes=(2,))  # a field mlx-lm requires: named
+    assert d["error"]["kind"] == "config" and d["error"]["field"] == "hidden_size"
     (folder / "config.json").write_text("{not json")
     d = _json("fit", str(folder), *ON_M4PRO, codes=(2,))
     assert d["error"]["file"] == str(folder / "config.json")

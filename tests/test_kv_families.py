@@ -4,11 +4,13 @@ as arithmetic on the config's numbers, not computed by the code under test."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from st_helpers import CONFIGS, config_dict
 from st_helpers import load_config as load
 
-from mlxfit.estimate.memory import Run, kv_bytes_final
+from mlxfit.estimate.memory import Run, kv_bytes_final, state_term
 from mlxfit.model.parse import parse_config
 
 
@@ -324,7 +326,8 @@ def test_llama4_text_alone_has_no_chunked_layers():
     33,000 tokens (prefill 32,999 -> 33,024 slots) that is 48 x 33,024 x 4,096 B, not the
     wrapper's 36 chunked layers."""
     text = config_dict("meta-llama__Llama-4-Scout-17B-16E-Instruct")["text_config"]
-    cfg = parse_config({**text, "model_type": "llama4_text"})
+    # the wrapper states tie_word_embeddings; llama4_text's ModelArgs requires it of its own
+    cfg = parse_config({**text, "model_type": "llama4_text", "tie_word_embeddings": False})
     assert cfg.family == "llama4_text" and not cfg.own_cache
     assert kv_bytes_final(cfg, Run(ctx=33000)) == 48 * 33024 * 8 * 128 * 4
 
@@ -416,3 +419,15 @@ def test_deepseek_v41_indexer_scores_are_the_prefill_transient():
     assert term.inputs["index_keys"] == 4096
     assert term.bytes == int(be.index_score_arrays * 2048 * 2 * 4096 * 4)
     assert 2048 * 2 * 4096 * 4 > 3.05 * 4 * 2048 * (128 + 16) * 4 + 2048 * (128 + 16)
+
+
+def test_longcat_ngram_ids_fill_with_the_tokens_seen():
+    """LongCat-Flash n-gram: NgramEmbedding keeps context[..., -(n-1):] of the int64 ids seen
+    so far (n = emb_neighbor_num = 4 here): 8 B per token until 3 ids are held, so 1, 2, 3
+    then 3 ids after 1, 2, 3 and 700 tokens."""
+    fixture = CONFIGS.parent / "families" / "longcat_flash_ngram.json"
+    d = {**json.loads(fixture.read_text()), "emb_neighbor_num": 4}
+    cfg = parse_config(d)
+    held = [state_term(cfg, Run(ctx=n)).bytes for n in (1, 2, 3, 700)]
+    assert held == [8, 16, 24, 24]
+    assert cfg.state_bytes == 24

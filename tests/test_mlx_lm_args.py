@@ -7,8 +7,11 @@ against mlx-lm's own caches (the lazy oracle, model/oracle.py):
   default and __post_init__ derivation: mlxfit's cache bytes equal mlx-lm's, and where mlx-lm
   cannot build the config mlxfit refuses it or warns that mlx-lm cannot load it, naming a field;
 - fields a module declares but never reads (DECLARED_NOT_READ) changed: bytes unchanged;
-- each field mlx-lm dereferences though it defaults to None (NEEDED_FIELDS) removed: mlx-lm
-  fails and mlxfit's warning names it;
+- each field a family's ModelArgs requires (REQUIRED_FIELDS, its text class's too) or its
+  build dereferences though it defaults to None (NEEDED_FIELDS), removed from the family
+  fixture: building the model with mlx-lm fails, and mlxfit refuses the config in one line
+  naming config.json and the field; one only the forward pass reads (CALL_NEEDED_FIELDS):
+  mlx-lm builds it, its first call fails, mlxfit warns naming it;
 - the smallest reproducers of reviews/difffuzz-3.md's defaults / field-name findings
   (tests/fixtures/family_defaults/) stay exact.
 
@@ -23,17 +26,20 @@ import sys
 from pathlib import Path
 
 import pytest
+from st_helpers import ON_M4PRO, invoke, make_folder
 
-from mlxfit.errors import MlxfitError
+from mlxfit.errors import ConfigError, MlxfitError
 from mlxfit.estimate.memory import Run, kv_bytes_final
 from mlxfit.model.families import NOT_SUPPORTED, mlx_lm_module
 from mlxfit.model.mlx_extra import mlx_missing_reason
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
 from mlxfit.model.mlx_lm_fields import (
+    CALL_NEEDED_FIELDS,
     DECLARED_NOT_READ,
     MERGES_TEXT,
     MISTRAL3_TEXT,
     NEEDED_FIELDS,
+    REQUIRED_FIELDS,
     TEXT_OR_FLAT,
     WRAPPED_TEXT,
 )
@@ -120,18 +126,24 @@ def test_cut_down_covers_the_families() -> None:
 @NEEDS_MLX
 @pytest.mark.parametrize("name", CUT_DOWN)
 def test_cut_down_config_matches_mlx_lm(name: str) -> None:
-    from mlxfit.model.oracle import cache_plan
+    from mlxfit.model.oracle import build_model, cache_plan
 
     config = _cut_down(_fixture(name))
     try:
+        build_model(config)
+    except MlxfitError:  # mlx-lm cannot build it: mlxfit refuses it, naming a field
+        with pytest.raises(ConfigError) as e:
+            parse_config(config, where=name)
+        assert "'" in str(e.value) and "\n" not in str(e.value), str(e.value)
+        return
+    try:
         cache_plan(config, 4)
-    except MlxfitError:  # mlx-lm cannot build it: mlxfit refuses or says mlx-lm cannot load it
+    except MlxfitError:  # built, its first call fails: mlxfit refuses or warns
         try:
             warnings = parse_config(config, where=name).warnings
-        except MlxfitError as e:
-            assert "'" in str(e) and "\n" not in str(e), str(e)
+        except ConfigError:
             return
-        assert any("cannot load" in w for w in warnings), (name, warnings)
+        assert any("first call fails" in w for w in warnings), (name, warnings)
         return
     ours, mlx_lm = _mlxfit_and_mlx_lm(config, name)
     assert ours == mlx_lm, f"{name} cut down to {sorted(config)}: mlxfit vs mlx-lm"
@@ -156,17 +168,74 @@ def test_declared_but_not_read_field_matches_mlx_lm(module: str, field: str) -> 
     assert ours == mlx_lm
 
 
+def _claimed(module: str) -> list[str]:
+    return (list(REQUIRED_FIELDS.get(module, ()))
+            + [f for f, _ in NEEDED_FIELDS.get(module, ())])
+
+
+def _text_class(module: str, config: dict) -> str | None:
+    tc = config.get("text_config")
+    if not isinstance(tc, dict):
+        return None
+    if module in TEXT_OR_FLAT:
+        return TEXT_OR_FLAT[module]
+    if module == "mistral3" and tc.get("model_type") in MISTRAL3_TEXT:
+        return tc["model_type"]
+    return WRAPPED_TEXT[module][0] if module in WRAPPED_TEXT else None
+
+
+def _without_each_required(config: dict):
+    """(field, config without it) for each field mlxfit says mlx-lm needs that ``config``
+    states: the module's on the top level, its text class's in text_config."""
+    module = _module(config)
+    for k in _claimed(module):
+        if k in config:
+            yield k, {a: b for a, b in config.items() if a != k}
+    text = _text_class(module, config)
+    if text is not None:
+        tc = config["text_config"]
+        post_init = WRAPPED_TEXT[module][1] if module in WRAPPED_TEXT else {}
+        for k in [*MODEL_ARGS[text]["required"], *_claimed(text)]:
+            if k in post_init:  # the wrapper's __post_init__ sets it
+                continue
+            if k in tc:
+                yield k, {**config, "text_config": {a: b for a, b in tc.items() if a != k}}
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("name", CUT_DOWN)
+def test_required_field_absent_is_refused_as_mlx_lm_fails(name: str) -> None:
+    """The oracle for the refusal: without any field mlxfit refuses a config for lacking,
+    mlx-lm's ModelArgs.from_dict / Model() fails (nothing refused that mlx-lm loads), and
+    mlxfit's one line names config.json and that field."""
+    from mlxfit.model.oracle import build_model
+
+    checked = 0
+    for field, config in _without_each_required(_fixture(name)):
+        with pytest.raises(MlxfitError):
+            build_model(config)
+        with pytest.raises(ConfigError) as e:
+            parse_config(config)
+        text = str(e.value)
+        assert e.value.field == field, text
+        assert text.startswith("config.json: ") and f"'{field}'" in text and "\n" not in text
+        checked += 1
+    assert checked or not (_claimed(_module(_fixture(name)))), name
+
+
 @NEEDS_MLX
 @pytest.mark.parametrize(("module", "field"),
-                         [(m, f) for m, fields in NEEDED_FIELDS.items() for f, _ in fields])
-def test_needed_field_absent_fails_in_mlx_lm_and_warns(module: str, field: str) -> None:
-    from mlxfit.model.oracle import cache_plan
+                         [(m, f) for m, fields in CALL_NEEDED_FIELDS.items() for f, _ in fields])
+def test_call_needed_field_absent_builds_fails_at_call_and_warns(module: str,
+                                                                 field: str) -> None:
+    from mlxfit.model.oracle import build_model, cache_plan
 
     config = {k: v for k, v in _fixture(module).items() if k != field}
     assert field in _fixture(module), f"{module}: the fixture states {field}"
+    build_model(config)  # mlx-lm loads it …
     with pytest.raises(MlxfitError):
-        cache_plan(config, 4)
-    assert any(f"'{field}'" in w and "cannot load" in w
+        cache_plan(config, 4)  # … and its first call fails
+    assert any(f"'{field}'" in w and "first call fails" in w
                for w in parse_config(config).warnings)
 
 
@@ -262,3 +331,44 @@ def test_family_quantization_matches_mlx_lms_quantize_model(name: str) -> None:
                for k, (d, s) in source.items()]
         cast = plan_conversion(f32, config, family, QuantRecipe(mode=mode, dtype="bfloat16"))
         assert {t.name: (t.dtype, t.shape) for t in cast.tensors} == real, (name, "cast")
+
+
+def test_fit_refuses_a_config_mlx_lm_cannot_load_in_one_line(tmp_path: Path) -> None:
+    """allenai/OLMoE-1B-7B-0924 as published has no rms_norm_eps, which mlx-lm's olmoe
+    ModelArgs requires (its load raises TypeError): fit exits 2 with one line naming
+    config.json and the field, where it used to size the run with a warning."""
+    config = json.loads((FIXTURES / "configs" / "unloadable"
+                         / "allenai__OLMoE-1B-7B-0924.json").read_text())
+    folder = make_folder(tmp_path / "olmoe", config,
+                         {"model.safetensors": {"model.norm.weight": ("BF16", [2048])}})
+    r = invoke("fit", str(folder), "--ctx", "4096", *ON_M4PRO)
+    assert r.exit_code == 2, r.output
+    lines = [ln for ln in r.output.strip().splitlines() if ln]
+    assert len(lines) == 1 and "config.json" in lines[0] and "'rms_norm_eps'" in lines[0]
+    assert "Traceback" not in r.output
+
+
+@NEEDS_MLX
+@pytest.mark.parametrize("field", ["index_head_dim", "index_n_heads"])
+def test_minimax_m3_sparse_layers_need_the_indexer_widths(field: str) -> None:
+    """minimax_m3_vl's sparse-attention layers build index projections index_n_heads x
+    index_head_dim wide (both default None): without one mlx-lm cannot build the model and
+    mlxfit refuses it naming the field; given nested (sparse_attention_config's
+    sparse_num_index_heads / sparse_index_dim, as the published config spells them) both
+    accept it with the same bytes."""
+    from mlxfit.model.oracle import build_model
+
+    config = _fixture("minimax_m3_vl")
+    tc = config["text_config"]
+    cut = {**config, "text_config": {k: v for k, v in tc.items() if k != field}}
+    with pytest.raises(MlxfitError):
+        build_model(cut)
+    with pytest.raises(ConfigError) as e:
+        parse_config(cut)
+    assert e.value.field == field and f"'{field}'" in str(e.value)
+    nested_key = {"index_head_dim": "sparse_index_dim",
+                  "index_n_heads": "sparse_num_index_heads"}[field]
+    nested = {**config, "text_config": {**cut["text_config"],
+                                        "sparse_attention_config": {nested_key: tc[field]}}}
+    ours, mlx_lm = _mlxfit_and_mlx_lm(nested, "minimax_m3_vl")
+    assert ours == mlx_lm

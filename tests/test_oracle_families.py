@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.errors import ConfigError, MlxfitError, UsageError
 from mlxfit.estimate.memory import Run, kv_bytes_final, validate_run
 from mlxfit.model.families import (
     FAMILIES,
@@ -236,25 +236,29 @@ UNLOADABLE = FIXTURES / "configs" / "unloadable"
 @NEEDS_MLX
 @pytest.mark.parametrize("path", sorted(p for p in UNLOADABLE.glob("*.json")
                                         if p.name != "MANIFEST.json"), ids=lambda p: p.stem)
-def test_unloadable_config_warns_like_mlx_lm_fails(path: Path) -> None:
-    """A published config mlx-lm cannot load (a required ModelArgs field absent): mlxfit's
-    warning names the field mlx-lm's TypeError names."""
-    from mlxfit.model.oracle import cache_plan
+def test_unloadable_config_is_refused_like_mlx_lm_fails(path: Path) -> None:
+    """A published config mlx-lm cannot load (a required ModelArgs field absent): mlxfit
+    refuses it in one line naming config.json and the field mlx-lm's TypeError names."""
+    from mlxfit.model.oracle import build_model
 
     config = json.loads(path.read_text())
     with pytest.raises(MlxfitError) as e:
-        cache_plan(config, 300)
+        build_model(config)
     field = e.value.field
-    assert field and any(f"'{field}'" in w and "cannot load" in w
-                         for w in parse_config(config).warnings)
+    with pytest.raises(ConfigError) as ours:
+        parse_config(config)
+    assert field and ours.value.field == field
+    text = str(ours.value)
+    assert text.startswith("config.json: ") and f"'{field}'" in text and "\n" not in text
 
 
 def test_loadable_fixtures_do_not_warn_of_missing_fields() -> None:
-    """Every fixture mlx-lm builds (the oracle tests above) has the fields it requires."""
+    """Every fixture mlx-lm builds (the oracle tests above) has the fields it requires: none
+    is refused for one, none warned of a field mlx-lm's forward pass reads."""
     configs = [_fixture(n) for n in sorted(set(MANIFEST) - NOT_CHECKED)]
     configs += [json.loads(p.read_text()) for p in REAL_CONFIGS]
     for config in configs:
-        assert not [w for w in parse_config(config).warnings if "cannot load" in w], config
+        assert not [w for w in parse_config(config).warnings if "first call fails" in w], config
 
 
 @NEEDS_MLX

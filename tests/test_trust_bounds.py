@@ -30,7 +30,9 @@ runpy.run_module("mlxfit", run_name="__main__")
 M4 = ("--machine", "M4 Max 128GB")
 CONFIG = {"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 2,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
-          "intermediate_size": 64, "max_position_embeddings": 65536}
+          "intermediate_size": 64, "max_position_embeddings": 65536,
+          # the rest of what mlx-lm's qwen3 ModelArgs requires
+          "head_dim": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 1e6}
 TENSORS = {"model.embed_tokens.weight": ("BF16", [64, 32]),
            "model.layers.0.mlp.down_proj.weight": ("BF16", [32, 64]),
            "model.layers.1.mlp.down_proj.weight": ("BF16", [32, 64])}

@@ -35,7 +35,9 @@ TINY = {"model.embed_tokens.weight": ("BF16", [64, 32]),
         "model.layers.0.mlp.down_proj.weight": ("BF16", [32, 64])}
 CONFIG = {"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 1,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
-          "intermediate_size": 64, "max_position_embeddings": 65536}
+          "intermediate_size": 64, "max_position_embeddings": 65536,
+          # the rest of what mlx-lm's qwen3 ModelArgs requires
+          "head_dim": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 1e6}
 
 
 def run_cli(*args: str | bytes, cwd: Path | None = None, env: dict[str, str] | None = None):
@@ -96,7 +98,8 @@ def test_run_sh_never_runs_a_name_from_the_model_folder_or_the_hosts_file(tmp_pa
     layers = 2
     cfg = {"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": layers,
            "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
-           "vocab_size": 100, "max_position_embeddings": 4096, "tie_word_embeddings": False}
+           "vocab_size": 100, "max_position_embeddings": 4096, "tie_word_embeddings": False,
+           "rms_norm_eps": 1e-6}
     spec = {"model.embed_tokens.weight": ("BF16", [100, 64]),
             "lm_head.weight": ("BF16", [100, 64])}
     for i in range(layers):

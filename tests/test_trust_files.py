@@ -21,7 +21,10 @@ TINY = {"model.embed_tokens.weight": ("BF16", [64, 32]),
         "model.layers.0.mlp.down_proj.weight": ("BF16", [32, 64])}
 TINY_CONFIG = {"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 1,
                "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
-               "intermediate_size": 64, "max_position_embeddings": 4096}
+               "intermediate_size": 64, "max_position_embeddings": 4096,
+               # the rest of what mlx-lm's qwen3 ModelArgs requires
+               "head_dim": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+               "rope_theta": 1e6}
 INDEX = "model.safetensors.index.json"
 
 CHILD = r"""

@@ -26,7 +26,9 @@ TINY = {"model.embed_tokens.weight": ("BF16", [64, 32]),
         "model.layers.0.mlp.down_proj.weight": ("BF16", [32, 64])}
 CONFIG = {"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 1,
           "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
-          "intermediate_size": 64, "max_position_embeddings": 65536}
+          "intermediate_size": 64, "max_position_embeddings": 65536,
+          # the rest of what mlx-lm's qwen3 ModelArgs requires
+          "head_dim": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": False, "rope_theta": 1e6}
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # \t and \n are Rich's own layout
 
 

@@ -21,7 +21,10 @@ BIGGER = {"model.embed_tokens.weight": ("BF16", [64, 32]),
 def config(max_pos: int) -> dict:
     return {"model_type": "qwen3", "hidden_size": 32, "num_hidden_layers": 1,
             "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 64,
-            "intermediate_size": 64, "max_position_embeddings": max_pos}
+            "intermediate_size": 64, "max_position_embeddings": max_pos,
+            # the rest of what mlx-lm's qwen3 ModelArgs requires
+            "head_dim": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": False,
+            "rope_theta": 1e6}
 
 
 def test_fit_past_the_context_limit_does_not_fit(tmp_path: Path) -> None:

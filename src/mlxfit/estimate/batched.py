@@ -35,6 +35,7 @@ from mlxfit.estimate.memory import (
     decode_phase,
     kv_bytes_final,
     prefill_phase,
+    state_bytes_final,
 )
 from mlxfit.estimate.speed import (
     cache_seconds,
@@ -53,7 +54,7 @@ SHARED_TERMS = frozenset({"base"})
 
 def seq_cache_bytes(cfg: ModelConfig, run: Run) -> int:
     """One sequence's caches at the context: KV (in mlx-lm's steps) + recurrent state."""
-    return kv_bytes_final(cfg, run) + cfg.state_bytes
+    return kv_bytes_final(cfg, run) + state_bytes_final(cfg, run)
 
 
 def _times(t: Term, k: int, what: str) -> Term:

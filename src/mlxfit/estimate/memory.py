@@ -58,8 +58,10 @@ class Run:
 
     @property
     def kv_quantized(self) -> bool:
-        """Whether the cache is a QuantizedKVCache once it holds the whole context."""
-        return self.kv_bits is not None and self.ctx > self.quantized_kv_start
+        """Whether the cache is a QuantizedKVCache once it holds the whole context:
+        maybe_quantize_kv_cache converts it after the call that brings its offset to
+        quantized_kv_start (``c.offset >= quantized_kv_start``), the last call included."""
+        return self.kv_bits is not None and self.ctx >= self.quantized_kv_start
 
 
 @dataclass(frozen=True)
@@ -155,6 +157,9 @@ def check_run(run: Run) -> None:
 def validate_run(cfg: ModelConfig, run: Run) -> None:
     """``check_run``, then what mlx-lm cannot do with this model (a quantized cache)."""
     check_run(run)
+    if cfg.fails_past is not None and run.ctx > cfg.fails_past:
+        raise UsageError(f"ctx: {run.ctx:,} tokens: {cfg.fails_why} past "
+                         f"{cfg.fails_past:,} tokens", param="ctx")
     if run.kv_bits is not None:
         if cfg.no_quantized_attention:
             raise UsageError(f"kv_bits: mlx-lm's {cfg.family} attention reads the cache's "
@@ -300,13 +305,19 @@ def kv_term(cfg: ModelConfig, run: Run) -> Term:
     )
 
 
-def state_term(cfg: ModelConfig) -> Term:
-    """ArraysCache state of linear-attention / SSM / conv layers: constant in the context."""
+def state_bytes_final(cfg: ModelConfig, run: Run) -> int:
+    """The ArraysCache states once the run's whole context went through the model."""
+    return cfg.state_bytes_at(run.ctx)
+
+
+def state_term(cfg: ModelConfig, run: Run) -> Term:
+    """ArraysCache state of linear-attention / SSM / conv layers: constant in the context
+    (LongCat's n-gram ids: the last n-1 of the tokens seen)."""
     kinds: dict[str, int] = {}
     for ly in cfg.layers:
         if ly.state_kind:
             kinds[ly.state_kind.name] = kinds.get(ly.state_kind.name, 0) + 1
-    return Term("recurrent_state", cfg.state_bytes,
+    return Term("recurrent_state", state_bytes_final(cfg, run),
                 "sum over linear/SSM/conv layers of conv state + recurrent state", kinds)
 
 
@@ -589,7 +600,8 @@ def prefill_phase(cfg: ModelConfig, run: Run, be: Backend, n_chunk: int,
                           "the chunk that crosses --quantized-kv-start holds the bf16 cache and "
                           "its quantized copy", {"quantized_kv_start": start}))
     terms.append(Term("base", int(be.base_bytes), "backend allocations present in every run"))
-    return Phase(f"prefill chunk {n_chunk} ({c} tokens)", int(kv + cfg.state_bytes),
+    state = cfg.state_bytes_at(s.offset_after(n_chunk))
+    return Phase(f"prefill chunk {n_chunk} ({c} tokens)", int(kv + state),
                  tuple(terms))
 
 
@@ -616,7 +628,7 @@ def decode_phase(cfg: ModelConfig, run: Run, be: Backend) -> Phase:
              {"vocab": cfg.vocab}),
         Term("base", int(be.base_bytes), "backend allocations present in every run"),
     )
-    return Phase("decode at full context", int(kv + cfg.state_bytes), terms)
+    return Phase("decode at full context", int(kv + state_bytes_final(cfg, run)), terms)
 
 
 def peak_phase(cfg: ModelConfig, run: Run, be: Backend, weights_bytes: int = 0) -> Phase:

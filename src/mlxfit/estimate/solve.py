@@ -19,6 +19,7 @@ from mlxfit.estimate.memory import (
     as_mlx_lm_runs,
     kv_term,
     peak_phase,
+    state_bytes_final,
     state_term,
     validate_run,
 )
@@ -73,7 +74,7 @@ def totals_at(cfg: ModelConfig, weights_bytes: int, run: Run, cal: Calibration,
     return Totals(
         weights=weights_bytes,
         kv=kv_term(cfg, run).bytes,
-        state=cfg.state_bytes,
+        state=state_bytes_final(cfg, run),
         phase=phase,
         extra=tuple(extra(run, phase)) if extra is not None else (),
     )
@@ -319,7 +320,7 @@ def fit_core(
     terms = (
         Term("weights", weights.total_bytes, "sum of tensor bytes from the safetensors headers"),
         kv_term(cfg, run),
-        state_term(cfg),
+        state_term(cfg, run),
         Term("transient", t.transient,
              f"peak phase '{t.phase.name}': its caches minus the final caches + the terms below",
              {"phase": t.phase.name}),

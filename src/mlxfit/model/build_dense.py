@@ -86,7 +86,8 @@ def minimax_m3(c: Ctx) -> list[Layer]:
     # (sparse_index_dim, sparse_block_size, sparse_attention_freq) over the flat keys.
     nested = c.f.d.get("sparse_attention_config")
     lifted = {"index_head_dim": "sparse_index_dim", "index_block_size": "sparse_block_size",
-              "sparse_attention_freq": "sparse_attention_freq"}
+              "sparse_attention_freq": "sparse_attention_freq",
+              "index_n_heads": "sparse_num_index_heads", "index_topk_blocks": "sparse_topk_blocks"}
     d = dict(c.f.d)
     if isinstance(nested, dict):
         d.update({flat: nested[key] for flat, key in lifted.items() if key in nested})
@@ -106,6 +107,25 @@ def minimax_m3(c: Ctx) -> list[Layer]:
             return bool(freq[i])
         return True
 
+    if any(sparse(i) for i in range(c.n)):
+        # a sparse layer's indexer projections are index_n_heads x index_head_dim wide: without
+        # either (default None) mlx-lm's Attention.__init__ fails, so mlx-lm cannot load it
+        for key in ("index_head_dim", "index_n_heads"):
+            if not isinstance(f.d.get(key), int):
+                raise ConfigError(f"{f.where}: missing {key!r}, which mlx-lm's minimax_m3_vl "
+                                  "sparse-attention layers require: mlx-lm cannot load this "
+                                  "config", file=f.where, field=key)
+        # Past index_topk_blocks x index_block_size keys the indexer keeps top-k blocks per
+        # index head and repeats that selection num_attention_heads // index_n_heads times
+        # (_index_mask): unless index_n_heads divides the heads the mask does not broadcast
+        # and mlx-lm's forward pass fails.
+        topk = f.d.get("index_topk_blocks")
+        n_index = f.d["index_n_heads"]
+        if isinstance(topk, int) and (n_index <= 0 or c.heads % n_index):
+            c.mixer["fails_past"] = topk * f.d["index_block_size"]
+            c.mixer["fails_why"] = (
+                f"mlx-lm's minimax_m3_vl sparse attention fails ({c.heads} attention heads "
+                f"are no multiple of index_n_heads {n_index})")
     layers = []
     for i in range(c.n):
         if sparse(i):

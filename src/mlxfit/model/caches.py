@@ -261,17 +261,29 @@ def from_mlx_lm(class_name: str, window: int | None) -> CacheKind:
 
 @dataclass(frozen=True)
 class StateKind:
-    """A constant-size ArraysCache a non-attention mixer keeps (cache.py ArraysCache /
-    MambaCache): its bytes are the layer's ``state_bytes``; the kind says what reads it."""
+    """An ArraysCache a non-attention mixer keeps (cache.py ArraysCache / MambaCache): at most
+    the layer's ``state_bytes``; the kind says what reads it and how it fills."""
 
     name: str  # stable word in JSON (``state`` term's ``layers_by_kind``, `mlxfit families`)
     # Whether a recurrent scan reads and rewrites the whole state for every token (gated-delta
     # / linear attention, Mamba's SSM): the per-chunk scan FLOPs of estimate/compute.py.
     scanned: bool
+    # 0: the state is its full size from the first call (a recurrence, a conv window of
+    # zeros). Else the bytes it keeps per token seen, up to the layer's state_bytes (LongCat's
+    # n-gram ids: the last min(n-1, tokens seen) of them).
+    bytes_per_token: int = 0
+
+    def held(self, cap: int, tokens: int) -> int:
+        """Bytes the state holds once ``tokens`` tokens went through the model."""
+        if not self.bytes_per_token:
+            return cap
+        return min(cap, max(tokens, 0) * self.bytes_per_token)
 
 
 LINEAR_STATE = StateKind("linear", scanned=True)  # linear attention / gated delta recurrence
 MAMBA_STATE = StateKind("mamba", scanned=True)  # SSM state and its conv window
 CONV_STATE = StateKind("conv", scanned=False)  # a short convolution's window only (LFM2 …)
-NGRAM_STATE = StateKind("ngram", scanned=False)  # LongCat n-gram token ids
+# LongCat's NgramEmbedding keeps context[..., -(n-1):] of the int64 ids seen so far
+# (longcat_flash_ngram.py NgramEmbedding.__call__): 8 bytes a token until n-1 are held.
+NGRAM_STATE = StateKind("ngram", scanned=False, bytes_per_token=8)
 DERIVED_STATE = StateKind("mlx-lm", scanned=False)  # read from mlx-lm's caches (oracle plans)

@@ -74,7 +74,9 @@ class Mla:
 @dataclass(frozen=True)
 class Layer:
     attn: Attn | None
-    state_bytes: int = 0  # ArraysCache: SSM / linear-attention / conv state, constant in n
+    # ArraysCache: SSM / linear-attention / conv state, constant in n; the n-gram ids: at
+    # most this (StateKind.held gives the bytes after a number of tokens)
+    state_bytes: int = 0
     state_kind: StateKind | None = None  # what the ArraysCache state is (model.caches)
     moe: bool = False
 
@@ -121,6 +123,10 @@ class ModelConfig:
     # Why max_position is longer than max_position_embeddings ("" when it is not): a
     # rope_scaling mlx-lm applies (mlxfit.model.rope_context).
     context_source: str = ""
+    # A context past which mlx-lm's own forward pass fails for this config (None: none), and
+    # why: validate_run refuses such a run instead of sizing it.
+    fails_past: int | None = None
+    fails_why: str = ""
 
     def __hash__(self) -> int:
         # The generated hash walks every layer; the estimators key their caches on the config
@@ -188,7 +194,20 @@ class ModelConfig:
 
     @cached_property
     def state_bytes(self) -> int:
+        """The ArraysCache states at their full size (a long run's)."""
         return sum(ly.state_bytes for ly in self.layers)
+
+    @cached_property
+    def _filling_states(self) -> tuple[Layer, ...]:
+        return tuple(ly for ly in self.layers
+                     if ly.state_kind is not None and ly.state_kind.bytes_per_token)
+
+    def state_bytes_at(self, tokens: int) -> int:
+        """The ArraysCache states once ``tokens`` tokens went through the model: the n-gram
+        ids fill one token at a time, every other state is full from the first call."""
+        short = sum(ly.state_bytes - ly.state_kind.held(ly.state_bytes, tokens)
+                    for ly in self._filling_states if ly.state_kind is not None)
+        return self.state_bytes - short
 
 
 # --------------------------------------------------------------------------- field access

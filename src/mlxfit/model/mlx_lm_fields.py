@@ -4,7 +4,9 @@ from the installed mlx-lm 0.32.2 by scripts/gen_mlx_lm_args.py):
 - the fields each ModelArgs requires (a dataclass field without a default; model_type aside;
   modules whose ModelArgs has its own from_dict are left out). A config without one fails
   mlx-lm's load with a TypeError (allenai/OLMoE-1B-7B-0924 has no rms_norm_eps;
-  transformers-5 saves of olmo3 have no top-level rope_theta): parse_config warns, naming it.
+  transformers-5 saves of olmo3 have no top-level rope_theta): parse_config refuses it,
+  naming it (``absent_fields``); a field only the forward pass dereferences is a warning
+  (``call_needed_fields``).
 - ``mlx_lm_reads``: the config as the module sees it: only the keys its ModelArgs declares,
   absent ones at their defaults.
 """
@@ -21,18 +23,25 @@ REQUIRED_FIELDS: dict[str, tuple[str, ...]] = {
 }
 
 # Fields whose ModelArgs default is None (or empty) but whose module dereferences them
-# unconditionally: a config without one fails mlx-lm's load as a missing required field
-# does (tests/test_mlx_lm_args.py removes each from the family fixture and checks that
-# mlx-lm fails); the dotted alternatives satisfy it too (qwen3 takes rope_parameters'
-# rope_theta).
+# unconditionally while it builds the model (ModelArgs.__post_init__ / Model.__init__): a
+# config without one fails mlx-lm's load as a missing required field does
+# (tests/test_mlx_lm_args.py removes each from the family fixture and checks that building
+# fails); the dotted alternatives satisfy it too (qwen3 takes rope_parameters' rope_theta).
 NEEDED_FIELDS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
     "deepseek_v2": (("rope_scaling", ()),),
     "hunyuan": (("rope_scaling", ()),),
+    # lfm2.py __post_init__: "Config must specify either 'block_ff_dim' or 'intermediate_size'"
+    "lfm2": (("block_ff_dim", ("intermediate_size",)),),
     "minicpm3": (("rope_scaling", ()),),
     "mellum": (("rope_parameters", ()),),
     "ministral3": (("rope_parameters", ()),),
-    "mistral4": (("rope_parameters", ()),),
     "qwen3": (("rope_theta", ("rope_parameters.rope_theta",)),),
+}
+# The same, dereferenced only by the forward pass: mlx-lm loads the config and its first
+# call fails (mistral4.py reads rope_parameters["llama_4_scaling_beta"] in __call__), so
+# parse_config warns instead of refusing a config mlx-lm loads.
+CALL_NEEDED_FIELDS: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = {
+    "mistral4": (("rope_parameters", ()),),
 }
 
 
@@ -44,8 +53,11 @@ def absent_fields(module: str, config: dict[str, Any]) -> list[str]:
     if text is not None:
         tc = config.get("text_config")
         inner = tc if isinstance(tc, dict) else config
+        # the text class's model_type too: the wrapper passes text_config as it is, with the
+        # keys its __post_init__ sets when absent (pixtral's num_attention_heads)
+        post_init = WRAPPED_TEXT[module][1] if module in WRAPPED_TEXT else {}
         missing += [k for k in MODEL_ARGS[text]["required"]
-                    if k != "model_type" and k not in inner]
+                    if k not in inner and k not in post_init]
         missing += _absent(text, inner)
     return list(dict.fromkeys(missing))
 
@@ -61,7 +73,15 @@ def _text_module(module: str, config: dict[str, Any]) -> str | None:
     return WRAPPED_TEXT[module][0]
 
 
-def _absent(module: str, config: dict[str, Any]) -> list[str]:
+def call_needed_fields(module: str, config: dict[str, Any]) -> list[str]:
+    """The fields ``module``'s forward pass dereferences that ``config`` lacks
+    (CALL_NEEDED_FIELDS): mlx-lm loads such a config and fails at its first call."""
+    return _absent(module, config, CALL_NEEDED_FIELDS, required=False)
+
+
+def _absent(module: str, config: dict[str, Any],
+            needs: dict[str, tuple[tuple[str, tuple[str, ...]], ...]] = NEEDED_FIELDS,
+            required: bool = True) -> list[str]:
     inner = config.get("text_config")
     present = set(config) | (set(inner) if isinstance(inner, dict) else set())
     scopes = [config] + ([inner] if isinstance(inner, dict) else [])
@@ -75,8 +95,10 @@ def _absent(module: str, config: dict[str, Any]) -> list[str]:
                 return True
         return False
 
-    needed = [k for k, alternatives in NEEDED_FIELDS.get(module, ())
+    needed = [k for k, alternatives in needs.get(module, ())
               if not given(k) and not any(given(a) for a in alternatives)]
+    if not required:
+        return needed
     return [k for k in REQUIRED_FIELDS.get(module, ()) if k not in present] + needed
 
 
@@ -122,6 +144,7 @@ WRAPPED_TEXT: dict[str, tuple[str, dict[str, Any]]] = {
     "gemma3n": ("gemma3n:text", {}),
     "muse_spark": ("muse_spark:text", {}),
     "kimi_k25": ("deepseek_v3", {}),
+    "qwen3_vl_moe": ("qwen3_moe", {}),
 }
 
 # Modules whose ModelArgs has its own from_dict: the text class it passes text_config to, or

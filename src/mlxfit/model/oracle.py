@@ -240,6 +240,13 @@ def _build(config: dict, dtype: str):
     return model, args
 
 
+def build_model(config: dict, dtype: str = "bfloat16") -> tuple[Any, Any]:
+    """(model, args) as mlx-lm's load builds them from ``config`` (ModelArgs.from_dict and
+    Model(args), parameters lazy): ConfigError naming a missing required field, OracleError
+    for any other failure of mlx-lm's own code."""
+    return _build(config, dtype)
+
+
 def _cast_as_convert(model: Any, dtype: Any) -> None:
     """Cast the floating parameters to ``dtype`` the way mlx_lm.convert does: those the
     model's ``cast_predicate`` keeps (deepseek_v41's compressor and hyper-connections stay

@@ -18,7 +18,7 @@ from mlxfit.model.families import (
     mlx_lm_module,
     resolve_family,
 )
-from mlxfit.model.mlx_lm_fields import absent_fields, mlx_lm_reads
+from mlxfit.model.mlx_lm_fields import absent_fields, call_needed_fields, mlx_lm_reads
 from mlxfit.model.rope_context import scaled_context
 
 
@@ -114,11 +114,17 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
     else:
         module = mlx_lm_module(raw_type, archs)
         absent = absent_fields(module, config)
-        if absent:
+        if absent:  # mlx-lm's from_dict / Model() fails: no run to size
+            raise ConfigError(
+                f"{where}: missing {', '.join(repr(k) for k in absent)}, which mlx-lm's "
+                f"{module} model requires: mlx-lm cannot load this config",
+                file=where, field=absent[0])
+        at_call = call_needed_fields(module, config)
+        if at_call:
             warnings.append(
-                f"{where} has no {', '.join(repr(k) for k in absent)}, which mlx-lm's {module} "
-                "model requires: mlx-lm cannot load this config as published (a TypeError); "
-                "the sizes assume the field is added"
+                f"{where} has no {', '.join(repr(k) for k in at_call)}, which mlx-lm's "
+                f"{module} model reads when it runs: mlx-lm loads this config but its first "
+                "call fails; the sizes assume the field is added"
             )
 
     n_layers = f.int("num_hidden_layers", 0 if family.depth_from_pattern else None,
@@ -192,6 +198,8 @@ def parse_config(config: dict[str, Any], *, act_bytes: int = 2,
         linear_scan=c.mixer.get("linear_scan", ""),
         linear_state_bytes=c.mixer.get("linear_state_bytes", 4),
         lru_width=c.mixer.get("lru_width", 0),
+        fails_past=c.mixer.get("fails_past"),
+        fails_why=c.mixer.get("fails_why", ""),
         gated_q=family.gated_q or f.bool("attn_output_gate", False),
         never_quantized=family.never_quantized,
         no_quantized_attention=family.no_quantized_attention or (

@@ -301,7 +301,7 @@ def _levers(s: _Search, run: Run, serving: Serving) -> list[_Lever]:
         for bits in KV_BITS:
             if run.kv_bits is not None and bits >= run.kv_bits:
                 continue
-            starts = [run.quantized_kv_start] if run.quantized_kv_start < run.ctx else []
+            starts = [run.quantized_kv_start] if run.quantized_kv_start <= run.ctx else []
             if 0 not in starts:
                 starts.append(0)
             for start in starts:

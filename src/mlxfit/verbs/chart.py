@@ -99,6 +99,6 @@ def kinks_for(cfg: ModelConfig, run: Run) -> list[Kink]:
     out.setdefault(run.prefill_step_size + 1 + run.gen,
                    f"prefill step {run.prefill_step_size}: longer prompts are chunked")
     if run.kv_bits is not None and run.quantized_kv_start > 0:
-        out.setdefault(run.quantized_kv_start + 1,
-                       f"the KV cache is quantized to {run.kv_bits} bits beyond this")
+        out.setdefault(run.quantized_kv_start,
+                       f"the KV cache is quantized to {run.kv_bits} bits from this")
     return [Kink(c, label) for c, label in sorted(out.items())]

@@ -14,7 +14,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from mlxfit.errors import ConfigError, MlxfitError, OracleError, UsageError
-from mlxfit.estimate.memory import Run, as_mlx_lm_runs, kv_bytes_final, validate_run
+from mlxfit.estimate.memory import (
+    Run,
+    as_mlx_lm_runs,
+    kv_bytes_final,
+    state_bytes_final,
+    validate_run,
+)
 from mlxfit.mlx_lm_defaults import DEFAULT_KV_GROUP_SIZE, DEFAULT_QUANTIZED_KV_START
 from mlxfit.model.oracle import cache_plan
 from mlxfit.model.parse import parse_config
@@ -57,7 +63,7 @@ def mlxfit_bytes(config: dict, n: int, step: int, flags: Flags) -> int:
               max_kv_size=flags.max_kv_size)
     run, _ = as_mlx_lm_runs(cfg, run)
     validate_run(cfg, run)
-    return kv_bytes_final(cfg, run) + cfg.state_bytes
+    return kv_bytes_final(cfg, run) + state_bytes_final(cfg, run)
 
 
 def mlx_lm_bytes(config: dict, n: int, step: int, flags: Flags) -> int:

@@ -14,7 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from mlxfit.errors import ConfigError, MlxfitError, OracleError, UsageError
-from mlxfit.estimate.memory import Run, kv_bytes_final, per_token_bytes
+from mlxfit.estimate.memory import Run, kv_bytes_final, per_token_bytes, state_bytes_final
 from mlxfit.model.config import Layer, ModelConfig
 from mlxfit.model.families import NOT_SUPPORTED, mlx_lm_module
 from mlxfit.model.inputs import ModelInputs
@@ -81,7 +81,7 @@ def _cross_check(cfg: ModelConfig, config: dict[str, Any], run: Run) -> str | No
     check = replace(run, ctx=ctx, gen=min(run.gen, ctx - 1), kv_bits=None)
     got = cache_plan(config, ctx, prefill_step_size=run.prefill_step_size, gen=check.gen,
                      max_kv_size=run.max_kv_size, dtype=dtype)
-    table = (kv_bytes_final(cfg, check), cfg.state_bytes)
+    table = (kv_bytes_final(cfg, check), state_bytes_final(cfg, check))
     if table == (got.kv_bytes, got.state_bytes):
         return None
     return (f"the family table and mlx-lm {got.mlx_lm_version} disagree at {ctx:,} tokens: "

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.bands import peak_band_at, plan_bands
-from mlxfit.estimate.memory import Run, Term, kv_bytes_final, validate_run
+from mlxfit.estimate.memory import Run, Term, kv_bytes_final, state_bytes_final, validate_run
 from mlxfit.estimate.solve import context_limit, largest_true, run_at, totals_at
 from mlxfit.estimate.speed import (
     cache_seconds,
@@ -220,7 +220,7 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
     costs = []
     for i in range(cfg.num_layers):
         one = _sub_cfg(cfg, i, i + 1)
-        costs.append(w.per_layer[i] + kv_bytes_final(one, run) + one.state_bytes)
+        costs.append(w.per_layer[i] + kv_bytes_final(one, run) + state_bytes_final(one, run))
     caps = [h.usable_bytes - fixed for h in hosts]
     split = proportional_split(costs, caps) if n > 1 else (cfg.num_layers,)
     ranges = rank_ranges(split)

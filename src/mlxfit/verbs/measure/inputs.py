@@ -94,6 +94,6 @@ def refuse_unsupported(cfg, run) -> None:
         raise UsageError(
             "kv_bits: this model's MLA attention caches a compressed latent that mlx-lm "
             "cannot use once quantized (its attention fails on QuantizedKVCache); run without "
-            "kv_bits or keep quantized_kv_start >= ctx", param="kv_bits",
+            "kv_bits or keep quantized_kv_start above ctx", param="kv_bits",
             also=("quantized_kv_start", "ctx"),
         )

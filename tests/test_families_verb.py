@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from sanitize_oracle import model_layout
 from st_helpers import invoke, make_folder
 
 from mlxfit.estimate.memory import Run, kv_bytes_final
@@ -217,7 +218,13 @@ def test_a_family_the_table_lacks_gets_its_recurrence_from_mlx_lm(tmp_path: Path
     from dataclasses import replace
 
     config = json.loads((FAMILY_DIR / f"{family}.json").read_text())
-    inputs = model_inputs(resolve_model(str(_folder(tmp_path, config))))
+    folder = _folder(tmp_path, config)
+    if family == "falcon_h1":  # mlx-lm's falcon_h1 sanitize reads layer 0's conv first
+        params = model_layout(config)
+        convs = {k: v for k, v in params.items() if k.endswith("mamba.conv1d.weight")}
+        folder = make_folder(tmp_path / "f", config, {"model.safetensors": {
+            "model.embed_tokens.weight": params["model.embed_tokens.weight"], **convs}})
+    inputs = model_inputs(resolve_model(str(folder)))
     plain = replace(inputs.cfg, family_known=False, plan_source="plain transformer (unverified)",
                     linear_scan="", linear_v_heads=0, linear_k_dim=0, linear_v_dim=0,
                     ssm_heads=0, ssm_head_dim=0)

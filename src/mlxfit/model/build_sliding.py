@@ -65,6 +65,21 @@ def gemma3(c: Ctx) -> list[Layer]:
     return layers
 
 
+def _check_kv_owners(types: list[str], shared: int, where: str) -> None:
+    """gemma4_text.py's Model maps each of the last ``shared`` layers to the last earlier
+    layer of its type (kvs_by_type); a shared layer whose type no earlier layer has, or
+    ``shared`` at or past the depth, is a KeyError when mlx-lm builds the model."""
+    if shared <= 0:
+        return
+    first = len(types) - shared
+    owners = set(types[:max(first, 0)])
+    for j in range(max(first, 0), len(types)):
+        if first <= 0 or types[j] not in owners:
+            raise ConfigError(f"{where}: num_kv_shared_layers={shared} leaves layer {j} "
+                              f"({types[j]}) no earlier layer of its type to share; mlx-lm's "
+                              "gemma4_text cannot build the model")
+
+
 def gemma4(c: Ctx) -> list[Layer]:
     f = c.f
     # gemma4_text.ModelArgs.__post_init__ without layer_types: sliding_window_pattern - 1
@@ -78,6 +93,7 @@ def gemma4(c: Ctx) -> list[Layer]:
     k_eq_v = f.bool("attention_k_eq_v", False)
     global_kv = f.int("num_global_key_value_heads", 0)
     first_shared = c.n - shared
+    _check_kv_owners(types, shared, f.where)
     layers = []
     for i, t in enumerate(types):
         sliding = t == "sliding_attention"

@@ -442,3 +442,13 @@ def qwen_tiny(root: Path, *, n_shards: int = 3, index: bool = True, kv_config: b
         (root / "kv_config.json").write_text(json.dumps({"kv_bits": 8, "kv_group_size": 64}))
     (root / "README.md").write_text("# tiny\n")
     return root
+
+
+# The mlxfit command for a child a test sends SIGINT: a non-interactive shell's ``&`` starts its
+# job with SIGINT ignored, a child inherits that, and Python then installs no KeyboardInterrupt
+# handler. Restoring it first makes the child take Ctrl-C as from a terminal however pytest
+# itself was started.
+MLXFIT_TAKING_CTRL_C = [sys.executable, "-c",
+                        ("import runpy, signal; "
+                         "signal.signal(signal.SIGINT, signal.default_int_handler); "
+                         "runpy.run_module('mlxfit', run_name='__main__', alter_sys=True)")]

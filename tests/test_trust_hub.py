@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from hub_server import FakeHub
-from st_helpers import M4PRO, qwen_tiny
+from st_helpers import M4PRO, MLXFIT_TAKING_CTRL_C, qwen_tiny
 
 from mlxfit.sources.resolve import resolve_model
 
@@ -108,7 +108,7 @@ def test_ctrl_c_ends_the_fetch_and_caches_nothing(server: FakeHub, tmp_path: Pat
     asserted: a loaded machine may take longer than the usual fraction of a second."""
     server.add_model("acme/tiny", qwen_tiny(tmp_path / "tiny"))
     server.fault("/cdn/", drip=0.5)
-    p = subprocess.Popen([sys.executable, "-m", "mlxfit", "fit", "acme/tiny", "--machine", M4PRO],
+    p = subprocess.Popen([*MLXFIT_TAKING_CTRL_C, "fit", "acme/tiny", "--machine", M4PRO],
                          env=dict(os.environ, PYTHONPATH=str(SRC)), stdout=subprocess.PIPE,
                          stderr=subprocess.PIPE, text=True)
     try:

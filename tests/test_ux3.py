@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from st_helpers import MLXFIT_TAKING_CTRL_C
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 Q8B = "mlx-community/Qwen3-8B-4bit"
@@ -320,7 +321,7 @@ def mlxfit_tty(*args: str, cols: int = 80) -> str:
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
     env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": str(cols), "NO_COLOR": "1",
            "TERM": "dumb"}
-    p = subprocess.Popen([sys.executable, "-m", "mlxfit", *args], stdout=slave, stderr=slave,
+    p = subprocess.Popen([*MLXFIT_TAKING_CTRL_C, *args], stdout=slave, stderr=slave,
                          stdin=subprocess.DEVNULL, env=env, close_fds=True)
     os.close(slave)
     out = b""
@@ -389,7 +390,7 @@ def _spawn_tty(*args: str, cols: int = 120):
     master, slave = pty.openpty()
     fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, cols, 0, 0))
     env = {**os.environ, "PYTHONPATH": SRC, "COLUMNS": str(cols), "TERM": "xterm"}
-    p = subprocess.Popen([sys.executable, "-m", "mlxfit", *args], stdout=slave, stderr=slave,
+    p = subprocess.Popen([*MLXFIT_TAKING_CTRL_C, *args], stdout=slave, stderr=slave,
                          stdin=subprocess.DEVNULL, env=env, close_fds=True)
     os.close(slave)
     return p, master

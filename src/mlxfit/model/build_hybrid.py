@@ -194,6 +194,27 @@ def kimi_linear(c: Ctx) -> list[Layer]:
             else latent[i] for i in range(c.n)]
 
 
+def kimi_k3(c: Ctx) -> list[Layer]:
+    """kimi_k3.py: kimi_linear's caches, but its TextArgs leave the MLA widths and the expert
+    width at None and its layers read them as they are built: a config that lacks one a layer
+    needs cannot be built by mlx-lm (KimiK3MLAAttention on the layers not in kda_layers,
+    KimiK3SparseMoE on layers >= first_k_dense_replace and a multiple of moe_layer_freq when
+    num_experts > 0)."""
+    f = c.f
+    kda = set(sub_fields(c, "linear_attn_config").int_list("kda_layers") or [])
+    needs: list[str] = []
+    if any(i + 1 not in kda for i in range(c.n)):
+        needs += ["kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"]
+    first, freq = f.int("first_k_dense_replace", 0), f.int("moe_layer_freq", 1, minimum=1)
+    if f.int("num_experts", 0) > 0 and any(i >= first and i % freq == 0 for i in range(c.n)):
+        needs.append("moe_intermediate_size")
+    missing = [k for k in needs if not f.has(k)]
+    if missing:
+        raise ConfigError(f"{f.where}: missing required field '{missing[0]}' (kimi_k3 builds "
+                          "its MLA and expert layers from it)", file=f.where, field=missing[0])
+    return kimi_linear(c)
+
+
 def _global_every(c: Ctx, group_key: str = "layer_group_size") -> list[bool]:
     # bailing_hybrid.py / bailing_moe_linear.py: layer i is global softmax attention when
     # (i+1) % group == 0 or it is past the last whole group.

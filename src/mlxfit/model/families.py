@@ -191,7 +191,7 @@ FAMILIES: dict[str, Family] = {
     "longcat_flash_ngram": Family(mla.longcat_ngram, own_cache=True, never_quantized=True,
                                   prepare=renames.renamed({"num_layers": "num_hidden_layers"})),
     "kimi_linear": Family(hybrid.kimi_linear, own_cache=True),
-    "kimi_k3": Family(hybrid.kimi_linear, own_cache=True),
+    "kimi_k3": Family(hybrid.kimi_k3, own_cache=True),
     "bailing_hybrid": Family(hybrid.bailing_hybrid, own_cache=True),
     "bailing_moe_linear": Family(hybrid.bailing_moe_linear, own_cache=True),
     "olmo_hybrid": Family(hybrid.olmo_hybrid, own_cache=True),

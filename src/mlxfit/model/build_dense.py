@@ -120,6 +120,10 @@ def minimax_m3(c: Ctx) -> list[Layer]:
         # (_index_mask): unless index_n_heads divides the heads the mask does not broadcast
         # and mlx-lm's forward pass fails.
         topk = f.d.get("index_topk_blocks")
+        if not isinstance(topk, int):  # _index_mask compares None with the block count
+            c.warnings.append(
+                f"{f.where}: no 'index_topk_blocks' (sparse_topk_blocks): mlx-lm loads this "
+                "config, but its minimax_m3_vl sparse attention fails at the first call")
         n_index = f.d["index_n_heads"]
         if isinstance(topk, int) and (n_index <= 0 or c.heads % n_index):
             c.mixer["fails_past"] = topk * f.d["index_block_size"]

@@ -12,8 +12,16 @@ from collections.abc import Callable
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.mlx_lm_args import MODEL_ARGS
-from mlxfit.model.sanitize_ops import FP8_DTYPES, Tensors, drop, retag, tie
+from mlxfit.model.sanitize_ops import (
+    FP8_DTYPES,
+    Tensors,
+    drop,
+    model_arg,
+    popped,
+    retag,
+    stacked,
+    tie,
+)
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 
 _PROJS = ("gate_proj", "down_proj", "up_proj")
@@ -22,9 +30,6 @@ _QPARTS = ("weight", "scales", "biases")
 _FP8_AS_LOADED = FP8_DTYPES | {"U8"}
 
 
-def _arg(cfg: dict[str, Any], family: str, name: str) -> Any:
-    """A ModelArgs field as the family's model reads it: the config's, else its default."""
-    return cfg.get(name, MODEL_ARGS.get(family, {}).get("defaults", {}).get(name))
 
 
 def _count(value: Any, what: str) -> int:
@@ -33,25 +38,8 @@ def _count(value: Any, what: str) -> int:
     return value
 
 
-def _pop(ts: Tensors, key: str) -> TensorInfo:
-    """``weights.pop(key)``: mlx-lm's KeyError, as one line naming the tensor."""
-    if key not in ts:
-        raise ConfigError(f"{key}: missing; mlx-lm's sanitize reads it (KeyError)")
-    return ts.pop(key)
 
 
-def _stacked(name: str, members: list[TensorInfo]) -> TensorInfo:
-    """``mx.stack(members)``: one (E, *shape) tensor; mlx raises when shapes differ."""
-    first = members[0]
-    if any(t.shape != first.shape for t in members):
-        raise ConfigError(f"{name}: the experts differ in shape; mlx-lm cannot stack them")
-    dtype = first.dtype
-    if any(t.dtype != dtype for t in members):  # mx.stack promotes mixed floats to float32
-        if not all(t.dtype in FLOAT_DTYPES for t in members):
-            raise ConfigError(f"{name}: the experts differ in dtype; mlxfit does not model "
-                              "mlx's promotion of those dtypes")
-        dtype = "F32"
-    return TensorInfo.of(name, dtype, (len(members), *first.shape))
 
 
 def _stack_experts(ts: Tensors, src: str, dst: str, n: Any, projs: tuple[str, ...] = _PROJS,
@@ -62,12 +50,12 @@ def _stack_experts(ts: Tensors, src: str, dst: str, n: Any, projs: tuple[str, ..
         for k in parts:
             if f"{src}.experts.0.{m}.{k}" in ts:
                 count = _count(n, what)
-                members = [_pop(ts, f"{src}.experts.{e}.{m}.{k}") for e in range(count)]
+                members = [popped(ts, f"{src}.experts.{e}.{m}.{k}") for e in range(count)]
                 if not members:
                     raise ConfigError(f"config.json: {what} is 0; mlx-lm cannot stack the "
                                       f"experts of {src}")
                 name = f"{dst}.{m}.{k}"
-                ts[name] = _stacked(name, members)
+                ts[name] = stacked(name, members)
 
 
 def _quantized_shape(name: str, shape: tuple[int, ...], bits: int, group: int) -> tuple[int, ...]:
@@ -93,8 +81,8 @@ def _absorb_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
     key = f"{attn}.kv_b_proj.weight"
     if key not in ts:
         return
-    heads = _arg(cfg, family, "num_attention_heads")
-    nope, vdim = _arg(cfg, family, "qk_nope_head_dim"), _arg(cfg, family, "v_head_dim")
+    heads = model_arg(cfg, family, "num_attention_heads")
+    nope, vdim = model_arg(cfg, family, "qk_nope_head_dim"), model_arg(cfg, family, "v_head_dim")
     if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
         raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
                           "are needed to split kv_b_proj as mlx-lm does")
@@ -107,9 +95,9 @@ def _absorb_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
     bits = group = 0
     scale_dtype = dtype
     if quantized:
-        dims = _arg(cfg, family, "kv_lora_rank")
-        scales = _pop(ts, f"{attn}.kv_b_proj.scales")
-        _pop(ts, f"{attn}.kv_b_proj.biases")
+        dims = model_arg(cfg, family, "kv_lora_rank")
+        scales = popped(ts, f"{attn}.kv_b_proj.scales")
+        popped(ts, f"{attn}.kv_b_proj.biases")
         if type(dims) is not int or dims < 1 or not shape or not scales.shape \
                 or scales.shape[-1] < 1:
             raise ConfigError(f"{key}: a quantized kv_b_proj needs kv_lora_rank to infer its "
@@ -213,8 +201,8 @@ def _broadcasts(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
 def _deepseek_v2(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """deepseek_v2.py: each layer's experts stacked (weight/scales/biases); nothing else."""
     ts = dict(ts)
-    n = _count(_arg(cfg, "deepseek_v2", "num_hidden_layers"), "num_hidden_layers")
-    experts = _arg(cfg, "deepseek_v2", "n_routed_experts")
+    n = _count(model_arg(cfg, "deepseek_v2", "num_hidden_layers"), "num_hidden_layers")
+    experts = model_arg(cfg, "deepseek_v2", "n_routed_experts")
     for layer in range(n):
         p = f"model.layers.{layer}"
         _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
@@ -226,14 +214,14 @@ def _v32(family: str) -> Callable[[Tensors, dict[str, Any]], Tensors]:
     dropped, FP8 weights with weight_scale_inv dequantized, then per layer the experts stacked
     and kv_b_proj split into embed_q / unembed_out."""
     def sanitize(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-        n = _count(_arg(cfg, family, "num_hidden_layers"), "num_hidden_layers")
+        n = _count(model_arg(cfg, family, "num_hidden_layers"), "num_hidden_layers")
         kept: Tensors = {}
         for k, v in ts.items():
             i = _layer_index(k)
             if i is None or i < n:
                 kept[k] = v
         ts = _dequant_fp8(kept, lambda k: "weight_scale_inv" in k)
-        experts = _arg(cfg, family, "n_routed_experts")
+        experts = model_arg(cfg, family, "n_routed_experts")
         for layer in range(n):
             p = f"model.layers.{layer}"
             _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
@@ -278,8 +266,8 @@ def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     ts = _mistral4_int4(ts)
     ts = _dequant_fp8(drop(ts, lambda k: not k.endswith("activation_scale")),
                       lambda k: k.endswith("_scale_inv"), broadcast_ok=True)
-    n = _count(_arg(cfg, "mistral4", "num_hidden_layers"), "num_hidden_layers")
-    experts = _arg(cfg, "mistral4", "n_routed_experts")
+    n = _count(model_arg(cfg, "mistral4", "num_hidden_layers"), "num_hidden_layers")
+    experts = model_arg(cfg, "mistral4", "n_routed_experts")
     for layer in range(n):
         p = f"model.layers.{layer}"
         gup = f"{p}.mlp.experts.gate_up_proj"
@@ -306,8 +294,8 @@ def longcat_flash(ts: Tensors, cfg: dict[str, Any], fam: str = "longcat_flash") 
     both attentions of each layer (self_attn.0 / .1) have kv_b_proj absorbed; model.mtp.*
     dropped last. longcat_flash_ngram runs it too (``fam``: whose ModelArgs defaults apply)."""
     ts = dict(ts)
-    n = _count(_arg(cfg, fam, "num_layers"), "num_layers")
-    experts = _arg(cfg, fam, "n_routed_experts")
+    n = _count(model_arg(cfg, fam, "num_layers"), "num_layers")
+    experts = model_arg(cfg, fam, "n_routed_experts")
     for layer in range(n):
         p = f"model.layers.{layer}"
         _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
@@ -322,15 +310,15 @@ def _bailing_moe_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     dropped, per layer from first_k_dense_replace the experts' weights stacked, kv_b_proj
     absorbed (a quantized one refused), then HF short convolutions (C, 1, K) moved to (C, K, 1)
     in place."""
-    ts = tie(ts, cfg, bool(_arg(cfg, "bailing_moe_v3", "tie_word_embeddings")))
-    n = _count(_arg(cfg, "bailing_moe_v3", "num_hidden_layers"), "num_hidden_layers")
+    ts = tie(ts, cfg, bool(model_arg(cfg, "bailing_moe_v3", "tie_word_embeddings")))
+    n = _count(model_arg(cfg, "bailing_moe_v3", "num_hidden_layers"), "num_hidden_layers")
     out: Tensors = {}
     for k, v in ts.items():
         idx = k[len("model.layers."):].split(".", 1)[0] if k.startswith("model.layers.") else ""
         if not (idx.isdigit() and int(idx) >= n):
             out[k] = v
-    dense = _arg(cfg, "bailing_moe_v3", "first_k_dense_replace")
-    experts = _arg(cfg, "bailing_moe_v3", "num_experts")
+    dense = model_arg(cfg, "bailing_moe_v3", "first_k_dense_replace")
+    experts = model_arg(cfg, "bailing_moe_v3", "num_experts")
     for layer in range(n):
         p = f"model.layers.{layer}"
         if layer >= _count(dense, "first_k_dense_replace"):
@@ -376,14 +364,14 @@ def _concat0(name: str, parts: list[TensorInfo]) -> TensorInfo:
 def _kimi_k3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
     """kimi_k3.py LanguageModel.sanitize on the text model's names."""
     fam = "kimi_k3:text"
-    n = _count(_arg(text, fam, "num_hidden_layers"), "text_config.num_hidden_layers")
+    n = _count(model_arg(text, fam, "num_hidden_layers"), "text_config.num_hidden_layers")
     ts = {k: v for k, v in ts.items() if not k.startswith(("model.mtp", "mtp"))}
     kept: Tensors = {}
     for k, v in ts.items():
         m = re.match(r"model\.layers\.(\d+)\.", k)
         if m is None or int(m[1]) < n:
             kept[k] = v
-    ts = tie(kept, text, bool(_arg(text, fam, "tie_word_embeddings")))
+    ts = tie(kept, text, bool(model_arg(text, fam, "tie_word_embeddings")))
     for k in list(ts):
         for pat, dst in _KIMI_RES:
             if k.endswith(pat):
@@ -395,9 +383,9 @@ def _kimi_k3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
         raise ConfigError("config.json: linear_attn_config with kda_layers and num_heads is "
                           "needed to build kimi_k3's layers")
     kda = linear["kda_layers"]
-    experts = _arg(text, fam, "num_experts")
-    dense = _count(_arg(text, fam, "first_k_dense_replace"), "text_config.first_k_dense_replace")
-    freq = _count(_arg(text, fam, "moe_layer_freq"), "text_config.moe_layer_freq")
+    experts = model_arg(text, fam, "num_experts")
+    dense = _count(model_arg(text, fam, "first_k_dense_replace"), "text_config.first_k_dense_replace")
+    freq = _count(model_arg(text, fam, "moe_layer_freq"), "text_config.moe_layer_freq")
     if not isinstance(kda, (list, tuple)) or (experts is not None and type(experts) is not int) \
             or freq < 1:
         raise ConfigError("config.json: text_config's kda_layers, num_experts or moe_layer_freq "
@@ -417,18 +405,18 @@ def _kimi_k3_moe(ts: Tensors, src: str, dst: str, experts: Any) -> None:
     for w, proj in (("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj")):
         if f"{src}.experts.0.{w}.weight_packed" in ts:
             count = _count(experts, "text_config.num_experts")
-            packed = [_pop(ts, f"{src}.experts.{i}.{w}.weight_packed") for i in range(count)]
-            scales = [_pop(ts, f"{src}.experts.{i}.{w}.weight_scale") for i in range(count)]
+            packed = [popped(ts, f"{src}.experts.{i}.{w}.weight_packed") for i in range(count)]
+            scales = [popped(ts, f"{src}.experts.{i}.{w}.weight_scale") for i in range(count)]
             name = f"{dst}.switch_mlp.{proj}.weight"
-            ts[name] = _view_u32(_stacked(name, packed), name)
-            ts[f"{dst}.switch_mlp.{proj}.scales"] = _stacked(f"{dst}.switch_mlp.{proj}.scales",
+            ts[name] = _view_u32(stacked(name, packed), name)
+            ts[f"{dst}.switch_mlp.{proj}.scales"] = stacked(f"{dst}.switch_mlp.{proj}.scales",
                                                              scales)
         else:
             for suffix in _QPARTS:
                 if f"{src}.experts.0.{w}.{suffix}" in ts:
                     count = _count(experts, "text_config.num_experts")
                     name = f"{dst}.switch_mlp.{proj}.{suffix}"
-                    ts[name] = _stacked(name, [_pop(ts, f"{src}.experts.{i}.{w}.{suffix}")
+                    ts[name] = stacked(name, [popped(ts, f"{src}.experts.{i}.{w}.{suffix}")
                                                for i in range(count)])
     for name in _KIMI_MOE_NAMES:
         for suffix in _QPARTS:
@@ -572,7 +560,7 @@ def _deepseek_v41(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         if scale is not None:
             value, scale = _v41_repack(value, scale, name)
         if name.endswith(".o_a_proj.weight"):
-            groups = _arg(args, "deepseek_v41", "o_groups")
+            groups = model_arg(args, "deepseek_v41", "o_groups")
             value = _o_groups(value, groups, name)
             if scale is not None:
                 scale = _o_groups(scale, groups, name)
@@ -580,7 +568,7 @@ def _deepseek_v41(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         if scale is not None:
             sname = f"{name.removesuffix('weight')}scales"
             clean[sname] = retag(scale, name=sname)
-    n = _arg(args, "deepseek_v41", "n_routed_experts")
+    n = model_arg(args, "deepseek_v41", "n_routed_experts")
     for (layer, proj), rows in experts.items():
         if len(rows) != n:
             raise ConfigError(f"layers.{layer}.ffn.experts: {len(rows)} {proj} expert weights, "
@@ -590,12 +578,12 @@ def _deepseek_v41(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         if any("weight" not in p for p in parts):
             raise ConfigError(f"layers.{layer}.ffn.experts: a {proj} expert has a scale and no "
                               "weight (mlx-lm's sanitize reads it)")
-        value = _stacked(f"{name}.weight", [p["weight"] for p in parts])
+        value = stacked(f"{name}.weight", [p["weight"] for p in parts])
         if "scale" in parts[0]:
             if any("scale" not in p for p in parts):
                 raise ConfigError(f"layers.{layer}.ffn.experts: some {proj} experts have no "
                                   "scale (mlx-lm's sanitize reads one for each)")
-            scales = _stacked(f"{name}.scales", [p["scale"] for p in parts])
+            scales = stacked(f"{name}.scales", [p["scale"] for p in parts])
             value, scales = _v41_repack(value, scales, f"{name}.weight")
             clean[f"{name}.scales"] = scales
         clean[f"{name}.weight"] = retag(value, name=f"{name}.weight")

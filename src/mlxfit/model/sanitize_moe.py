@@ -11,23 +11,24 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.mlx_lm_args import MODEL_ARGS
-from mlxfit.model.sanitize_ops import Tensors, drop, tie
+from mlxfit.model.sanitize_ops import (
+    Tensors,
+    drop,
+    model_arg,
+    stacked,
+    tie,
+)
 from mlxfit.model.tensors import TensorInfo
 
 # The suffixes most of these sanitizes stack: a float checkpoint's weight, an MLX-quantized
 # one's scales and biases.
 _QKEYS = ("weight", "scales", "biases")
-_FLOATS = frozenset({"F16", "BF16", "F32"})
 
 
-def _arg(cfg: dict[str, Any], family: str, key: str) -> Any:
-    """``self.args.<key>``: the config's value, else the family's ModelArgs default."""
-    return cfg.get(key, MODEL_ARGS[family]["defaults"].get(key))
 
 
 def _count(cfg: dict[str, Any], family: str, key: str) -> int:
-    v = _arg(cfg, family, key)
+    v = model_arg(cfg, family, key)
     if not isinstance(v, int):
         raise ConfigError(f"config.json: {key} is {v!r}, not an integer; mlx-lm's {family} "
                           "sanitize counts layers and experts with it")
@@ -42,17 +43,7 @@ def _join(ts: Tensors, family: str, names: list[str], target: str) -> None:
             raise ConfigError(f"{name} is missing: mlx-lm's {family} sanitize stacks every "
                               f"expert's tensor into {target}")
         members.append(ts.pop(name))
-    if not members:
-        raise ConfigError(f"{target}: no experts to stack (mx.stack of nothing fails)")
-    first = members[0]
-    if any(t.shape != first.shape for t in members):
-        raise ConfigError(f"{target}: the experts' tensors differ in shape; mx.stack refuses them")
-    dtypes = {t.dtype for t in members}
-    if len(dtypes) > 1 and not dtypes <= _FLOATS:
-        raise ConfigError(f"{target}: the experts' tensors mix dtypes {sorted(dtypes)}")
-    # mx.stack promotes mixed float dtypes: any two different ones give float32.
-    dtype = first.dtype if len(dtypes) == 1 else "F32"
-    ts[target] = TensorInfo.of(target, dtype, (len(members), *first.shape))
+    ts[target] = stacked(target, members)
 
 
 def _stack_experts(ts: Tensors, cfg: dict[str, Any], family: str, layers: Iterable[int],
@@ -184,7 +175,7 @@ def _dots1(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     stacked into mlp.experts.<proj>; rotary frequencies dropped."""
     ts = dict(tie(ts, cfg, False))
     n = _count(cfg, "dots1", "num_hidden_layers")
-    first = _arg(cfg, "dots1", "first_k_dense_replace")
+    first = model_arg(cfg, "dots1", "first_k_dense_replace")
     if n > 0 and not isinstance(first, int | float):
         raise ConfigError(f"config.json: first_k_dense_replace is {first!r}, not a number "
                           "(mlx-lm's dots1 sanitize compares layer indices with it)")
@@ -210,7 +201,7 @@ def _afmoe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     from num_dense_layers on stacked into mlp.experts.<proj>."""
     ts = dict(tie(drop(ts, lambda k: "rotary_emb.inv_freq" not in k), cfg, False))
     n = _count(cfg, "afmoe", "num_hidden_layers")
-    dense = _arg(cfg, "afmoe", "num_dense_layers")
+    dense = model_arg(cfg, "afmoe", "num_dense_layers")
     if n > 0 and not isinstance(dense, int | float):
         raise ConfigError(f"config.json: num_dense_layers is {dense!r}, not a number "
                           "(mlx-lm's afmoe sanitize compares layer indices with it)")
@@ -238,7 +229,7 @@ def _exaone_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     under mlp.gate and the experts stacked into switch_mlp (only when expert 0's and expert
     E-1's tensors are both there); lm_head dropped when tied."""
     ts = drop(ts, lambda k: not k.startswith("mtp."))
-    moe = _arg(cfg, "exaone_moe", "is_moe_layer")
+    moe = model_arg(cfg, "exaone_moe", "is_moe_layer")
     n = _count(cfg, "exaone_moe", "num_hidden_layers")
     if n > 0 and (not isinstance(moe, list) or len(moe) < n):
         raise ConfigError(f"config.json: is_moe_layer must list all {n} layers (mlx-lm's "

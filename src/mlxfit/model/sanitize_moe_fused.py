@@ -11,20 +11,22 @@ from collections.abc import Callable
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.mlx_lm_args import MODEL_ARGS
-from mlxfit.model.sanitize_ops import Tensors, drop, retag
-from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
+from mlxfit.model.sanitize_ops import (
+    Tensors,
+    drop,
+    model_arg,
+    retag,
+    stacked,
+)
+from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
 
 # ------------------------------------------------------------------ shared pieces
 
 
-def _arg(cfg: dict[str, Any], family: str, key: str) -> Any:
-    """``self.args.<key>``: the config's value, else the family's ModelArgs default."""
-    return cfg.get(key, MODEL_ARGS[family]["defaults"].get(key))
 
 
 def _count(cfg: dict[str, Any], family: str, key: str) -> int:
-    n = _arg(cfg, family, key)
+    n = model_arg(cfg, family, key)
     if type(n) is not int or n < 0:
         raise ConfigError(f"config.json: {key}={n!r} is not a count; mlx-lm's {family} "
                           "sanitize loops over it")
@@ -33,22 +35,12 @@ def _count(cfg: dict[str, Any], family: str, key: str) -> int:
 
 def _tied(ts: Tensors, cfg: dict[str, Any], family: str) -> Tensors:
     """``if self.args.tie_word_embeddings: weights.pop("lm_head.weight", None)``."""
-    if _arg(cfg, family, "tie_word_embeddings"):
+    if model_arg(cfg, family, "tie_word_embeddings"):
         ts = dict(ts)
         ts.pop("lm_head.weight", None)
     return ts
 
 
-def _stacked(name: str, members: list[TensorInfo]) -> TensorInfo:
-    """``mx.stack(members)``: equal shapes, the dtypes promoted as mlx promotes floats."""
-    first = members[0]
-    if any(t.shape != first.shape for t in members):
-        raise ConfigError(f"{name}: experts differ in shape; mlx-lm cannot stack them")
-    dtypes = {t.dtype for t in members}
-    if len(dtypes) > 1 and not dtypes <= set(FLOAT_DTYPES):
-        raise ConfigError(f"{name}: experts differ in dtype ({', '.join(sorted(dtypes))})")
-    return TensorInfo.of(name, first.dtype if len(dtypes) == 1 else "F32",
-                         (len(members), *first.shape))
 
 
 def _stack_experts(ts: Tensors, head: str, tail: str, dst: str, n: int) -> None:
@@ -68,7 +60,7 @@ def _stack_experts(ts: Tensors, head: str, tail: str, dst: str, n: int) -> None:
             raise ConfigError(f"{each(e)} is missing; mlx-lm's sanitize stacks experts "
                               f"0..{n - 1}")
         members.append(ts.pop(each(e)))
-    ts[dst] = _stacked(dst, members)
+    ts[dst] = stacked(dst, members)
 
 
 # mx.from_fp8 takes uint8; mx.load reads F8_E4M3 and F8_E8M0 tensors as uint8.
@@ -128,7 +120,7 @@ def _spark2_5(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 def _gear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """gear.py: rotary buffers and embed_scale dropped, lm_head when tied (the default), the
     conv mixers' HF (C, 1, K) kernels transposed to MLX's (C, K, 1)."""
-    tied = _arg(cfg, "gear", "tie_word_embeddings")
+    tied = model_arg(cfg, "gear", "tie_word_embeddings")
     out: Tensors = {}
     for k, v in ts.items():
         if "rotary_emb.inv_freq" in k or k.endswith("embed_scale"):
@@ -147,10 +139,10 @@ def _bailing_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     shape and dtype, but it must be there); from layer first_k_dense_replace on, experts
     stacked into switch_mlp and the router renamed to gate.gate_proj, each appended."""
     ts = _tied(ts, cfg, "bailing_moe")
-    if _arg(cfg, "bailing_moe", "norm_head") and "lm_head.weight" not in ts:
+    if model_arg(cfg, "bailing_moe", "norm_head") and "lm_head.weight" not in ts:
         raise ConfigError("lm_head.weight: missing, and mlx-lm's bailing_moe sanitize "
                           "normalizes it for norm_head" + (" (tie_word_embeddings dropped it)"
-                                                           if _arg(cfg, "bailing_moe",
+                                                           if model_arg(cfg, "bailing_moe",
                                                                    "tie_word_embeddings")
                                                            else ""))
     ts = dict(ts)
@@ -259,8 +251,8 @@ def _hunyuan_unfuse(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """The fused checkpoint (layer 0 has mlp.gate_and_up_proj): qkv_proj reshaped to
     (kv heads, groups + 2, head_dim, -1) and split into q/k/v flattened back to 2-D;
     gate_and_up_proj halved on axis 0 into up_proj then gate_proj."""
-    d, heads = _arg(cfg, "hunyuan", "hidden_size"), _arg(cfg, "hunyuan", "num_attention_heads")
-    kv = _arg(cfg, "hunyuan", "num_key_value_heads")
+    d, heads = model_arg(cfg, "hunyuan", "hidden_size"), model_arg(cfg, "hunyuan", "num_attention_heads")
+    kv = model_arg(cfg, "hunyuan", "num_key_value_heads")
     if not all(type(x) is int and x > 0 for x in (d, heads, kv)):
         raise ConfigError("config.json: hidden_size, num_attention_heads and "
                           "num_key_value_heads are needed to split qkv_proj as mlx-lm does")

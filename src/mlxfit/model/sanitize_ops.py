@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.tensors import TensorInfo
+from mlxfit.model.mlx_lm_args import MODEL_ARGS
+from mlxfit.model.tensors import FLOAT_DTYPES, TensorInfo
 
 Tensors = dict[str, TensorInfo]  # name -> descriptor, in the order sanitize leaves them
 
@@ -43,6 +44,37 @@ class Rules:
         if self.predicate_if is not None and not self.predicate_if(cfg):
             return {}
         return dict(self.predicate)
+
+
+def model_arg(cfg: dict[str, Any], family: str, key: str) -> Any:
+    """``self.args.<key>`` as the family's sanitize reads it: the config's value, else the
+    family's ModelArgs default (model/mlx_lm_args.py)."""
+    if key in cfg:
+        return cfg[key]
+    return MODEL_ARGS.get(family, {}).get("defaults", {}).get(key)
+
+
+def popped(ts: Tensors, key: str) -> TensorInfo:
+    """``weights.pop(key)``: mlx-lm's KeyError on a checkpoint without it, as one line."""
+    if key not in ts:
+        raise ConfigError(f"{key}: missing; mlx-lm's sanitize reads it (KeyError)")
+    return ts.pop(key)
+
+
+def stacked(name: str, members: list[TensorInfo]) -> TensorInfo:
+    """``mx.stack(members)`` under ``name``: one (len, *shape) tensor of equal shapes; mixed
+    float dtypes promote to float32 as mx.stack does (mixed with a non-float: not modelled)."""
+    if not members:
+        raise ConfigError(f"{name}: nothing to stack (mx.stack of an empty list raises)")
+    first = members[0]
+    if any(t.shape != first.shape for t in members):
+        raise ConfigError(f"{name}: the tensors mlx-lm stacks into it differ in shape")
+    dtypes = {t.dtype for t in members}
+    if len(dtypes) > 1 and not dtypes <= set(FLOAT_DTYPES):
+        raise ConfigError(f"{name}: the tensors mlx-lm stacks into it mix dtypes "
+                          f"{sorted(dtypes)}; mlxfit does not model that promotion")
+    return TensorInfo.of(name, first.dtype if len(dtypes) == 1 else "F32",
+                         (len(members), *first.shape))
 
 
 def retag(t: TensorInfo, name: str | None = None, shape: tuple[int, ...] | None = None,

@@ -12,23 +12,23 @@ from collections.abc import Callable
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.mlx_lm_args import MODEL_ARGS
 from mlxfit.model.sanitize_mla import longcat_flash
-from mlxfit.model.sanitize_ops import Tensors, retag
+from mlxfit.model.sanitize_ops import (
+    Tensors,
+    model_arg,
+    popped,
+    retag,
+    stacked,
+)
 from mlxfit.model.tensors import TensorInfo
 
 # ------------------------------------------------------------------ shared pieces
 
 
-def _arg(cfg: dict[str, Any], family: str, key: str) -> Any:
-    """``self.args.<key>``: the config's value, else the family's ModelArgs default."""
-    if key in cfg:
-        return cfg[key]
-    return MODEL_ARGS.get(family, {}).get("defaults", {}).get(key)
 
 
 def _int_arg(cfg: dict[str, Any], family: str, key: str) -> int:
-    v = _arg(cfg, family, key)
+    v = model_arg(cfg, family, key)
     if type(v) is not int:
         raise ConfigError(f"config.json: {key}={v!r} is not an integer; mlx-lm's {family} "
                           "sanitize needs it")
@@ -78,32 +78,10 @@ def _pop_tied(ts: Tensors, tied: Any) -> Tensors:
     return ts
 
 
-def _pop(ts: Tensors, k: str, family: str) -> TensorInfo:
-    """``weights.pop(k)``: a KeyError in mlx-lm when the checkpoint lacks it."""
-    if k not in ts:
-        raise ConfigError(f"{k} is missing; mlx-lm's {family} sanitize needs it")
-    return ts.pop(k)
 
 
-_PROMOTE = {frozenset({"F16", "BF16"}): "F32"}
 
 
-def _stack(name: str, members: list[TensorInfo]) -> TensorInfo:
-    """``mx.stack(members)`` under ``name``: equal shapes, dtypes promoted as mlx does."""
-    if not members:
-        raise ConfigError(f"{name}: no tensors to stack (mx.stack of an empty list raises)")
-    first = members[0]
-    if any(t.shape != first.shape for t in members):
-        raise ConfigError(f"{name}: the tensors mlx-lm stacks into it differ in shape")
-    dtypes = frozenset(t.dtype for t in members)
-    if len(dtypes) == 1:
-        dtype = first.dtype
-    elif dtypes <= {"F16", "BF16", "F32"}:
-        dtype = _PROMOTE.get(dtypes, "F32")
-    else:
-        raise ConfigError(f"{name}: the tensors mlx-lm stacks into it mix dtypes "
-                          f"{sorted(dtypes)}; not modelled")
-    return TensorInfo.of(name, dtype, (len(members), *first.shape))
 
 
 def _split_kv_b(ts: Tensors, prefix: str, heads: Any, nope: Any, vdim: Any,
@@ -126,14 +104,13 @@ def _split_kv_b(ts: Tensors, prefix: str, heads: Any, nope: Any, vdim: Any,
         ts[f"{prefix}.{name}.weight"] = TensorInfo.of(f"{prefix}.{name}.weight", v.dtype, shape)
 
 
-def _stack_experts(ts: Tensors, experts: str, tail: str, dst: str, count: int,
-                   family: str) -> None:
+def _stack_experts(ts: Tensors, experts: str, tail: str, dst: str, count: int) -> None:
     """``weights[dst] = mx.stack([weights.pop(f"{experts}.{e}.{tail}") for e in
     range(count)])`` (in place)."""
-    ts[dst] = _stack(dst, [_pop(ts, f"{experts}.{e}.{tail}", family) for e in range(count)])
+    ts[dst] = stacked(dst, [popped(ts, f"{experts}.{e}.{tail}") for e in range(count)])
 
 
-def _stack_mlp_experts(ts: Tensors, prefix: str, count: int, family: str) -> None:
+def _stack_mlp_experts(ts: Tensors, prefix: str, count: int) -> None:
     """The Bailing / LongCat loop: ``for m in gate/down/up_proj, for k in weight/scales/biases:
     if <prefix>.mlp.experts.0.<m>.<k> in weights``, all ``count`` experts stacked into
     ``<prefix>.mlp.switch_mlp.<m>.<k>`` (appended)."""
@@ -141,7 +118,7 @@ def _stack_mlp_experts(ts: Tensors, prefix: str, count: int, family: str) -> Non
         for kind in ("weight", "scales", "biases"):
             if f"{prefix}.mlp.experts.0.{m}.{kind}" in ts:
                 _stack_experts(ts, f"{prefix}.mlp.experts", f"{m}.{kind}",
-                               f"{prefix}.mlp.switch_mlp.{m}.{kind}", count, family)
+                               f"{prefix}.mlp.switch_mlp.{m}.{kind}", count)
 
 
 # ------------------------------------------------------------------ families
@@ -190,7 +167,7 @@ def _lfm2(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 def _olmo_hybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """olmo_hybrid.py: lm_head dropped when tied; 3-D conv1d weights moved to MLX's layout."""
-    ts = _pop_tied(ts, _arg(cfg, "olmo_hybrid", "tie_word_embeddings"))
+    ts = _pop_tied(ts, model_arg(cfg, "olmo_hybrid", "tie_word_embeddings"))
     out: Tensors = {}
     for k, v in ts.items():
         if "conv1d.weight" in k and len(v.shape) == 3 and v.shape[-1] != 1:
@@ -219,9 +196,9 @@ def _lfm2_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         for n in ("gate_proj", "down_proj", "up_proj"):
             if f"{prefix}.feed_forward.experts.0.{n}.weight" in out:
                 name = f"{prefix}.feed_forward.switch_mlp.{n}.weight"
-                members = [_pop(out, f"{prefix}.feed_forward.experts.{e}.{n}.weight",
-                                "lfm2_moe") for e in range(n_experts)]
-                out[name] = _stack(name, members)
+                members = [popped(out, f"{prefix}.feed_forward.experts.{e}.{n}.weight")
+                           for e in range(n_experts)]
+                out[name] = stacked(name, members)
     return out
 
 
@@ -229,7 +206,7 @@ def _jamba(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """jamba.py: conv1d moved, lm_head dropped when tied (its default), then each layer's
     experts (whatever indices below the tensor count exist) stacked into switch_mlp."""
     ts = _conv_moveaxis(ts)
-    ts = _pop_tied(ts, _arg(cfg, "jamba", "tie_word_embeddings"))
+    ts = _pop_tied(ts, model_arg(cfg, "jamba", "tie_word_embeddings"))
     for layer in range(_int_arg(cfg, "jamba", "num_hidden_layers")):
         base = f"model.layers.{layer}.feed_forward"
         if not any(k.startswith(f"{base}.experts.") for k in ts):
@@ -241,7 +218,7 @@ def _jamba(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
                            if f"{base}.experts.{e}.{proj}.{kind}" in ts]
                 if members:
                     name = f"{base}.switch_mlp.{proj}.{kind}"
-                    ts[name] = _stack(name, members)
+                    ts[name] = stacked(name, members)
     return ts
 
 
@@ -253,12 +230,12 @@ def _granitemoehybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     tied."""
     fam = "granitemoehybrid"
     ts = _conv_moveaxis(ts)
-    use_moe = bool(_arg(cfg, fam, "num_local_experts"))
+    use_moe = bool(model_arg(cfg, fam, "num_local_experts"))
     if use_moe and "model.layers.0.block_sparse_moe.input_linear.weight" in ts:
         for layer in range(_int_arg(cfg, fam, "num_hidden_layers")):
             prefix = f"model.layers.{layer}.block_sparse_moe"
             k = f"{prefix}.input_linear.weight"
-            w = _pop(ts, k, fam)
+            w = popped(ts, k)
             if len(w.shape) != 3:
                 raise ConfigError(f"{k}: shape {list(w.shape)} is not (experts, 2 x "
                                   "intermediate, hidden) as mlx-lm's sanitize unpacks it")
@@ -267,12 +244,12 @@ def _granitemoehybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
                 name = f"{prefix}.switch_mlp.{part}.weight"
                 ts[name] = TensorInfo.of(name, w.dtype, (e, rows, h))
             name = f"{prefix}.switch_mlp.down_proj.weight"
-            ts[name] = retag(_pop(ts, f"{prefix}.output_linear.weight", fam), name=name)
+            ts[name] = retag(popped(ts, f"{prefix}.output_linear.weight"), name=name)
     elif not use_moe and "model.layers.0.shared_mlp.input_linear.weight" in ts:
         for layer in range(_int_arg(cfg, fam, "num_hidden_layers")):
             prefix = f"model.layers.{layer}.shared_mlp"
             k = f"{prefix}.input_linear.weight"
-            w = _pop(ts, k, fam)
+            w = popped(ts, k)
             if not w.shape or w.shape[0] % 2:
                 raise ConfigError(f"{k}: shape {list(w.shape)} does not split in two along "
                                   "axis 0 (gate and up) as mlx-lm's sanitize does")
@@ -281,8 +258,8 @@ def _granitemoehybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
                 name = f"model.layers.{layer}.mlp.{part}.weight"
                 ts[name] = TensorInfo.of(name, w.dtype, half)
             name = f"model.layers.{layer}.mlp.down_proj.weight"
-            ts[name] = retag(_pop(ts, f"{prefix}.output_linear.weight", fam), name=name)
-    return _pop_tied(ts, _arg(cfg, fam, "tie_word_embeddings"))
+            ts[name] = retag(popped(ts, f"{prefix}.output_linear.weight"), name=name)
+    return _pop_tied(ts, model_arg(cfg, fam, "tie_word_embeddings"))
 
 
 def _bailing_moe_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -291,8 +268,8 @@ def _bailing_moe_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     first_k_dense_replace on, experts stacked into switch_mlp and gate renamed gate.gate_proj
     (each appended)."""
     fam = "bailing_moe_linear"
-    ts = _pop_tied(dict(ts), _arg(cfg, fam, "tie_word_embeddings"))
-    if _arg(cfg, fam, "norm_head"):
+    ts = _pop_tied(dict(ts), model_arg(cfg, fam, "tie_word_embeddings"))
+    if model_arg(cfg, fam, "norm_head"):
         w = ts.get("lm_head.weight")
         if w is None or not w.shape:
             raise ConfigError("lm_head.weight is missing (or 0-d) and config.json's norm_head "
@@ -303,7 +280,7 @@ def _bailing_moe_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         prefix = f"model.layers.{layer}"
         if layer < first:
             continue
-        _stack_mlp_experts(ts, prefix, n_experts, fam)
+        _stack_mlp_experts(ts, prefix, n_experts)
         for kind in ("weight", "bias"):
             if f"{prefix}.mlp.gate.{kind}" in ts:
                 name = f"{prefix}.mlp.gate.gate_proj.{kind}"
@@ -324,17 +301,17 @@ def _bailing_hybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     unembed_out (each appended); then the MTP layers (index >= num_hidden_layers) dropped."""
     fam = "bailing_hybrid"
     n_layers = _int_arg(cfg, fam, "num_hidden_layers")
-    ts = _pop_tied(dict(ts), _arg(cfg, fam, "tie_word_embeddings"))
+    ts = _pop_tied(dict(ts), model_arg(cfg, fam, "tie_word_embeddings"))
     n_experts = _int_arg(cfg, fam, "num_experts")
     for layer in range(n_layers):
         prefix = f"model.layers.{layer}"
-        _stack_mlp_experts(ts, prefix, n_experts, fam)
+        _stack_mlp_experts(ts, prefix, n_experts)
         if f"{prefix}.mlp.gate.weight" in ts:
             name = f"{prefix}.mlp.gate.gate_proj.weight"
             ts[name] = retag(ts.pop(f"{prefix}.mlp.gate.weight"), name=name)
         if f"{prefix}.attention.kv_b_proj.weight" in ts:
-            _split_kv_b(ts, f"{prefix}.attention", _arg(cfg, fam, "num_attention_heads"),
-                        _arg(cfg, fam, "qk_nope_head_dim"), _arg(cfg, fam, "v_head_dim"), fam)
+            _split_kv_b(ts, f"{prefix}.attention", model_arg(cfg, fam, "num_attention_heads"),
+                        model_arg(cfg, fam, "qk_nope_head_dim"), model_arg(cfg, fam, "v_head_dim"), fam)
     return {k: v for k, v in ts.items()
             if (i := _layer_index(k)) is None or i < n_layers}
 
@@ -347,8 +324,8 @@ def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     layer's kv_b_proj split into embed_q / unembed_out."""
     fam = "kimi_linear"
     ts = {k: v for k, v in ts.items() if not k.startswith("model.mtp")}
-    ts = _pop_tied(ts, _arg(cfg, fam, "tie_word_embeddings"))
-    lin = _arg(cfg, fam, "linear_attn_config")
+    ts = _pop_tied(ts, model_arg(cfg, fam, "tie_word_embeddings"))
+    lin = model_arg(cfg, fam, "linear_attn_config")
     kda = lin.get("kda_layers") if isinstance(lin, dict) else None
     if not isinstance(kda, list | tuple):
         raise ConfigError("config.json: linear_attn_config.kda_layers is needed (a list of "
@@ -358,9 +335,9 @@ def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     freq = _int_arg(cfg, fam, "moe_layer_freq")
     if freq == 0:
         raise ConfigError("config.json: moe_layer_freq=0; mlx-lm's kimi_linear divides by it")
-    head = _arg(cfg, fam, "head_dim")
-    nope = _arg(cfg, fam, "qk_nope_head_dim") or head
-    vdim = _arg(cfg, fam, "v_head_dim") or head
+    head = model_arg(cfg, fam, "head_dim")
+    nope = model_arg(cfg, fam, "qk_nope_head_dim") or head
+    vdim = model_arg(cfg, fam, "v_head_dim") or head
     for layer in range(_int_arg(cfg, fam, "num_hidden_layers")):
         prefix = f"model.layers.{layer}"
         if n_experts > 0 and layer >= first and layer % freq == 0:
@@ -368,7 +345,7 @@ def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             for w, proj in (("w1", "gate_proj"), ("w2", "down_proj"), ("w3", "up_proj")):
                 if f"{src}.experts.0.{w}.weight" in ts:
                     _stack_experts(ts, f"{src}.experts", f"{w}.weight",
-                                   f"{dst}.switch_mlp.{proj}.weight", n_experts, fam)
+                                   f"{dst}.switch_mlp.{proj}.weight", n_experts)
             moves = [(f"{src}.shared_experts.{n}.weight", f"{dst}.shared_experts.{n}.weight")
                      for n in ("gate_proj", "up_proj", "down_proj")]
             moves += [(f"{src}.gate.weight", f"{dst}.gate.weight"),
@@ -393,7 +370,7 @@ def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             if f"{attn}.kv_b_proj.scales" in ts:
                 raise ConfigError(f"{attn}.kv_b_proj is quantized; mlxfit does not model "
                                   "mlx-lm's dequantize-and-requantize of it")
-            _split_kv_b(ts, attn, _arg(cfg, fam, "num_attention_heads"), nope, vdim, fam)
+            _split_kv_b(ts, attn, model_arg(cfg, fam, "num_attention_heads"), nope, vdim, fam)
     return ts
 
 
@@ -432,7 +409,7 @@ def _mup_size(cfg: dict[str, Any]) -> int:
     d_ssm = _int_arg(cfg, fam, "mamba_d_ssm")
     gs = _int_arg(cfg, fam, "mamba_n_groups") * _int_arg(cfg, fam, "mamba_d_state")
     sizes = [d_ssm, d_ssm, gs, gs, _int_arg(cfg, fam, "mamba_n_heads")]
-    mults = _arg(cfg, fam, "ssm_multipliers")
+    mults = model_arg(cfg, fam, "ssm_multipliers")
     if not isinstance(mults, list | tuple):
         raise ConfigError(f"config.json: ssm_multipliers={mults!r} is not a list")
     return sum(sizes[:len(mults)])

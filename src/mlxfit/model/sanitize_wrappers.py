@@ -12,12 +12,13 @@ from collections.abc import Callable
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.mlx_lm_args import MODEL_ARGS
 from mlxfit.model.sanitize_ops import (
     FP8_DTYPES,
     Tensors,
     flatten,
+    model_arg,
     pop_subtree,
+    popped,
     retag,
     subtree,
     unflatten,
@@ -30,11 +31,6 @@ def _text(cfg: dict[str, Any]) -> dict[str, Any]:
     return text if isinstance(text, dict) else {}
 
 
-def _arg(section: dict[str, Any], args: str, field: str) -> Any:
-    """``field`` as the ModelArgs named ``args`` (mlx_lm_args.py) reads it from ``section``."""
-    if field in section:
-        return section[field]
-    return MODEL_ARGS.get(args, {}).get("defaults", {}).get(field)
 
 
 def _count(value: Any, what: str) -> int:
@@ -133,11 +129,6 @@ def _put(out: Tensors, name: str, dtype: str, shape: tuple[int, ...]) -> None:
     out[name] = TensorInfo.of(name, dtype, shape)
 
 
-def _pop(ts: Tensors, k: str) -> TensorInfo:
-    """``weights.pop(k)``: mlx-lm's KeyError a ConfigError."""
-    if k not in ts:
-        raise ConfigError(f"{k}: missing; mlx-lm's sanitize needs it")
-    return ts.pop(k)
 
 
 def _stack_experts(ts: Tensors, prefix: str, names: tuple[tuple[str, str], ...], n: Any,
@@ -149,7 +140,7 @@ def _stack_experts(ts: Tensors, prefix: str, names: tuple[tuple[str, str], ...],
         for part in parts:
             if f"{prefix}.experts.0.{src}.{part}" not in ts:
                 continue
-            members = [_pop(ts, f"{prefix}.experts.{e}.{src}.{part}")
+            members = [popped(ts, f"{prefix}.experts.{e}.{src}.{part}")
                        for e in range(_count(n, "the number of routed experts"))]
             first = members[0]
             if any(t.shape != first.shape or t.dtype != first.dtype for t in members):
@@ -163,7 +154,7 @@ def _llama4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     and transposed to SwitchGLU's (E, I, H), down (E, I, H) transposed; all appended."""
     ts = {k: v for k, v in ts.items() if "vision_model" not in k
           and "multi_modal_projector" not in k}
-    n = _count(_arg(_text(cfg), "llama4:text", "num_hidden_layers"), "num_hidden_layers")
+    n = _count(model_arg(_text(cfg), "llama4:text", "num_hidden_layers"), "num_hidden_layers")
     for layer in range(n):
         prefix = f"language_model.model.layers.{layer}.feed_forward.experts"
         if f"{prefix}.gate_up_proj" in ts:
@@ -185,8 +176,8 @@ def _kimi_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     ts = {k: v for k, v in ts.items() if "vision_tower" not in k and "rotary_emb" not in k
           and "multi_modal_projector" not in k}
     text = _text(cfg)
-    n = _count(_arg(text, "kimi_vl:text", "num_hidden_layers"), "text_config.num_hidden_layers")
-    experts = _arg(text, "kimi_vl:text", "n_routed_experts")
+    n = _count(model_arg(text, "kimi_vl:text", "num_hidden_layers"), "text_config.num_hidden_layers")
+    experts = model_arg(text, "kimi_vl:text", "n_routed_experts")
     names = (("gate_proj", "gate_proj"), ("down_proj", "down_proj"), ("up_proj", "up_proj"))
     for layer in range(n):
         _stack_experts(ts, f"language_model.model.layers.{layer}.mlp", names, experts)
@@ -218,7 +209,7 @@ def _qwen3_vl_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         lm = subtree(old, "model", "language_model.model.*")
         head = subtree(old, "lm_head", "language_model.lm_head.*")
     ts = flatten({"language_model": {"model": lm, "lm_head": head}})
-    n = _count(_arg(_text(cfg), "qwen3_moe", "num_hidden_layers"), "num_hidden_layers")
+    n = _count(model_arg(_text(cfg), "qwen3_moe", "num_hidden_layers"), "num_hidden_layers")
     for layer in range(n):
         prefix = f"language_model.model.layers.{layer}.mlp"
         k = f"{prefix}.experts.gate_up_proj"
@@ -230,7 +221,7 @@ def _qwen3_vl_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             for part, width in (("gate_proj", mid), ("up_proj", v.shape[-1] - mid)):
                 shape = _swapped(k, (*v.shape[:-1], width), -2, -1)
                 _put(ts, f"{prefix}.switch_mlp.{part}.weight", v.dtype, shape)
-            down = _pop(ts, f"{prefix}.experts.down_proj")
+            down = popped(ts, f"{prefix}.experts.down_proj")
             _put(ts, f"{prefix}.switch_mlp.down_proj.weight", down.dtype,
                  _swapped(down.name, down.shape, -2, -1))
     return ts
@@ -243,8 +234,8 @@ _GEMMA4_KV = (".self_attn.k_proj", ".self_attn.v_proj", ".self_attn.k_norm")
 def _gemma4_text_sanitize(ts: Tensors, text: dict[str, Any]) -> Tensors:
     """gemma4_text.py: rotary buffers and activation ranges dropped, K/V projections of the
     KV-shared layers dropped, the fused experts split into switch_glu's gate and up."""
-    n = _arg(text, "gemma4_text", "num_hidden_layers")
-    shared = _arg(text, "gemma4_text", "num_kv_shared_layers")
+    n = model_arg(text, "gemma4_text", "num_hidden_layers")
+    shared = model_arg(text, "gemma4_text", "num_kv_shared_layers")
     if type(n) is not int or type(shared) is not int:
         raise ConfigError("config.json: num_hidden_layers and num_kv_shared_layers must be "
                           "integers for mlx-lm's gemma4 sanitize")
@@ -324,7 +315,7 @@ def deepseek_v3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
     dequantized to bfloat16, experts stacked, kv_b_proj split into embed_q / unembed_out (re-
     quantized when it came quantized), layer 61 (the MTP layer) and rotary buffers dropped."""
     def arg(field: str) -> Any:
-        return _arg(text, "deepseek_v3", field)
+        return model_arg(text, "deepseek_v3", field)
 
     out: Tensors = {}
     for k, v in ts.items():
@@ -380,8 +371,8 @@ def deepseek_v3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
         dtype, shape = v.dtype, v.shape
         if quantized:
             dims = arg("kv_lora_rank")
-            scales = _pop(ts, f"{prefix}.kv_b_proj.scales")
-            _pop(ts, f"{prefix}.kv_b_proj.biases")
+            scales = popped(ts, f"{prefix}.kv_b_proj.scales")
+            popped(ts, f"{prefix}.kv_b_proj.biases")
             if type(dims) is not int or dims <= 0 or not shape or not scales.shape:
                 raise ConfigError(f"{k}: quantized, but kv_lora_rank {dims!r} or its shape "
                                   "does not give the bits and group size mlx-lm infers")
@@ -433,7 +424,7 @@ def _minimax_m3_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     text = _text(cfg)
 
     def arg(field: str) -> Any:
-        return _arg(text, "minimax_m3_vl:text", field)
+        return model_arg(text, "minimax_m3_vl:text", field)
 
     out = {k: v for k, v in ts.items()
            if not k.startswith(("vision_tower.", "multi_modal_projector.", "patch_merge_mlp."))}
@@ -490,7 +481,7 @@ def _minimax_m3_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             for part in _PARTS:
                 if f"{moe}.experts.0.{src}.{part}" not in out:
                     continue
-                members = [_pop(out, f"{moe}.experts.{e}.{src}.{part}")
+                members = [popped(out, f"{moe}.experts.{e}.{src}.{part}")
                            for e in range(_count(n, "text_config.num_local_experts"))]
                 if any(t.shape != members[0].shape for t in members):
                     raise ConfigError(f"{moe}.experts.*.{src}.{part}: experts differ in shape; "
@@ -596,7 +587,7 @@ def _muse_spark(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             continue
         else:
             out[k] = v
-    head_dim = _arg(text, "muse_spark:text", "head_dim")
+    head_dim = model_arg(text, "muse_spark:text", "head_dim")
     for k in [k for k in out if k.endswith("self_attn.q_proj.weight")]:
         attn = k[: -len("q_proj.weight")]
         for param in _PARTS:
@@ -616,7 +607,7 @@ def _muse_spark(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
               and k.endswith(".attn.q_proj.weight")]:
         attn = k[: -len("q_proj.weight")]
         for param in ("weight", "bias"):
-            parts = [_pop(out, f"{attn}{p}_proj.{param}") for p in "qkv"]
+            parts = [popped(out, f"{attn}{p}_proj.{param}") for p in "qkv"]
             for t in parts[:2]:
                 _interleaved(t.name, t.shape, vision_head)
             name = f"{attn}qkv_proj.{param}"

@@ -26,7 +26,6 @@ from mlxfit.model import (
 )
 from mlxfit.model.build_hybrid import bailing_global
 from mlxfit.model.families import mlx_lm_module
-from mlxfit.model.mlx_lm_args import MODEL_ARGS
 from mlxfit.model.mlx_lm_quant import QUANT_FACTS
 from mlxfit.model.sanitize_ops import (
     Rules,
@@ -34,6 +33,7 @@ from mlxfit.model.sanitize_ops import (
     conv_moveaxis,
     drop,
     fp8_left,
+    model_arg,
     retag,
     split_kv_b,
     stack,
@@ -308,7 +308,7 @@ def generated_rules(family: str) -> Rules:
     facts = QUANT_FACTS.get(family)
     if facts is None:
         return GENERIC
-    tie = MODEL_ARGS.get(family, {}).get("defaults", {}).get("tie_word_embeddings", False)
+    tie = model_arg({}, family, "tie_word_embeddings")
     # Without a Model.sanitize, mlx_lm.convert loads the tensors as they are: nothing to
     # approximate, so the rules are mlx-lm's own. With one, its replay (REPLAYED, checked
     # against mlx-lm's sanitize in tests/test_sanitize_replay.py), else the generic rules.

@@ -11,8 +11,14 @@ from collections.abc import Callable
 from typing import Any
 
 from mlxfit.errors import ConfigError
-from mlxfit.model.mlx_lm_args import MODEL_ARGS
-from mlxfit.model.sanitize_ops import FP8_DTYPES, Tensors, drop, retag, tie
+from mlxfit.model.sanitize_ops import (
+    FP8_DTYPES,
+    Tensors,
+    drop,
+    family_tie,
+    model_arg,
+    retag,
+)
 from mlxfit.model.tensors import TensorInfo
 
 Sanitize = Callable[[Tensors, dict[str, Any]], Tensors]
@@ -23,10 +29,6 @@ def _internlm2(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return drop(ts, lambda k: "attention.rope.inv_freq" not in k)
 
 
-def _tie_default(family: str) -> bool:
-    """The family's ModelArgs default for tie_word_embeddings (a required field: False, as
-    mlx-lm refuses such a config before its sanitize runs)."""
-    return bool(MODEL_ARGS.get(family, {}).get("defaults", {}).get("tie_word_embeddings", False))
 
 
 def _dropping(*parts: str) -> Sanitize:
@@ -36,14 +38,14 @@ def _dropping(*parts: str) -> Sanitize:
 
 def _tied(family: str) -> Sanitize:
     """``if <args>.tie_word_embeddings: weights.pop("lm_head.weight", None)``."""
-    return lambda ts, cfg: tie(ts, cfg, _tie_default(family))
+    return lambda ts, cfg: family_tie(ts, cfg, family)
 
 
 def _rotary_tied(family: str) -> Sanitize:
     """glm.py, smollm3.py, bitnet.py: self_attn rotary buffers dropped, then the tie pop."""
     def sanitize(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         ts = drop(ts, lambda k: "self_attn.rotary_emb.inv_freq" not in k)
-        return tie(ts, cfg, _tie_default(family))
+        return family_tie(ts, cfg, family)
     return sanitize
 
 
@@ -54,7 +56,7 @@ def _talkie(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 def _minicpm(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """minicpm.py: a missing lm_head.weight becomes a copy of the embedding (appended)."""
-    if cfg.get("tie_word_embeddings", _tie_default("minicpm")):
+    if model_arg(cfg, "minicpm", "tie_word_embeddings"):
         # The tied model has no lm_head, and its sanitize always leaves one (the checkpoint's
         # or the copy), so mlx-lm's strict load refuses every tied MiniCPM checkpoint.
         raise ConfigError("config.json: tie_word_embeddings is true, and mlx-lm's minicpm "
@@ -78,12 +80,12 @@ def _apertus(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     tie pop."""
     ts = {k: retag(v, shape=_squeeze(v.shape)) if k.endswith(("alpha_p", "alpha_n")) else v
           for k, v in ts.items()}
-    return tie(ts, cfg, _tie_default("apertus"))
+    return family_tie(ts, cfg, "apertus")
 
 
 def _mimo(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """mimo.py: the tie pop, then rotary buffers and the MTP layers dropped."""
-    ts = tie(ts, cfg, _tie_default("mimo"))
+    ts = family_tie(ts, cfg, "mimo")
     return drop(ts, lambda k: "self_attn.rotary_emb.inv_freq" not in k
                 and not k.startswith("model.mtp_layers."))
 
@@ -154,7 +156,7 @@ def _gpt_neox(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 def _mellum(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """mellum.py: the tie pop; then, when layer 0 has per-expert tensors, each layer's experts
     0..num_experts-1 popped and stacked into switch_mlp (appended, up, down, gate per layer)."""
-    ts = tie(ts, cfg, _tie_default("mellum"))
+    ts = family_tie(ts, cfg, "mellum")
     if "model.layers.0.mlp.experts.0.up_proj.weight" not in ts:
         return ts
     ts = dict(ts)
@@ -213,7 +215,7 @@ def _ministral3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     multiplied into its weight (an F8 weight as the raw bytes mx.load gives: mlx-lm does not
     decode it) and activation scales dropped."""
     ts = drop(ts, lambda k: "self_attn.rotary_emb.inv_freq" not in k)
-    ts = tie(ts, cfg, _tie_default("ministral3"))
+    ts = family_tie(ts, cfg, "ministral3")
     out: Tensors = {}
     for k, v in ts.items():
         if "weight_scale_inv" in k:

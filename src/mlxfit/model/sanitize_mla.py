@@ -16,11 +16,11 @@ from mlxfit.model.sanitize_ops import (
     FP8_DTYPES,
     Tensors,
     drop,
+    family_tie,
     model_arg,
     popped,
     retag,
     stacked,
-    tie,
 )
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 
@@ -310,7 +310,7 @@ def _bailing_moe_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     dropped, per layer from first_k_dense_replace the experts' weights stacked, kv_b_proj
     absorbed (a quantized one refused), then HF short convolutions (C, 1, K) moved to (C, K, 1)
     in place."""
-    ts = tie(ts, cfg, bool(model_arg(cfg, "bailing_moe_v3", "tie_word_embeddings")))
+    ts = family_tie(ts, cfg, "bailing_moe_v3")
     n = _count(model_arg(cfg, "bailing_moe_v3", "num_hidden_layers"), "num_hidden_layers")
     out: Tensors = {}
     for k, v in ts.items():
@@ -371,7 +371,7 @@ def _kimi_k3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
         m = re.match(r"model\.layers\.(\d+)\.", k)
         if m is None or int(m[1]) < n:
             kept[k] = v
-    ts = tie(kept, text, bool(model_arg(text, fam, "tie_word_embeddings")))
+    ts = family_tie(kept, text, fam)
     for k in list(ts):
         for pat, dst in _KIMI_RES:
             if k.endswith(pat):

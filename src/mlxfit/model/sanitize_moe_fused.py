@@ -14,6 +14,7 @@ from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_ops import (
     Tensors,
     drop,
+    family_tie,
     model_arg,
     retag,
     stacked,
@@ -33,12 +34,6 @@ def _count(cfg: dict[str, Any], family: str, key: str) -> int:
     return n
 
 
-def _tied(ts: Tensors, cfg: dict[str, Any], family: str) -> Tensors:
-    """``if self.args.tie_word_embeddings: weights.pop("lm_head.weight", None)``."""
-    if model_arg(cfg, family, "tie_word_embeddings"):
-        ts = dict(ts)
-        ts.pop("lm_head.weight", None)
-    return ts
 
 
 
@@ -113,7 +108,7 @@ def _spark2_5(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     if "model.embed_tokens.weight" in ts and "model.embedding.weight" not in ts:
         ts["model.embedding.weight"] = retag(ts.pop("model.embed_tokens.weight"),
                                              name="model.embedding.weight")
-    ts = _tied(ts, cfg, "spark2_5")
+    ts = family_tie(ts, cfg, "spark2_5")
     return drop(ts, lambda k: "rotary_emb.inv_freq" not in k)
 
 
@@ -138,7 +133,7 @@ def _bailing_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """bailing_moe.py: lm_head popped when tied; norm_head rescales lm_head in place (same
     shape and dtype, but it must be there); from layer first_k_dense_replace on, experts
     stacked into switch_mlp and the router renamed to gate.gate_proj, each appended."""
-    ts = _tied(ts, cfg, "bailing_moe")
+    ts = family_tie(ts, cfg, "bailing_moe")
     if model_arg(cfg, "bailing_moe", "norm_head") and "lm_head.weight" not in ts:
         raise ConfigError("lm_head.weight: missing, and mlx-lm's bailing_moe sanitize "
                           "normalizes it for norm_head" + (" (tie_word_embeddings dropped it)"
@@ -171,7 +166,7 @@ def _laguna(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     pre = "language_model."
     if any(k.startswith(pre) for k in ts):
         ts = {k.removeprefix(pre): retag(v, name=k.removeprefix(pre)) for k, v in ts.items()}
-    ts = dict(_tied(ts, cfg, "laguna"))
+    ts = dict(family_tie(ts, cfg, "laguna"))
     experts = _count(cfg, "laguna", "num_experts")
     for layer in range(_count(cfg, "laguna", "num_hidden_layers")):
         p = f"model.layers.{layer}.mlp"

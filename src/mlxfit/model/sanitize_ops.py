@@ -114,6 +114,11 @@ def stack(ts: Tensors, pattern: str, target: Callable[[re.Match], str]) -> Tenso
     return out
 
 
+def family_tie(ts: Tensors, cfg: dict[str, Any], family: str) -> Tensors:
+    """``tie`` at the family's own ModelArgs default for tie_word_embeddings."""
+    return tie(ts, cfg, bool(model_arg({}, family, "tie_word_embeddings")))
+
+
 def fp8_left(ts: Tensors, family: str) -> None:
     left = [k for k, v in ts.items() if v.dtype in FP8_DTYPES]
     if left:

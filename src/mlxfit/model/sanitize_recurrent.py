@@ -15,6 +15,7 @@ from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_mla import longcat_flash
 from mlxfit.model.sanitize_ops import (
     Tensors,
+    family_tie,
     model_arg,
     popped,
     retag,
@@ -70,12 +71,6 @@ def _conv_moveaxis(ts: Tensors, needle: str = "conv1d.weight") -> Tensors:
     return out
 
 
-def _pop_tied(ts: Tensors, tied: Any) -> Tensors:
-    """``if self.args.tie_word_embeddings: weights.pop("lm_head.weight", None)``."""
-    if tied:
-        ts = dict(ts)
-        ts.pop("lm_head.weight", None)
-    return ts
 
 
 
@@ -167,7 +162,7 @@ def _lfm2(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 def _olmo_hybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """olmo_hybrid.py: lm_head dropped when tied; 3-D conv1d weights moved to MLX's layout."""
-    ts = _pop_tied(ts, model_arg(cfg, "olmo_hybrid", "tie_word_embeddings"))
+    ts = family_tie(ts, cfg, "olmo_hybrid")
     out: Tensors = {}
     for k, v in ts.items():
         if "conv1d.weight" in k and len(v.shape) == 3 and v.shape[-1] != 1:
@@ -206,7 +201,7 @@ def _jamba(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """jamba.py: conv1d moved, lm_head dropped when tied (its default), then each layer's
     experts (whatever indices below the tensor count exist) stacked into switch_mlp."""
     ts = _conv_moveaxis(ts)
-    ts = _pop_tied(ts, model_arg(cfg, "jamba", "tie_word_embeddings"))
+    ts = family_tie(ts, cfg, "jamba")
     for layer in range(_int_arg(cfg, "jamba", "num_hidden_layers")):
         base = f"model.layers.{layer}.feed_forward"
         if not any(k.startswith(f"{base}.experts.") for k in ts):
@@ -259,7 +254,7 @@ def _granitemoehybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
                 ts[name] = TensorInfo.of(name, w.dtype, half)
             name = f"model.layers.{layer}.mlp.down_proj.weight"
             ts[name] = retag(popped(ts, f"{prefix}.output_linear.weight"), name=name)
-    return _pop_tied(ts, model_arg(cfg, fam, "tie_word_embeddings"))
+    return family_tie(ts, cfg, fam)
 
 
 def _bailing_moe_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -268,7 +263,7 @@ def _bailing_moe_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     first_k_dense_replace on, experts stacked into switch_mlp and gate renamed gate.gate_proj
     (each appended)."""
     fam = "bailing_moe_linear"
-    ts = _pop_tied(dict(ts), model_arg(cfg, fam, "tie_word_embeddings"))
+    ts = family_tie(dict(ts), cfg, fam)
     if model_arg(cfg, fam, "norm_head"):
         w = ts.get("lm_head.weight")
         if w is None or not w.shape:
@@ -301,7 +296,7 @@ def _bailing_hybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     unembed_out (each appended); then the MTP layers (index >= num_hidden_layers) dropped."""
     fam = "bailing_hybrid"
     n_layers = _int_arg(cfg, fam, "num_hidden_layers")
-    ts = _pop_tied(dict(ts), model_arg(cfg, fam, "tie_word_embeddings"))
+    ts = family_tie(dict(ts), cfg, fam)
     n_experts = _int_arg(cfg, fam, "num_experts")
     for layer in range(n_layers):
         prefix = f"model.layers.{layer}"
@@ -324,7 +319,7 @@ def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     layer's kv_b_proj split into embed_q / unembed_out."""
     fam = "kimi_linear"
     ts = {k: v for k, v in ts.items() if not k.startswith("model.mtp")}
-    ts = _pop_tied(ts, model_arg(cfg, fam, "tie_word_embeddings"))
+    ts = family_tie(ts, cfg, fam)
     lin = model_arg(cfg, fam, "linear_attn_config")
     kda = lin.get("kda_layers") if isinstance(lin, dict) else None
     if not isinstance(kda, list | tuple):

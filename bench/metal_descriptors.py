@@ -113,6 +113,30 @@ SPECS: list[Spec] = [
           ("4B", "Qwen__Qwen3-4B__variant.json", (), {}, "qwen3 4B (llama.cpp: qwen3 4B, 4.02 B params)"),
           ("1.7B", "Qwen__Qwen3-0.6B.json", (), QWEN3_1_7B,
            "qwen3 1.7B: the 0.6B config with the 1.7B dimensions, as for Qwen3-1.7B-bf16 below"))],
+    # metal_heldout.jsonl (issue 25's held-out check: sources never fitted on). Same
+    # architectures as the configs named; fine-tunes and QAT re-releases keep the shapes.
+    *[Spec(f"mlx-community/Qwen3.5-27B-{t}", "Qwen__Qwen3.6-27B.json", b, float32=A_LOG,
+           note="Qwen3.5-27B: the Qwen3.6-27B dimensions")
+      for t, b in (("4bit", 4), ("8bit", 8), ("bf16", None))],
+    *[Spec(f"mlx-community/Qwen3.5-27B-Claude-Opus-Distilled-{b}bit", "Qwen__Qwen3.6-27B.json", b,
+           float32=A_LOG, note="a Qwen3.5-27B fine-tune: the Qwen3.6-27B dimensions")
+      for b in (4, 8)],
+    *[Spec(f"mlx-community/Qwen3.5-35B-A3B-{b}bit", "Qwen__Qwen3.6-35B-A3B.json", b,
+           float32=A_LOG, note="Qwen3.5-35B-A3B: the Qwen3.6-35B-A3B dimensions")
+      for b in (4, 8)],
+    *[Spec(f"mlx-community/Qwen3.5-9B-{t}", "mlx-community__Qwen3.5-9B-MLX-8bit.json", b,
+           float32=A_LOG) for t, b in (("8bit", 8), ("bf16", None))],
+    *[Spec(f"mlx-community/gemma-4-{m}-it-8bit", base, 8) for m, base in (
+        ("e4b", "google__gemma-4-E4B-it.json"), ("26b-a4b", "google__gemma-4-26B-A4B.json"),
+        ("31b", "google__gemma-4-31B-it.json"))],
+    Spec("mlx-community/gemma-4-26b-a4b-it-bf16", "google__gemma-4-26B-A4B.json", None),
+    Spec("mlx-community/GLM-4.7-Flash-8bit", "zai-org__GLM-4.7-Flash.json", 8),
+    Spec("mlx-community/Qwen3-Coder-30B-A3B-Instruct-8bit", "Qwen__Qwen3-30B-A3B.json", 8,
+         overrides=QWEN3_30B_2507),
+    Spec("mlx-community/phi-4-bf16", "microsoft__phi-4.json", None),
+    *[Spec(f"mlx-community/DeepSeek-R1-0528-Qwen3-8B-{t}", "Qwen__Qwen3-8B.json", b,
+           note="DeepSeek-R1-0528-Qwen3-8B: a Qwen3-8B fine-tune (same shapes)")
+      for t, b in (("4bit", 4), ("8bit", 8), ("bf16", None))],
     # batched_published.jsonl (mudler/vllm.cpp's mlx_lm.benchmark -b N sweep on an M4 16GB).
     Spec("mlx-community/Qwen3-1.7B-bf16", "Qwen__Qwen3-0.6B.json", None, overrides=QWEN3_1_7B,
          note="Qwen3-1.7B: the 0.6B config with the 1.7B dimensions (2048 hidden, 6144 MLP; "

@@ -116,6 +116,10 @@ MACHINE = {
     "M4 (10-core GPU)": "M4 10-core 24GB",
     "M4 Pro (20-core GPU)": "M4 Pro 20-core 64GB",
     "M1 Pro (16-core GPU)": "M1 Pro 16-core 32GB",
+    # issue 25's added sources (weklund-agent/mlx_transformers_benchmark, itsmostafa,
+    # john-rocky): settings.json / README state the GPU cores and memory
+    "M4 Pro (20-core GPU, 64GB)": "M4 Pro 20-core 64GB",
+    "M4 Max (40-core GPU, 128GB)": "M4 Max 128GB",
 }
 
 

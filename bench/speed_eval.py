@@ -50,7 +50,8 @@ PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4"
            "attn_unfused_eff": (0.01, 2.0), "score_eta": (0.01, 2.0), "scan_eff": (0.001, 2.0),
            "chunk_read_eta": (0.02, 2.0), "per_layer_chunk_s": (0.0, 0.05),
            "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5),
-           "cold_gpu_slowdown": (1.0, 5.0), "cold_gpu_lost_s": (0.0, 1.0)}
+           "cold_gpu_slowdown": (1.0, 5.0), "cold_gpu_lost_s": (0.0, 1.0),
+           "cold_read_eta": (0.01, 5.0)}
 # A constant is fitted only where at least this many models (formats: runs) carry its feature;
 # otherwise it keeps the all-runs value (as decode's ultra_eta always did leaving guruswami out).
 MIN_MODELS = 3
@@ -60,7 +61,7 @@ DEC_NEEDS = {"expert_eta": "routed", "kv_eta": "fused", "unfused_eta": "unfused"
 PRE_NEEDS = {"expert_eff": "experts", "attn_eff": "attn_fused", "attn_unfused_eff": "attn_unfused",
              "score_eta": "traffic", "scan_eff": "scan", "per_moe_layer_chunk_s": "moe_layers",
              "ultra_compute": "ultra", "neural_accel_eff": "na",
-             "cold_gpu_slowdown": "cold", "cold_gpu_lost_s": "cold"}
+             "cold_gpu_slowdown": "cold", "cold_gpu_lost_s": "cold", "cold_read_eta": "cold"}
 
 
 # Runs whose prompt speeds stay out of the fit and tables (their decode speeds are kept), by a
@@ -154,6 +155,7 @@ def prefill_features(c, model, row, ev, pe) -> dict | None:
             tot[k] += getattr(fl, k)
         tot["traffic"] += fl.traffic_bytes
         tot["read"] += chunk_read_bytes(model.cfg, w, s.chunk_at(i).size)
+    read1 = chunk_read_bytes(model.cfg, w, s.chunk_at(1).size) if n else 0
     k = prefill_layers(model.cfg)
     # the first decode step (the last prompt token) at the shipped decode constants
     from mlxfit.estimate.speed import predicted_decode_seconds
@@ -165,14 +167,17 @@ def prefill_features(c, model, row, ev, pe) -> dict | None:
             "moe_layers": model.cfg.moe_layers,
             "bw": m.bandwidth_gbs * 1e9, "step": step, "fmt": w.params.fmt,
             "T": chip.matmul_flops, "A": chip.gpu_flops, "na": float(chip.neural_accel),
-            "ultra": float(chip.ultra), "P": s.prompt, "cold": float(pe.idle_gpu(row))}
+            "ultra": float(chip.ultra), "P": s.prompt, "cold": float(pe.idle_gpu(row)),
+            "read1": read1}
 
 
 def prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:
     warm = _warm_prefill_seconds(f, x, ultra_eta)
     if not f["cold"]:
         return warm
-    return warm + cold_gpu_seconds(warm, x["cold_gpu_slowdown"], x["cold_gpu_lost_s"])
+    bw = f["bw"] * (ultra_eta if f["ultra"] else 1.0)
+    return warm + cold_gpu_seconds(warm, x["cold_gpu_slowdown"], x["cold_gpu_lost_s"],
+                                   f["read1"] / (x["cold_read_eta"] * bw))
 
 
 def _warm_prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:

@@ -121,11 +121,11 @@ def _llama_ttft(prompt: int, step: int = 2048, machine: str = "M4 Max 128GB") ->
     return out.ttft_s
 
 
-def _llama_prompt(prompt: int, cal, *, cold_gpu: bool):
+def _llama_prompt(prompt: int, cal, *, cold_gpu: bool, total_bytes: int = 4_500_000_000):
     cfg = load_config("meta-llama__Meta-Llama-3.1-8B")
     p = MatmulParams(total=8_030_261_248, embedding=525_336_576, lm_head=525_336_576,
                      fmt="affine4")
-    w = WeightsRead(total_bytes=4_500_000_000, expert_bytes=0, embedding_bytes=300_000_000,
+    w = WeightsRead(total_bytes=total_bytes, expert_bytes=0, embedding_bytes=300_000_000,
                     tied_embeddings=False, params=p)
     m = resolve_machine("M5 Max 128GB")
     out = predicted_ttft(cfg, _run(prompt), w, m.bandwidth_gbs, compute_for(m), cal, m.name,
@@ -140,10 +140,11 @@ def test_cold_gpu_start_slows_a_short_prefill_and_caps_a_long_one(prompt, lost):
     """A prefill that starts on an idle GPU (a harness that sleeps between trials) runs
     ``cold_gpu_slowdown`` times slower until the ramp has cost ``cold_gpu_lost_s``: with a
     slowdown of 3, a warm TTFT of t becomes 3t while 2t < the cap (every prefill here under a
-    100 s cap), t + the cap after (a 2 ms cap)."""
+    100 s cap), t + the cap after (a 2 ms cap). The re-read term is made negligible here
+    (``cold_read_eta`` huge); it has its own test below."""
     base = load_calibration()
     cal = replace(base, prefill=replace(base.prefill, cold_gpu_slowdown=3.0,
-                                        cold_gpu_lost_s=lost))
+                                        cold_gpu_lost_s=lost, cold_read_eta=1e12))
     warm = _llama_prompt(prompt, cal, cold_gpu=False)
     cold = _llama_prompt(prompt, cal, cold_gpu=True)
     t = warm.ttft_s
@@ -153,6 +154,28 @@ def test_cold_gpu_start_slows_a_short_prefill_and_caps_a_long_one(prompt, lost):
     terms = {x.name: x.seconds for x in cold.terms}
     assert terms["cold_gpu_seconds"] == pytest.approx(cold.ttft_s - t)
     assert "cold_gpu_seconds" not in {x.name for x in warm.terms}  # mlxfit's own TTFT: warm
+
+
+@pytest.mark.parametrize("prompt", [128, 16384])
+def test_cold_gpu_rereads_the_first_chunks_weights(prompt):
+    """After an idle spell the first chunk's weights stream at ``cold_read_eta`` of the
+    bandwidth: with no clock ramp (slowdown 1) the cold start is exactly the first chunk's read
+    bytes over that, the bytes ``--explain`` names, and it grows with the weights' size (the
+    ax-engine intercept that tracks the bits), while the warm TTFT's part of it does not move
+    by as much."""
+    base = load_calibration()
+    cal = replace(base, prefill=replace(base.prefill, cold_gpu_slowdown=1.0, cold_read_eta=0.25))
+    extra = []
+    for total in (4_500_000_000, 9_000_000_000):
+        warm = _llama_prompt(prompt, cal, cold_gpu=False, total_bytes=total)
+        cold = _llama_prompt(prompt, cal, cold_gpu=True, total_bytes=total)
+        term = next(x for x in cold.terms if x.name == "cold_gpu_seconds")
+        read = term.inputs["first_chunk_read_bytes"]
+        bw = resolve_machine("M5 Max 128GB").bandwidth_gbs * 1e9
+        assert cold.ttft_s - warm.ttft_s == pytest.approx(read / (0.25 * bw))
+        assert term.seconds == pytest.approx(read / (0.25 * bw))
+        extra.append(term.seconds)
+    assert extra[1] > 1.5 * extra[0]  # the dense weights doubled, the embedding did not
 
 
 def test_ttft_monotone_in_context_and_chunks():

@@ -95,9 +95,11 @@ class Prefill:
     per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
     ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute
     # a prefill that starts on an idle GPU (compute.cold_gpu_seconds): the parked clock's
-    # slowdown and the most seconds the ramp costs
+    # slowdown, the most seconds the ramp costs, and the fraction of the bandwidth the first
+    # chunk's weight stream reaches after the idle spell
     cold_gpu_slowdown: float
     cold_gpu_lost_s: float
+    cold_read_eta: float
     watchdog_layer_s: float  # one layer of one chunk: past it macOS's GPU watchdog has killed runs
 
 
@@ -126,7 +128,7 @@ _POSITIVE = frozenset({"eta", "ultra_eta", "expert_eta", "kv_eta", "unfused_eta"
                        "eff_affine6", "eff_affine8", "eff_mxfp4", "eff_nvfp4", "eff_mxfp8",
                        "expert_eff", "neural_accel_eff", "attn_eff", "attn_unfused_eff",
                        "scan_eff", "score_eta", "chunk_read_eta", "ultra_compute", "watchdog_layer_s",
-                       "cold_gpu_slowdown"})
+                       "cold_gpu_slowdown", "cold_read_eta"})
 
 
 def _number(v: Any, name: str, where: str) -> float:

@@ -343,12 +343,24 @@ def chunk_read_bytes(cfg: ModelConfig, w: WeightsRead, tokens: int) -> int:
     return dense + routed
 
 
-def cold_gpu_seconds(warm_s: float, slowdown: float, lost_s: float) -> float:
+def cold_gpu_seconds(warm_s: float, slowdown: float, lost_s: float, reread_s: float = 0.0
+                     ) -> float:
     """Seconds a prefill of ``warm_s`` (on a warm GPU) adds when it starts on an idle one:
     macOS parks an idle GPU's clock (DVFS) and ramps it back under load, so the first part runs
     ``slowdown`` times slower until the ramp has cost ``lost_s`` (a short prefill ends inside
-    the ramp and is just ``slowdown`` times slower)."""
-    return min(warm_s * (slowdown - 1.0), lost_s)
+    the ramp and is just ``slowdown`` times slower); and the first chunk's weights stream more
+    slowly after the idle spell: ``reread_s`` more (``cold_reread_seconds``)."""
+    return min(warm_s * (slowdown - 1.0), lost_s) + reread_s
+
+
+def cold_reread_seconds(first_chunk_read_bytes: int, bandwidth_gbs: float, cold_read_eta: float,
+                        chip: ChipCompute, ultra_eta: float) -> float:
+    """The first chunk's weight stream after an idle spell, at ``cold_read_eta`` of the
+    bandwidth: a warm harness streams them at ``chunk_read_eta`` (in ``prefill_seconds``); a
+    harness that sleeps between trials pays this on top (ax-engine's short-prompt intercept
+    grows with the weight bytes, 4/5/6/8-bit alike)."""
+    bw = bandwidth_gbs * 1e9 * (ultra_eta if chip.ultra else 1.0)
+    return first_chunk_read_bytes / (cold_read_eta * bw)
 
 
 def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
@@ -367,12 +379,19 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     total, secs, parts = ps.flops, ps.seconds, ps.parts
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
                                        bandwidth_gbs, cal, machine_name)
-    cold = (cold_gpu_seconds(secs + step, pc.cold_gpu_slowdown, pc.cold_gpu_lost_s)
-            if cold_gpu else 0.0)
+    first_read = chunk_read_bytes(cfg, w, s.chunk_at(1).size) if ps.chunks else 0
+    cold = 0.0
+    if cold_gpu:
+        reread = cold_reread_seconds(first_read, bandwidth_gbs, pc.cold_read_eta, chip,
+                                     cal.decode.ultra_eta)
+        cold = cold_gpu_seconds(secs + step, pc.cold_gpu_slowdown, pc.cold_gpu_lost_s, reread)
     ttft = secs + step + cold
     cold_terms = (TimeTerm("cold_gpu_seconds", cold,
                            "the prefill starts on an idle GPU: min((prefill + first step) x "
-                           "(cold_gpu_slowdown - 1), cold_gpu_lost_s)"),) if cold_gpu else ()
+                           "(cold_gpu_slowdown - 1), cold_gpu_lost_s) + the first chunk's "
+                           "weights / (cold_read_eta x bandwidth)",
+                           {"first_chunk_read_bytes": first_read,
+                            "cold_read_eta": pc.cold_read_eta}),) if cold_gpu else ()
     terms = (
         TimeTerm("prefill_matmul_seconds", parts.matmul,
                  "2 x parameters per token (dense + routed experts x top_k/experts) x prefill "
@@ -399,8 +418,7 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                  "E x (1 - (1 - k/E)^chunk) per MoE layer) / (chunk_read_eta x bandwidth) + "
                  "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers (every "
                  "layer mlx-lm builds, computed or not)",
-                 {"first_chunk_read_bytes": chunk_read_bytes(cfg, w, s.chunk_at(1).size)
-                  if ps.chunks else 0,
+                 {"first_chunk_read_bytes": first_read,
                   "chunk_read_eta": pc.chunk_read_eta,
                   "layers_computed": prefill_layers(cfg), "layers_built": cfg.num_layers}),
         TimeTerm("prefill_seconds", secs, "the four parts above, summed over the chunks",

@@ -74,7 +74,7 @@ FITTED = {
                             "eff_affine5", "eff_affine6", "eff_affine8", "expert_eff",
                             "neural_accel_eff", "attn_eff", "attn_unfused_eff", "score_passes",
                             "scan_eff", "chunk_read_passes", "per_layer_chunk_s",
-                            "per_moe_layer_chunk_s"]),
+                            "per_expert_chunk_s"]),
 }
 FITTED["peak_cpu"] = ("backend.cpu", ["act_hidden", "act_ffn", "act_q", "act_kv",
                                       "bf16_act_bytes", "linear_fallback", "wkv_fallback",

@@ -76,8 +76,8 @@ def predictions(rows: list[dict]) -> list[dict]:
     return out
 
 
-def load_rows() -> list[dict]:
-    return [json.loads(x) for x in HELDOUT.read_text().splitlines() if x.strip()]
+def load_rows(path: Path = HELDOUT) -> list[dict]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
 def _stats(ds: list[dict]) -> str:
@@ -113,8 +113,10 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--md", help="write the report here too")
     ap.add_argument("--rows", help="one JSON line per run and figure here")
+    ap.add_argument("--data", default=str(HELDOUT),
+                    help="the held-out runs (default bench/results/metal_heldout.jsonl)")
     a = ap.parse_args(argv)
-    recs = predictions(load_rows())
+    recs = predictions(load_rows(Path(a.data)))
     text = "\n".join(report(recs))
     print(text)
     if a.md:

@@ -36,20 +36,25 @@ from mlxfit.estimate.compute import (
     cold_gpu_seconds,
     prefill_layers,
 )
-from mlxfit.estimate.speed import kv_read_parts, weights_split
+from mlxfit.estimate.speed import (
+    experts_touched,
+    kv_read_parts,
+    unfused_decode_layers,
+    weights_split,
+)
 
 KINDS = ("dense", "MoE", "MLA", "sliding", "hybrid", "SSM")
 
 # decode constants fitted, with bounds; each eta is a fraction of the bandwidth: at most 1
 DEC_FIT = {"eta": (0.3, 1.0), "expert_eta": (0.1, 1.0), "kv_eta": (0.1, 1.0),
            "unfused_eta": (0.05, 1.0), "per_layer_s": (0.0, 5e-4), "per_moe_layer_s": (0.0, 5e-4),
-           "gqa_ultra": (0.0, 1.0), "ultra_eta": (0.5, 1.5)}
+           "gqa_ultra": (0.0, 1.0), "ultra_eta": (0.5, 1.5), "per_unfused_layer_s": (0.0, 5e-4)}
 PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4": (0.05, 1.5),
            "eff_affine5": (0.05, 1.5), "eff_affine6": (0.05, 1.5), "eff_affine8": (0.05, 1.5),
            "expert_eff": (0.02, 2.0), "neural_accel_eff": (0.05, 2.0), "attn_eff": (0.05, 2.0),
            "attn_unfused_eff": (0.01, 2.0), "score_eta": (0.01, 2.0), "scan_eff": (0.001, 2.0),
            "chunk_read_eta": (0.02, 2.0), "per_layer_chunk_s": (0.0, 0.05),
-           "per_moe_layer_chunk_s": (0.0, 0.05), "ultra_compute": (0.3, 1.5),
+           "per_expert_chunk_s": (0.0, 0.001), "ultra_compute": (0.3, 1.5),
            "cold_gpu_slowdown": (1.0, 5.0), "cold_gpu_lost_s": (0.0, 1.0),
            "cold_read_eta": (0.01, 5.0)}
 # A constant is fitted only where at least this many models (formats: runs) carry its feature;
@@ -57,9 +62,10 @@ PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4"
 MIN_MODELS = 3
 # which feature identifies each constant: held at its full-data value when no training run has it
 DEC_NEEDS = {"expert_eta": "routed", "kv_eta": "fused", "unfused_eta": "unfused",
-             "per_moe_layer_s": "Lm", "gqa_ultra": "fused_g", "ultra_eta": "ultra"}
+             "per_moe_layer_s": "Lm", "gqa_ultra": "fused_g", "ultra_eta": "ultra",
+             "per_unfused_layer_s": "Lu"}
 PRE_NEEDS = {"expert_eff": "experts", "attn_eff": "attn_fused", "attn_unfused_eff": "attn_unfused",
-             "score_eta": "traffic", "scan_eff": "scan", "per_moe_layer_chunk_s": "moe_layers",
+             "score_eta": "traffic", "scan_eff": "scan", "per_expert_chunk_s": "moe_experts",
              "ultra_compute": "ultra", "neural_accel_eff": "na",
              "cold_gpu_slowdown": "cold", "cold_gpu_lost_s": "cold", "cold_read_eta": "cold"}
 
@@ -123,6 +129,7 @@ def decode_features(c, model, ev) -> dict:
     f1, _ = kv_read_parts(cfg, run, fused_decode=fused_dims, ultra=ultra, gqa_ultra=1.0)
     return {"dense": dense, "routed": routed, "fused": f0, "fused_g": f1 - f0, "unfused": u,
             "state": 2 * cfg.state_bytes, "L": cfg.num_layers, "Lm": cfg.moe_layers,
+            "Lu": unfused_decode_layers(cfg, run, fused_dims),
             "bw": ev.bandwidth(c.machine) * 1e9, "ultra": float(ultra), "G": c.G}
 
 
@@ -131,7 +138,8 @@ def decode_seconds(f: dict, x: dict) -> float:
     return ((f["dense"] + f["state"]) / (x["eta"] * bw) + f["routed"] / (x["expert_eta"] * bw)
             + (f["fused"] + x["gqa_ultra"] * f["fused_g"]) / (x["kv_eta"] * bw)
             + f["unfused"] / (x["unfused_eta"] * bw)
-            + x["fixed_s"] + x["per_layer_s"] * f["L"] + x["per_moe_layer_s"] * f["Lm"])
+            + x["fixed_s"] + x["per_layer_s"] * f["L"] + x["per_moe_layer_s"] * f["Lm"]
+            + x["per_unfused_layer_s"] * f["Lu"])
 
 
 def decode_tps(f: dict, x: dict) -> float:
@@ -156,6 +164,10 @@ def prefill_features(c, model, row, ev, pe) -> dict | None:
         tot["traffic"] += fl.traffic_bytes
         tot["read"] += chunk_read_bytes(model.cfg, w, s.chunk_at(i).size)
     read1 = chunk_read_bytes(model.cfg, w, s.chunk_at(1).size) if n else 0
+    # experts touched per MoE layer, summed over the chunks, x MoE layers
+    moe_experts = model.cfg.moe_layers * sum(
+        experts_touched(model.cfg.num_experts, model.cfg.top_k, s.chunk_at(i).size)
+        for i in range(1, n + 1)) if model.cfg.moe_layers else 0.0
     k = prefill_layers(model.cfg)
     # the first decode step (the last prompt token) at the shipped decode constants
     from mlxfit.estimate.speed import predicted_decode_seconds
@@ -168,7 +180,7 @@ def prefill_features(c, model, row, ev, pe) -> dict | None:
             "bw": m.bandwidth_gbs * 1e9, "step": step, "fmt": w.params.fmt,
             "T": chip.matmul_flops, "A": chip.gpu_flops, "na": float(chip.neural_accel),
             "ultra": float(chip.ultra), "P": s.prompt, "cold": float(pe.idle_gpu(row)),
-            "read1": read1}
+            "read1": read1, "moe_experts": moe_experts}
 
 
 def prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:
@@ -192,7 +204,7 @@ def _warm_prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:
             + f["scan"] / (x["scan_eff"] * f["A"] * ultra)
             + f["read"] / (x["chunk_read_eta"] * bw)
             + f["chunks"] * (x["per_layer_chunk_s"] * f["layers"]
-                             + x["per_moe_layer_chunk_s"] * f["moe_layers"]) + f["step"])
+                             ) + x["per_expert_chunk_s"] * f["moe_experts"] + f["step"])
 
 
 def prefill_tps(f: dict, x: dict, ultra_eta: float) -> float:

@@ -263,7 +263,7 @@ def test_per_layer_chunk_cost_counts_every_layer_mlx_lm_builds():
 
     def seconds(per_layer: float) -> float:
         c = replace(cal, prefill=replace(cal.prefill, per_layer_chunk_s=per_layer,
-                                         per_moe_layer_chunk_s=0.0))
+                                         per_expert_chunk_s=0.0))
         return prefill_seconds(cfg, p, run, chip, c, bandwidth_gbs=600.0,
                                read_bytes=1e9).seconds
 

@@ -57,6 +57,9 @@ class Decode:
     fixed_s: float
     per_layer_s: float
     per_moe_layer_s: float
+    # per layer whose decode attention is MLX's unfused fallback (MLA, softcap, head dims
+    # without sdpa_vector): its separate matmul / softmax / matmul dispatches
+    per_unfused_layer_s: float
     expert_eta: float  # gather_qmv over the routed experts a token touches
     kv_eta: float  # fused decode attention (sdpa_vector) reading the KV cache
     unfused_eta: float  # unfused decode attention: fallback matmuls, softmax, MLA latent
@@ -92,7 +95,8 @@ class Prefill:
     # experts the chunk routes to): prefill-shaped quantized matmuls re-read weight tiles
     chunk_read_eta: float
     per_layer_chunk_s: float  # fixed cost per computed layer per chunk
-    per_moe_layer_chunk_s: float  # routing / gather cost per MoE layer per chunk
+    # per routed expert a chunk touches, per MoE layer: the gather matmul's padded row tile
+    per_expert_chunk_s: float
     ultra_compute: float  # two-die Ultra chips: fraction of the summed cores' compute
     # a prefill that starts on an idle GPU (compute.cold_gpu_seconds): the parked clock's
     # slowdown, the most seconds the ramp costs, and the fraction of the bandwidth the first

@@ -42,6 +42,7 @@ from mlxfit.estimate.speed import (
     decode_factors,
     kv_read_term,
     layer_seconds,
+    unfused_decode_layers,
     weights_seconds,
     weights_split,
 )
@@ -222,7 +223,8 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
                                      ultra=ultra)
     comp = compute_seconds(cfg, run, w, compute, cal, sequences)
     mm, at = comp if comp is not None else (None, None)
-    fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec)
+    fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec,
+                          unfused_layers=unfused_decode_layers(cfg, run, fused))
     batch_s = dec.batch_per_layer_s * cfg.num_layers if sequences > 1 else 0.0
     step = (w_s + (mm or 0.0) * (sequences - 1) / sequences + max(kv_s, at or 0.0) + fixed
             + batch_s)

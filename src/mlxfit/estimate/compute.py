@@ -27,11 +27,12 @@ Per chunk of L tokens (constants: calibration.toml [prefill]):
   scans      SCAN_FLOPS x recurrent-state elements x L per gated-delta / SSM layer
   + the weights the chunk reads (every dense weight, and of the routed experts the union the
     chunk's L tokens route to: E x (1 - (1 - k/E)^L) per MoE layer) over chunk_read_eta x the
-    bandwidth (prefill-shaped quantized matmuls re-read their weight tiles: the term that
-    dominates short prompts), + per_layer_chunk_s per layer and per_moe_layer_chunk_s per MoE
-    layer that mlx-lm builds: every chunk's graph is built in Python for every layer (and the
-    head), the GPU idle meanwhile, though only the layers up to the last cache owner are
-    evaluated (Gemma 3n/4 build their KV-shared layers too)
+    bandwidth (one pass), + per_layer_chunk_s per layer that mlx-lm builds (every chunk's graph
+    is built in Python for every layer and the head, the GPU idle meanwhile, though only the
+    layers up to the last cache owner are evaluated: Gemma 3n/4 build their KV-shared layers
+    too) + per_expert_chunk_s per routed expert the chunk touches in each MoE layer (the
+    gather matmul runs one padded row tile per expert: a 16-token chunk of a 512-expert model
+    touches ~150, a 2048-token chunk all of them)
 The chip: GPU cores x clock x FLOPs/core/cycle (data/apple_skus.toml); matmul-like work
 (matmuls, SDPA) runs on the M5's Neural Accelerators when MLX uses them (macOS 26.2+).
 
@@ -52,6 +53,7 @@ from mlxfit.estimate.speed import (
     MASK_PASSES,
     SCORE_PASSES,
     TimeTerm,
+    experts_touched,
     is_ultra,
     predicted_decode_seconds,
     weights_split,
@@ -252,12 +254,13 @@ class ChunkTime:
 
 
 def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
-                read_bytes: float, layers: int, moe_layers: int = 0, bandwidth_bps: float = 0.0
-                ) -> ChunkTime:
+                read_bytes: float, layers: int, moe_layers: int = 0, bandwidth_bps: float = 0.0,
+                experts: float = 0.0) -> ChunkTime:
     """One chunk's seconds: its FLOPs over each kernel's share of the peak, unfused
     attention's traffic at score_eta x ``bandwidth_bps`` (bytes/s, the machine's), the
-    ``read_bytes`` of weights the chunk reads at chunk_read_eta x it, and the per-layer fixed
-    costs. Without a bandwidth, FLOPs and fixed costs only."""
+    ``read_bytes`` of weights the chunk reads at chunk_read_eta x it, and the fixed costs: per
+    layer built, and per routed expert the chunk touches (``experts`` per MoE layer, of
+    ``moe_layers``). Without a bandwidth, FLOPs and fixed costs only."""
     eff = format_efficiency(cal, fmt)
     tensor = chip.tensor_peak(cal)
     attn = f.attn_fused / (cal.attn_eff * tensor) + f.attn_unfused / (cal.attn_unfused_eff * tensor)
@@ -269,7 +272,8 @@ def chunk_parts(f: ChunkFlops, chip: ChipCompute, cal: Prefill, fmt: str,
         matmul=(f.dense / eff + f.experts / (eff * cal.expert_eff)) / tensor,
         attention=attn,
         scan=f.scan / (cal.scan_eff * chip.alu_peak(cal)),
-        fixed=read + cal.per_layer_chunk_s * layers + cal.per_moe_layer_chunk_s * moe_layers)
+        fixed=read + cal.per_layer_chunk_s * layers
+        + cal.per_expert_chunk_s * experts * moe_layers)
 
 
 @dataclass(frozen=True)
@@ -324,7 +328,8 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
         f = chunk_flops(cfg, p, run, n, computed=layers)
         size = s.chunk_at(n).size
         rb = read_bytes(size) if callable(read_bytes) else read_bytes
-        t = chunk_parts(f, chip, pc, p.fmt, rb, built, built_moe, stream)
+        touched = experts_touched(cfg.num_experts, cfg.top_k, size) if built_moe else 0.0
+        t = chunk_parts(f, chip, pc, p.fmt, rb, built, built_moe, stream, touched)
         if per_chunk_s:
             t = t + ChunkTime(fixed=per_chunk_s(size))
         parts = parts + t
@@ -416,7 +421,8 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
         TimeTerm("prefill_fixed_seconds", parts.fixed,
                  "per chunk: (dense weights + the routed experts its tokens touch, "
                  "E x (1 - (1 - k/E)^chunk) per MoE layer) / (chunk_read_eta x bandwidth) + "
-                 "per_layer_chunk_s x layers + per_moe_layer_chunk_s x MoE layers (every "
+                 "per_layer_chunk_s x layers + per_expert_chunk_s x the experts it touches "
+                 "per MoE layer (every "
                  "layer mlx-lm builds, computed or not)",
                  {"first_chunk_read_bytes": first_read,
                   "chunk_read_eta": pc.chunk_read_eta,

@@ -7,6 +7,7 @@ seconds/token = dense weights / (eta x bw)                          (quantized m
                                                                      MLA's latent attention)
               + recurrent state read and written / (eta x bw)
               + fixed_s + per_layer_s x layers + per_moe_layer_s x MoE layers
+              + per_unfused_layer_s x layers with unfused attention (unfused_decode_layers)
 (x ultra_eta on the bandwidth of two-die Ultra chips; constants: calibration.toml [decode]).
 Every efficiency is a fraction of the machine's bandwidth that one kind of kernel reaches.
 
@@ -140,6 +141,14 @@ def kv_read_parts(cfg: ModelConfig, run: Run, *, fused_decode: tuple[int, ...],
     return fused, unfused
 
 
+def unfused_decode_layers(cfg: ModelConfig, run: Run, fused_decode: tuple[int, ...]) -> int:
+    """Layers whose decode attention runs MLX's unfused fallback (``_fused_decode`` false),
+    KV-shared layers included: each dispatches its score matmul, softmax and value matmul
+    separately (``per_unfused_layer_s``), where a fused layer dispatches one sdpa_vector."""
+    return sum(n for a, n in attn_groups(cfg, run)
+               if not _fused_decode(cfg, a, fused_decode, run.kv_quantized))
+
+
 def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
                  fused_decode: tuple[int, ...], ultra: bool = False) -> Term:
     """Bytes decode attention moves per token (``kv_read_parts``, both paths) + the recurrent
@@ -205,6 +214,7 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
                                    gqa_ultra=cal.gqa_ultra)
     state = 2 * cfg.state_bytes
     moe = cfg.moe_layers
+    unf = unfused_decode_layers(cfg, run, fused_decode)
     return (
         TimeTerm("decode_dense_weights_seconds", dense / (cal.eta * bw),
                  "weights outside the routed experts (not the input embedding's row gather) / "
@@ -223,9 +233,11 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
                  {"bytes": int(unfused), "unfused_eta": cal.unfused_eta}),
         TimeTerm("decode_state_seconds", state / (cal.eta * bw),
                  "recurrent state read and written once / (eta x bandwidth)", {"bytes": state}),
-        TimeTerm("decode_fixed_seconds", layer_seconds(cfg.num_layers, moe, cal),
-                 "fixed_s + per_layer_s x layers + per_moe_layer_s x MoE layers",
-                 {"layers": cfg.num_layers, "moe_layers": moe}),
+        TimeTerm("decode_fixed_seconds",
+                 layer_seconds(cfg.num_layers, moe, cal, unfused_layers=unf),
+                 "fixed_s + per_layer_s x layers + per_moe_layer_s x MoE layers + "
+                 "per_unfused_layer_s x layers with unfused decode attention",
+                 {"layers": cfg.num_layers, "moe_layers": moe, "unfused_layers": unf}),
     )
 
 
@@ -276,7 +288,9 @@ def read_seconds(nbytes: float, bandwidth_gbs: float, cal: Decode, *, ultra: boo
     return nbytes / (cal.eta * (cal.ultra_eta if ultra else 1.0) * bandwidth_gbs * 1e9)
 
 
-def layer_seconds(layers: int, moe_layers: int, cal: Decode, *, fixed: bool = True) -> float:
-    """Per-token fixed costs: kernel launches per layer, routing per MoE layer."""
+def layer_seconds(layers: int, moe_layers: int, cal: Decode, *, fixed: bool = True,
+                  unfused_layers: int = 0) -> float:
+    """Per-token fixed costs: kernel launches per layer, routing per MoE layer, the unfused
+    attention fallback's extra dispatches per layer that runs it (``unfused_decode_layers``)."""
     return (cal.fixed_s if fixed else 0.0) + cal.per_layer_s * layers \
-        + cal.per_moe_layer_s * moe_layers
+        + cal.per_moe_layer_s * moe_layers + cal.per_unfused_layer_s * unfused_layers

@@ -119,7 +119,8 @@ def render_matrix(m: Any, out: Any) -> None:
                 _gb(r.usable_bytes),
                 _fits_cell(r) + ("!" if r.runs and r.watchdog else ""),
                 f"{r.max_safe_context:,}",
-                f"{r.predicted_decode_tps:,.1f}"
+                # the JSON's figure (two decimals) at one: the table never rounds it differently
+                f"{tps_to_json(r.predicted_decode_tps):,.1f}"
                 if r.runs and r.predicted_decode_tps is not None else "",
                 f"{r.predicted_ttft_s:,.1f}" if r.runs and r.predicted_ttft_s is not None else "",
                 _gb(r.headroom_bytes),
@@ -178,7 +179,7 @@ def matrix_text(m: MatrixResult, fmt: str) -> str:
               (("tight" if r.result.verdict == "tight" else "yes") + ("!" if r.watchdog else ""))
               if r.runs else "buffer" if r.fits else "no",
               f"{r.max_safe_context:,}",
-              f"{r.predicted_decode_tps:,.1f}"
+              f"{tps_to_json(r.predicted_decode_tps):,.1f}"
               if r.runs and r.predicted_decode_tps is not None else "",
               f"{r.predicted_ttft_s:,.1f}" if r.runs and r.predicted_ttft_s is not None else ""]
              for r in m.rows]

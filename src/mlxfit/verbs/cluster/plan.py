@@ -21,6 +21,7 @@ from mlxfit.estimate.speed import (
     decode_factors,
     layer_seconds,
     read_seconds,
+    unfused_decode_layers,
     weights_read_term,
     weights_seconds,
 )
@@ -254,7 +255,9 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
                                            d, ultra=ultra)
                            + cache_seconds(sub, run, h.bandwidth_gbs, d, fused_decode=fused,
                                            ultra=ultra)
-                           + layer_seconds(sub.num_layers, sub.moe_layers, d, fixed=False))
+                           + layer_seconds(sub.num_layers, sub.moe_layers, d, fixed=False,
+                                           unfused_layers=unfused_decode_layers(sub, run,
+                                                                                fused)))
             head_s = max(head_s, read_seconds(_replicated_read(cfg, w), h.bandwidth_gbs, d,
                                               ultra=ultra))
     else:
@@ -386,7 +389,8 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
         host_s.append(weights_seconds(cfg, share, h.bandwidth_gbs, d, ultra=ultra)
                       + cache_seconds(sub, run, h.bandwidth_gbs, d, fused_decode=fused,
                                       ultra=ultra)
-                      + layer_seconds(cfg.num_layers, sub.moe_layers, d))
+                      + layer_seconds(cfg.num_layers, sub.moe_layers, d,
+                                      unfused_layers=unfused_decode_layers(cfg, run, fused)))
     bands = [_band_at(cal, h, cfg, w.total, run.backend) for h in hosts]
     host_plans = tuple(
         _host_plan(h, sub, run, cal, layers=all_layers, own=own, replicated=repl, comm=comm,

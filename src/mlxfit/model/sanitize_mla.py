@@ -14,12 +14,14 @@ from typing import Any
 from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_ops import (
     FP8_DTYPES,
+    KV_B_BY_KIND,
     Tensors,
     drop,
     family_tie,
     model_arg,
     popped,
     retag,
+    split_kv_b,
     stacked,
 )
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
@@ -56,74 +58,6 @@ def _stack_experts(ts: Tensors, src: str, dst: str, n: Any, projs: tuple[str, ..
                                       f"experts of {src}")
                 name = f"{dst}.{m}.{k}"
                 ts[name] = stacked(name, members)
-
-
-def _quantized_shape(name: str, shape: tuple[int, ...], bits: int, group: int) -> tuple[int, ...]:
-    last = shape[-1]
-    if group not in (32, 64, 128) or bits not in (2, 3, 4, 5, 6, 8) or last % group:
-        raise ConfigError(f"{name}: last axis {last} does not quantize at {bits} bits, group "
-                          f"size {group} (mx.quantize raises)")
-    return (*shape[:-1], last * bits // 32)
-
-
-_BY_PART = (("embed_q", "scales"), ("embed_q", "biases"), ("unembed_out", "scales"),
-            ("unembed_out", "biases"))
-_BY_KIND = (("embed_q", "scales"), ("unembed_out", "scales"), ("embed_q", "biases"),
-            ("unembed_out", "biases"))  # deepseek_v32's order
-
-
-def _absorb_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
-                 quantized_ok: bool = True,
-                 order: tuple[tuple[str, str], ...] = _BY_PART) -> None:
-    """kv_b_proj.weight popped and absorbed, in place: embed_q (H, rank, nope) and unembed_out
-    (H, v, rank) appended. A quantized kv_b_proj (its .scales present) is dequantized with bits
-    and group size inferred from kv_lora_rank, split, and quantized again the same way."""
-    key = f"{attn}.kv_b_proj.weight"
-    if key not in ts:
-        return
-    heads = model_arg(cfg, family, "num_attention_heads")
-    nope, vdim = model_arg(cfg, family, "qk_nope_head_dim"), model_arg(cfg, family, "v_head_dim")
-    if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
-        raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
-                          "are needed to split kv_b_proj as mlx-lm does")
-    quantized = f"{attn}.kv_b_proj.scales" in ts
-    if quantized and not quantized_ok:
-        raise ConfigError(f"{attn}.kv_b_proj.scales: mlx-lm's {family} sanitize does not "
-                          "support a quantized kv_b_proj (ValueError)")
-    w = ts.pop(key)
-    shape, dtype = w.shape, w.dtype
-    bits = group = 0
-    scale_dtype = dtype
-    if quantized:
-        dims = model_arg(cfg, family, "kv_lora_rank")
-        scales = popped(ts, f"{attn}.kv_b_proj.scales")
-        popped(ts, f"{attn}.kv_b_proj.biases")
-        if type(dims) is not int or dims < 1 or not shape or not scales.shape \
-                or scales.shape[-1] < 1:
-            raise ConfigError(f"{key}: a quantized kv_b_proj needs kv_lora_rank to infer its "
-                              "bits and group size")
-        bits, group = shape[-1] * 32 // dims, dims // scales.shape[-1]
-        if bits < 1 or group < 1:
-            raise ConfigError(f"{key}: bits or group size inferred as 0 (mx.dequantize raises)")
-        shape = (*shape[:-1], shape[-1] * 32 // bits)
-        dtype = scale_dtype = scales.dtype
-    size = _size(shape)
-    rows = heads * (nope + vdim)
-    if size == 0 or size % rows:
-        raise ConfigError(f"{key}: shape {list(w.shape)} does not reshape to "
-                          f"num_attention_heads x (qk_nope_head_dim + v_head_dim) rows")
-    rank = size // rows
-    wk, wv = (heads, rank, nope), (heads, vdim, rank)
-    if quantized:
-        qk = _quantized_shape(f"{attn}.embed_q.weight", wk, bits, group)
-        qv = _quantized_shape(f"{attn}.unembed_out.weight", wv, bits, group)
-        for part, extra in order:
-            s = wk if part == "embed_q" else wv
-            name = f"{attn}.{part}.{extra}"
-            ts[name] = TensorInfo.of(name, scale_dtype, (*s[:-1], s[-1] // group))
-        wk, wv, dtype = qk, qv, "U32"
-    ts[f"{attn}.embed_q.weight"] = TensorInfo.of(f"{attn}.embed_q.weight", dtype, wk)
-    ts[f"{attn}.unembed_out.weight"] = TensorInfo.of(f"{attn}.unembed_out.weight", dtype, wv)
 
 
 def _layer_index(key: str) -> int | None:
@@ -225,7 +159,7 @@ def _v32(family: str) -> Callable[[Tensors, dict[str, Any]], Tensors]:
         for layer in range(n):
             p = f"model.layers.{layer}"
             _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
-            _absorb_kv_b(ts, f"{p}.self_attn", cfg, family, order=_BY_KIND)
+            split_kv_b(ts, f"{p}.self_attn", cfg, family, order=KV_B_BY_KIND)
         return ts
     return sanitize
 
@@ -285,7 +219,7 @@ def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             name = f"{p}.mlp.switch_mlp.down_proj.weight"
             ts[name] = retag(ts.pop(down), name=name)
         _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
-        _absorb_kv_b(ts, f"{p}.self_attn", cfg, "mistral4")
+        split_kv_b(ts, f"{p}.self_attn", cfg, "mistral4")
     return drop(ts, lambda k: "rotary_emb.inv_freq" not in k)
 
 
@@ -301,7 +235,7 @@ def longcat_flash(ts: Tensors, cfg: dict[str, Any], fam: str = "longcat_flash") 
         _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
     for layer in range(n):
         for i in range(2):
-            _absorb_kv_b(ts, f"model.layers.{layer}.self_attn.{i}", cfg, fam)
+            split_kv_b(ts, f"model.layers.{layer}.self_attn.{i}", cfg, fam)
     return drop(ts, lambda k: not k.startswith("model.mtp"))
 
 
@@ -325,7 +259,7 @@ def _bailing_moe_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             _stack_experts(out, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts,
                            projs=("gate_proj", "up_proj", "down_proj"), parts=("weight",),
                            what="num_experts")
-        _absorb_kv_b(out, f"{p}.attention", cfg, "bailing_moe_v3", quantized_ok=False)
+        split_kv_b(out, f"{p}.attention", cfg, "bailing_moe_v3", quantized="refuse")
     for k, v in list(out.items()):
         if "_conv1d.weight" in k and v.shape and v.shape[-1] != 1:
             if len(v.shape) < 3:
@@ -397,7 +331,7 @@ def _kimi_k3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
         ap = f"{lp}.self_attn"
         if (i + 1) in kda:
             _kimi_k3_delta(ts, ap, linear["num_heads"])
-        _absorb_kv_b(ts, ap, text, fam)
+        split_kv_b(ts, ap, text, fam)
     return ts
 
 

@@ -5,6 +5,7 @@ shapes), never on tensor data.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -136,28 +137,80 @@ def conv_moveaxis(ts: Tensors) -> Tensors:
     return out
 
 
-def split_kv_b(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    """kv_b_proj (H*(nope+v), rank) split into embed_q (H, rank, nope) and unembed_out
-    (H, v, rank), both appended (deepseek_v3.py, glm4_moe_lite.py)."""
-    heads = cfg.get("num_attention_heads")
-    nope, vdim = cfg.get("qk_nope_head_dim"), cfg.get("v_head_dim")
-    out: Tensors = {}
-    for k, v in ts.items():
-        if not k.endswith(".self_attn.kv_b_proj.weight"):
-            out[k] = v
-            continue
-        if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
-            raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
-                              "are needed to split kv_b_proj as mlx-lm does")
-        if len(v.shape) != 2 or v.shape[0] != heads * (nope + vdim):
-            raise ConfigError(f"{k}: shape {list(v.shape)} is not heads x (nope + v) rows")
-        rank = v.shape[1]
-        p = k[: -len("kv_b_proj.weight")]
-        out.pop(k, None)
-        out[p + "embed_q.weight"] = TensorInfo.of(p + "embed_q.weight", v.dtype, (heads, rank, nope))
-        out[p + "unembed_out.weight"] = TensorInfo.of(p + "unembed_out.weight", v.dtype,
-                                                      (heads, vdim, rank))
-    return out
+# The order a family's sanitize appends a re-quantized kv_b_proj's scales and biases in.
+KV_B_BY_PART = (("embed_q", "scales"), ("embed_q", "biases"), ("unembed_out", "scales"),
+                ("unembed_out", "biases"))  # kimi_linear, kimi_k3, longcat_flash, mistral4
+KV_B_BY_KIND = (("embed_q", "scales"), ("unembed_out", "scales"), ("embed_q", "biases"),
+                ("unembed_out", "biases"))  # deepseek_v3, deepseek_v32, glm4_moe_lite
+# What mx.quantize takes (mlx 0.32; checked in tests/test_sanitize_kv_b.py).
+QUANT_BITS = (1, 2, 3, 4, 5, 6, 8)
+QUANT_GROUPS = (32, 64, 128)
+
+
+def split_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
+               quantized: str = "requantize", order: tuple[tuple[str, str], ...] = KV_B_BY_PART,
+               head_dims: tuple[Any, Any] | None = None) -> None:
+    """mlx-lm's MLA kv_b_proj absorption, in place: ``<attn>.kv_b_proj.weight`` popped,
+    reshaped to (heads, nope + v, -1) and split into embed_q (H, rank, nope) and unembed_out
+    (H, v, rank), both appended; nothing when the weight is absent. Sizes are the family's
+    ModelArgs fields (``head_dims``: its own (nope, v) where it falls back to head_dim).
+    ``quantized`` is what the family does when kv_b_proj.scales is beside it: "requantize"
+    (dequantize at bits and group size inferred from kv_lora_rank, split, quantize both
+    halves the same way; their scales and biases appended in ``order`` before the weights),
+    "refuse" (it raises ValueError), "as_stored" (no such branch: the stored weight is split
+    and the scales stay)."""
+    key = f"{attn}.kv_b_proj.weight"
+    if key not in ts:
+        return
+    heads = model_arg(cfg, family, "num_attention_heads")
+    nope, vdim = head_dims or (model_arg(cfg, family, "qk_nope_head_dim"),
+                               model_arg(cfg, family, "v_head_dim"))
+    if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
+        raise ConfigError(f"config.json: num_attention_heads={heads!r}, qk_nope_head_dim="
+                          f"{nope!r}, v_head_dim={vdim!r} do not let mlx-lm's {family} "
+                          f"sanitize split {key}")
+    requantize = quantized != "as_stored" and f"{attn}.kv_b_proj.scales" in ts
+    if requantize and quantized == "refuse":
+        raise ConfigError(f"{attn}.kv_b_proj.scales: mlx-lm's {family} sanitize does not "
+                          "support a quantized kv_b_proj (ValueError)")
+    w = ts.pop(key)
+    shape, dtype = w.shape, w.dtype
+    bits = group = 0
+    if requantize:
+        dims = model_arg(cfg, family, "kv_lora_rank")
+        scales = popped(ts, f"{attn}.kv_b_proj.scales")
+        popped(ts, f"{attn}.kv_b_proj.biases")
+        if type(dims) is not int or dims < 1 or not shape or not scales.shape \
+                or scales.shape[-1] < 1:
+            raise ConfigError(f"{key}: quantized, but kv_lora_rank {dims!r} and its scales "
+                              f"{list(scales.shape)} do not give the bits and group size "
+                              f"mlx-lm's {family} sanitize infers")
+        bits, group = shape[-1] * 32 // dims, dims // scales.shape[-1]
+        if bits not in QUANT_BITS or group not in QUANT_GROUPS:
+            raise ConfigError(f"{key}: quantized at an inferred {bits} bits, group size "
+                              f"{group}, which mx.quantize refuses")
+        shape, dtype = (*shape[:-1], shape[-1] * 32 // bits), scales.dtype
+    rows = heads * (nope + vdim)
+    size = math.prod(shape)
+    if size == 0 or size % rows:
+        raise ConfigError(f"{key}: shape {list(w.shape)} does not reshape to "
+                          f"num_attention_heads x (qk_nope_head_dim + v_head_dim) = {rows} rows "
+                          f"as mlx-lm's {family} sanitize does")
+    rank = size // rows
+    halves = {"embed_q": (heads, rank, nope), "unembed_out": (heads, vdim, rank)}
+    if requantize:
+        for part, s in halves.items():
+            if s[-1] % group:
+                raise ConfigError(f"{attn}.{part}.weight: last axis {s[-1]} does not quantize "
+                                  f"at {bits} bits, group size {group} (mx.quantize raises)")
+        for part, extra in order:
+            s = halves[part]
+            name = f"{attn}.{part}.{extra}"
+            ts[name] = TensorInfo.of(name, dtype, (*s[:-1], s[-1] // group))
+        halves = {part: (*s[:-1], s[-1] * bits // 32) for part, s in halves.items()}
+        dtype = "U32"
+    for part, s in halves.items():
+        ts[f"{attn}.{part}.weight"] = TensorInfo.of(f"{attn}.{part}.weight", dtype, s)
 
 
 # --------------------------------------------------------------- wrappers group (issue 24)

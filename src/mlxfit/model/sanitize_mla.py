@@ -7,20 +7,22 @@ Families: deepseek_v2, deepseek_v32, glm_moe_dsa, deepseek_v41, mistral4, kimi_k
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_ops import (
-    FP8_DTYPES,
     KV_B_BY_KIND,
     Tensors,
     drop,
     family_tie,
+    fp8_dequantized,
     model_arg,
     popped,
     retag,
+    scale_inv_applied,
     split_kv_b,
     stacked,
 )
@@ -28,8 +30,6 @@ from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 
 _PROJS = ("gate_proj", "down_proj", "up_proj")
 _QPARTS = ("weight", "scales", "biases")
-# What mlx loads an FP8 safetensors tensor as (uint8), and the FP8 names themselves.
-_FP8_AS_LOADED = FP8_DTYPES | {"U8"}
 
 
 
@@ -72,64 +72,6 @@ def _layer_index(key: str) -> int | None:
                           "sanitize calls int() on it)") from None
 
 
-def _dequant_fp8(ts: Tensors, is_scale: Callable[[str], bool],
-                 broadcast_ok: bool = False) -> Tensors:
-    """DeepSeek-V3 style FP8 dequantization: each scale's weight (the name without
-    ``_scale_inv``) becomes bfloat16, kept where it or its scale came first; scales dropped.
-    The 128x128 block path needs a 2-D weight and a scale of its block grid."""
-    out: Tensors = {}
-    for k, v in ts.items():
-        if is_scale(k):
-            wk = k.replace("_scale_inv", "")
-            if wk not in ts:
-                raise ConfigError(f"{k}: its weight {wk} is missing (mlx-lm's sanitize reads it)")
-            w = ts[wk]
-            if w.dtype not in _FP8_AS_LOADED:
-                raise ConfigError(f"{wk}: {w.dtype} with a {k}; mlx-lm's from_fp8 takes only "
-                                  "FP8 (uint8) weights")
-            if not (broadcast_ok and _broadcasts(v.shape, w.shape)) and not _block_grid(
-                    v.shape, w.shape):
-                raise ConfigError(f"{k}: shape {list(v.shape)} is not the 128x128 block "
-                                  f"grid of {wk} {list(w.shape)} (mlx-lm cannot dequantize)")
-            out[wk] = retag(w, dtype="BF16")
-        elif k not in out:
-            out[k] = v
-    return out
-
-
-def _block_grid(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
-    """The 128x128 block path: ``scale[:, None, :, None]`` times the (A, 128, B, 128) blocks of
-    a 2-D weight must broadcast and reshape back to the padded weight."""
-    if len(weight) != 2 or len(scale) < 2:
-        return False
-    blocks = (-(-weight[0] // 128), 128, -(-weight[1] // 128), 128)
-    shape = _broadcast_shape((scale[0], 1, scale[1], 1, *scale[2:]), blocks)
-    size = blocks[0] * blocks[1] * blocks[2] * blocks[3]
-    return shape is not None and _size(shape) == size
-
-
-def _size(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
-        return None
-    return tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b))
-
-
-def _broadcasts(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
-    if len(scale) > len(weight):
-        return False
-    pad = (1,) * (len(weight) - len(scale)) + tuple(scale)
-    return all(s in (1, w) for s, w in zip(pad, weight))
-
-
 # --------------------------------------------------------------------------- families
 
 def _deepseek_v2(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -154,7 +96,7 @@ def _v32(family: str) -> Callable[[Tensors, dict[str, Any]], Tensors]:
             i = _layer_index(k)
             if i is None or i < n:
                 kept[k] = v
-        ts = _dequant_fp8(kept, lambda k: "weight_scale_inv" in k)
+        ts = scale_inv_applied(kept, family, fp8_dequantized)
         experts = model_arg(cfg, family, "n_routed_experts")
         for layer in range(n):
             p = f"model.layers.{layer}"
@@ -198,8 +140,9 @@ def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     experts.gate_up_proj split in two on axis 1, experts.down_proj renamed, per-expert tensors
     stacked and kv_b_proj absorbed; rotary buffers dropped last."""
     ts = _mistral4_int4(ts)
-    ts = _dequant_fp8(drop(ts, lambda k: not k.endswith("activation_scale")),
-                      lambda k: k.endswith("_scale_inv"), broadcast_ok=True)
+    ts = scale_inv_applied(drop(ts, lambda k: not k.endswith("activation_scale")), "mistral4",
+                           lambda w, scale: fp8_dequantized(w, scale, broadcast_ok=True),
+                           is_scale=lambda k: k.endswith("_scale_inv"))
     n = _count(model_arg(cfg, "mistral4", "num_hidden_layers"), "num_hidden_layers")
     experts = model_arg(cfg, "mistral4", "n_routed_experts")
     for layer in range(n):
@@ -376,7 +319,7 @@ def _kimi_k3_delta(ts: Tensors, ap: str, heads: Any) -> None:
     for name in ("dt_bias", "A_log"):
         key = f"{ap}.{name}"
         if key in ts and len(ts[key].shape) > 1:
-            ts[key] = retag(ts[key], shape=(_size(ts[key].shape),))
+            ts[key] = retag(ts[key], shape=(math.prod(ts[key].shape),))
     key = f"{ap}.A_log"
     if key in ts:
         if not ts[key].shape:
@@ -458,7 +401,7 @@ def _v41_repack(w: TensorInfo, scale: TensorInfo, name: str) -> tuple[TensorInfo
 
 def _o_groups(t: TensorInfo, groups: Any, name: str) -> TensorInfo:
     """``value.reshape(o_groups, -1, value.shape[-1])``."""
-    last, size = (t.shape[-1] if t.shape else 0), _size(t.shape)
+    last, size = (t.shape[-1] if t.shape else 0), math.prod(t.shape)
     if type(groups) is not int or groups < 1 or last < 1 or size % (groups * last):
         raise ConfigError(f"{name}: shape {list(t.shape)} does not reshape into o_groups="
                           f"{groups!r} groups")

@@ -127,6 +127,86 @@ def fp8_left(ts: Tensors, family: str) -> None:
                           "(only DeepSeek-V3 style weight_scale_inv checkpoints are)")
 
 
+# What mx.load reads as uint8, the one dtype mx.from_fp8 takes (F8_E5M2 it does not read).
+FP8_AS_U8 = frozenset({"U8", "F8_E4M3", "F8_E8M0"})
+FP8_BLOCK = 128  # the DeepSeek-V3 family's dequant block (bs = 128)
+
+
+def scale_inv_applied(ts: Tensors, family: str,
+                      apply: Callable[[TensorInfo, TensorInfo], TensorInfo],
+                      is_scale: Callable[[str], bool] = lambda k: "weight_scale_inv" in k,
+                      skip: Callable[[str], bool] = lambda k: False) -> Tensors:
+    """mlx-lm's loop over ``*_scale_inv`` tensors: each scale's weight (its name without
+    ``_scale_inv``) becomes ``apply(weight, scale)``, kept where it or its scale came first
+    (``elif k not in new_weights``); the scales, and names ``skip`` matches, dropped."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        if is_scale(k):
+            wk = k.replace("_scale_inv", "")
+            if wk not in ts:
+                raise ConfigError(f"{k}: its weight {wk} is missing (mlx-lm's {family} "
+                                  "sanitize reads it: KeyError)")
+            out[wk] = retag(apply(ts[wk], v), name=wk)
+        elif skip(k):
+            continue
+        elif k not in out:
+            out[k] = v
+    return out
+
+
+def fp8_dequantized(w: TensorInfo, scale: TensorInfo, pad_to_scale: bool = False,
+                    broadcast_ok: bool = False) -> TensorInfo:
+    """The DeepSeek-V3 family's ``dequant(weight, scale_inv)``: mx.from_fp8 to bfloat16, then
+    a scale that broadcasts to the weight multiplied as it is (mistral4 only:
+    ``broadcast_ok``), else the 2-D weight padded to whole 128x128 blocks (mimo_v2_flash: to
+    the scale's block count, ``pad_to_scale``), times ``scale[:, None, :, None]`` and reshaped
+    back, which needs the scale to broadcast over the block grid."""
+    if w.dtype not in FP8_AS_U8:
+        raise ConfigError(f"{w.name}: {w.dtype} with a {scale.name}; mlx-lm's from_fp8 takes "
+                          "only FP8 read as uint8 (U8, F8_E4M3, F8_E8M0)")
+    if broadcast_ok and _broadcasts(scale.shape, w.shape):
+        return retag(w, dtype="BF16")
+    if len(w.shape) != 2:
+        raise ConfigError(f"{w.name}: shape {list(w.shape)} is not a matrix; mlx-lm's FP8 "
+                          "block dequantization needs one")
+    if pad_to_scale:
+        padded = tuple(FP8_BLOCK * s for s in scale.shape[:2])
+    else:
+        padded = tuple(-(-d // FP8_BLOCK) * FP8_BLOCK for d in w.shape)
+    if len(scale.shape) < 2 or any(p < d for p, d in zip(padded, w.shape)) \
+            or not _block_grid(scale.shape, padded):
+        raise ConfigError(f"{scale.name}: shape {list(scale.shape)} is not a scale per "
+                          f"{FP8_BLOCK}x{FP8_BLOCK} block of {w.name} {list(w.shape)} "
+                          "(mlx-lm cannot dequantize it)")
+    return retag(w, dtype="BF16")
+
+
+def _block_grid(scale: tuple[int, ...], padded: tuple[int, ...]) -> bool:
+    """``scale[:, None, :, None]`` times the (A, 128, B, 128) blocks of the padded weight
+    broadcasts and reshapes back to it."""
+    grid = (padded[0] // FP8_BLOCK, FP8_BLOCK, padded[1] // FP8_BLOCK, FP8_BLOCK)
+    shape = broadcast_shape((scale[0], 1, scale[1], 1, *scale[2:]), grid)
+    return shape is not None and math.prod(shape) == math.prod(grid)
+
+
+def _broadcasts(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
+    """mistral4's ``broadcasts``: the scale, left-padded with 1s, is 1 or the weight's size on
+    each axis."""
+    if len(scale) > len(weight):
+        return False
+    pad = (1,) * (len(weight) - len(scale)) + tuple(scale)
+    return all(s in (1, w) for s, w in zip(pad, weight))
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """numpy's broadcast of two shapes (None where they do not broadcast)."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        return None
+    return tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b))
+
+
 def conv_moveaxis(ts: Tensors) -> Tensors:
     """HF conv1d weights (C, 1, K) become MLX's (C, K, 1)."""
     out: Tensors = {}

@@ -17,10 +17,12 @@ from mlxfit.model.sanitize_ops import (
     KV_B_BY_KIND,
     Tensors,
     flatten,
+    fp8_dequantized,
     model_arg,
     pop_subtree,
     popped,
     retag,
+    scale_inv_applied,
     split_kv_b,
     subtree,
     unflatten,
@@ -325,27 +327,7 @@ def deepseek_v3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
             _put(out, base + "biases", scale.dtype, scale.shape)
         elif not k.endswith(("weight_scale", "weight_packed")):
             out[k] = v
-    ts, out = out, {}
-    for k, v in ts.items():
-        if "weight_scale_inv" in k:
-            wk = k.replace("_scale_inv", "")
-            w = ts.get(wk)
-            if w is None:
-                raise ConfigError(f"{k}: no {wk} beside it; mlx-lm's sanitize needs it")
-            if w.dtype not in ("U8", *FP8_DTYPES):
-                raise ConfigError(f"{wk}: {w.dtype} with a weight_scale_inv; mlx-lm's "
-                                  "sanitize dequantizes only FP8 (uint8) weights")
-            if len(w.shape) != 2:
-                raise ConfigError(f"{wk}: shape {list(w.shape)} is not a matrix; mlx-lm's FP8 "
-                                  "dequantization needs one")
-            blocks = tuple(-(-d // 128) for d in w.shape)
-            if len(v.shape) != 2 or any(s not in (1, b) for s, b in zip(v.shape, blocks)):
-                raise ConfigError(f"{k}: shape {list(v.shape)} is not one scale per 128x128 "
-                                  f"block of {wk} {list(w.shape)}")
-            _put(out, wk, "BF16", w.shape)
-        elif k not in out:
-            out[k] = v
-    ts = out
+    ts = scale_inv_applied(out, "deepseek_v3", fp8_dequantized)
     names = (("gate_proj", "gate_proj"), ("down_proj", "down_proj"), ("up_proj", "up_proj"))
     for layer in range(_count(arg("num_hidden_layers"), "num_hidden_layers")):
         _stack_experts(ts, f"model.layers.{layer}.mlp", names, arg("n_routed_experts"))

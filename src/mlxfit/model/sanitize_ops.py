@@ -269,6 +269,10 @@ def split_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
         if bits not in QUANT_BITS or group not in QUANT_GROUPS:
             raise ConfigError(f"{key}: quantized at an inferred {bits} bits, group size "
                               f"{group}, which mx.quantize refuses")
+        if shape[-1] * 32 != bits * scales.shape[-1] * group or scales.shape[:-1] != shape[:-1]:
+            raise ConfigError(f"{key}: shape {list(shape)} and its scales "
+                              f"{list(scales.shape)} do not match at the inferred {bits} bits, "
+                              f"group size {group} (mx.dequantize raises)")
         shape, dtype = (*shape[:-1], shape[-1] * 32 // bits), scales.dtype
     rows = heads * (nope + vdim)
     size = math.prod(shape)

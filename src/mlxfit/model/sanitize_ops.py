@@ -9,7 +9,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
@@ -228,7 +228,8 @@ QUANT_GROUPS = (32, 64, 128)
 
 
 def split_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
-               quantized: str = "requantize", order: tuple[tuple[str, str], ...] = KV_B_BY_PART,
+               quantized: Literal["requantize", "refuse", "as_stored"] = "requantize",
+               order: tuple[tuple[str, str], ...] = KV_B_BY_PART,
                head_dims: tuple[Any, Any] | None = None) -> None:
     """mlx-lm's MLA kv_b_proj absorption, in place: ``<attn>.kv_b_proj.weight`` popped,
     reshaped to (heads, nope + v, -1) and split into embed_q (H, rank, nope) and unembed_out

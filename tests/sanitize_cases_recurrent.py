@@ -274,8 +274,8 @@ CASES: dict[str, Callable[[], list[Case]]] = {
 }
 # family -> {source text of a sanitize line: why no layout mlx-lm loads runs it}
 _QUANTIZED_KV_B = ("a quantized kv_b_proj (.scales/.biases) loads only into a model built "
-                   "quantized, which this strict oracle never builds; mlx_lm.convert will not "
-                   "re-quantize such a source and mlxfit's replay refuses it (ConfigError)")
+                   "quantized, which this strict oracle never builds; the replay's output for it "
+                   "is checked unloaded in tests/test_sanitize_kv_b.py")
 UNREACHABLE: dict[str, dict[str, str]] = {
     "bailing_moe_linear": dict.fromkeys((
         'gate_bias = weights.pop(f"{prefix}.mlp.gate.bias")',

@@ -28,6 +28,7 @@ from mlxfit.model.build_hybrid import bailing_global
 from mlxfit.model.families import mlx_lm_module
 from mlxfit.model.mlx_lm_quant import QUANT_FACTS
 from mlxfit.model.sanitize_ops import (
+    KV_B_BY_KIND,
     Rules,
     Tensors,
     conv_moveaxis,
@@ -83,7 +84,9 @@ def _glm4_moe_lite(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     ts = drop(ts, kept)
     ts = stack(ts, r"(model\.layers\.\d+\.mlp)\.experts\.(?P<e>\d+)\.(gate_proj|down_proj|up_proj)\.weight",
                 lambda m: f"{m[1]}.switch_mlp.{m[3]}.weight")
-    return split_kv_b(ts, cfg)
+    for k in [k for k in ts if k.endswith(".self_attn.kv_b_proj.weight")]:
+        split_kv_b(ts, k[: -len(".kv_b_proj.weight")], cfg, "glm4_moe_lite", order=KV_B_BY_KIND)
+    return ts
 
 
 def _glm4_moe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:

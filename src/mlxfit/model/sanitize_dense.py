@@ -14,10 +14,12 @@ from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_ops import (
     FP8_DTYPES,
     Tensors,
+    broadcast_shape,
     drop,
     family_tie,
     model_arg,
     retag,
+    scale_inv_applied,
 )
 from mlxfit.model.tensors import TensorInfo
 
@@ -202,12 +204,11 @@ def _product_dtype(a: str, b: str, name: str) -> str:
 
 
 def _broadcast(a: tuple[int, ...], b: tuple[int, ...], name: str) -> tuple[int, ...]:
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+    shape = broadcast_shape(a, b)
+    if shape is None:
         raise ConfigError(f"{name}: shapes {list(a)} and {list(b)} do not broadcast; mlx-lm's "
                           "sanitize multiplies the weight by it")
-    return tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b))
+    return shape
 
 
 def _ministral3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
@@ -216,21 +217,13 @@ def _ministral3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     decode it) and activation scales dropped."""
     ts = drop(ts, lambda k: "self_attn.rotary_emb.inv_freq" not in k)
     ts = family_tie(ts, cfg, "ministral3")
-    out: Tensors = {}
-    for k, v in ts.items():
-        if "weight_scale_inv" in k:
-            wk = k.replace("_scale_inv", "")
-            w = ts.get(wk)
-            if w is None:
-                raise ConfigError(f"{k}: no {wk} to scale (mlx-lm's ministral3 sanitize "
-                                  "raises KeyError)")
-            out[wk] = TensorInfo.of(wk, _product_dtype(w.dtype, v.dtype, k),
-                                    _broadcast(w.shape, v.shape, k))
-        elif "activation_scale" in k:
-            continue
-        elif k not in out:
-            out[k] = v
-    return out
+    return scale_inv_applied(ts, "ministral3", _scaled, skip=lambda k: "activation_scale" in k)
+
+
+def _scaled(w: TensorInfo, scale: TensorInfo) -> TensorInfo:
+    """ministral3's ``weight * scale_inv``: no from_fp8, the raw bytes times the scale."""
+    return TensorInfo.of(w.name, _product_dtype(w.dtype, scale.dtype, scale.name),
+                         _broadcast(w.shape, scale.shape, scale.name))
 
 
 _GLIMMER_TOWERS = ("vision_tower", "vision_adapter", "vision_projection")

@@ -7,27 +7,29 @@ Families: deepseek_v2, deepseek_v32, glm_moe_dsa, deepseek_v41, mistral4, kimi_k
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from typing import Any
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_ops import (
-    FP8_DTYPES,
+    KV_B_BY_KIND,
     Tensors,
     drop,
     family_tie,
+    fp8_dequantized,
     model_arg,
     popped,
     retag,
+    scale_inv_applied,
+    split_kv_b,
     stacked,
 )
 from mlxfit.model.tensors import DTYPE_BYTES, FLOAT_DTYPES, TensorInfo
 
 _PROJS = ("gate_proj", "down_proj", "up_proj")
 _QPARTS = ("weight", "scales", "biases")
-# What mlx loads an FP8 safetensors tensor as (uint8), and the FP8 names themselves.
-_FP8_AS_LOADED = FP8_DTYPES | {"U8"}
 
 
 
@@ -58,74 +60,6 @@ def _stack_experts(ts: Tensors, src: str, dst: str, n: Any, projs: tuple[str, ..
                 ts[name] = stacked(name, members)
 
 
-def _quantized_shape(name: str, shape: tuple[int, ...], bits: int, group: int) -> tuple[int, ...]:
-    last = shape[-1]
-    if group not in (32, 64, 128) or bits not in (2, 3, 4, 5, 6, 8) or last % group:
-        raise ConfigError(f"{name}: last axis {last} does not quantize at {bits} bits, group "
-                          f"size {group} (mx.quantize raises)")
-    return (*shape[:-1], last * bits // 32)
-
-
-_BY_PART = (("embed_q", "scales"), ("embed_q", "biases"), ("unembed_out", "scales"),
-            ("unembed_out", "biases"))
-_BY_KIND = (("embed_q", "scales"), ("unembed_out", "scales"), ("embed_q", "biases"),
-            ("unembed_out", "biases"))  # deepseek_v32's order
-
-
-def _absorb_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
-                 quantized_ok: bool = True,
-                 order: tuple[tuple[str, str], ...] = _BY_PART) -> None:
-    """kv_b_proj.weight popped and absorbed, in place: embed_q (H, rank, nope) and unembed_out
-    (H, v, rank) appended. A quantized kv_b_proj (its .scales present) is dequantized with bits
-    and group size inferred from kv_lora_rank, split, and quantized again the same way."""
-    key = f"{attn}.kv_b_proj.weight"
-    if key not in ts:
-        return
-    heads = model_arg(cfg, family, "num_attention_heads")
-    nope, vdim = model_arg(cfg, family, "qk_nope_head_dim"), model_arg(cfg, family, "v_head_dim")
-    if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
-        raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
-                          "are needed to split kv_b_proj as mlx-lm does")
-    quantized = f"{attn}.kv_b_proj.scales" in ts
-    if quantized and not quantized_ok:
-        raise ConfigError(f"{attn}.kv_b_proj.scales: mlx-lm's {family} sanitize does not "
-                          "support a quantized kv_b_proj (ValueError)")
-    w = ts.pop(key)
-    shape, dtype = w.shape, w.dtype
-    bits = group = 0
-    scale_dtype = dtype
-    if quantized:
-        dims = model_arg(cfg, family, "kv_lora_rank")
-        scales = popped(ts, f"{attn}.kv_b_proj.scales")
-        popped(ts, f"{attn}.kv_b_proj.biases")
-        if type(dims) is not int or dims < 1 or not shape or not scales.shape \
-                or scales.shape[-1] < 1:
-            raise ConfigError(f"{key}: a quantized kv_b_proj needs kv_lora_rank to infer its "
-                              "bits and group size")
-        bits, group = shape[-1] * 32 // dims, dims // scales.shape[-1]
-        if bits < 1 or group < 1:
-            raise ConfigError(f"{key}: bits or group size inferred as 0 (mx.dequantize raises)")
-        shape = (*shape[:-1], shape[-1] * 32 // bits)
-        dtype = scale_dtype = scales.dtype
-    size = _size(shape)
-    rows = heads * (nope + vdim)
-    if size == 0 or size % rows:
-        raise ConfigError(f"{key}: shape {list(w.shape)} does not reshape to "
-                          f"num_attention_heads x (qk_nope_head_dim + v_head_dim) rows")
-    rank = size // rows
-    wk, wv = (heads, rank, nope), (heads, vdim, rank)
-    if quantized:
-        qk = _quantized_shape(f"{attn}.embed_q.weight", wk, bits, group)
-        qv = _quantized_shape(f"{attn}.unembed_out.weight", wv, bits, group)
-        for part, extra in order:
-            s = wk if part == "embed_q" else wv
-            name = f"{attn}.{part}.{extra}"
-            ts[name] = TensorInfo.of(name, scale_dtype, (*s[:-1], s[-1] // group))
-        wk, wv, dtype = qk, qv, "U32"
-    ts[f"{attn}.embed_q.weight"] = TensorInfo.of(f"{attn}.embed_q.weight", dtype, wk)
-    ts[f"{attn}.unembed_out.weight"] = TensorInfo.of(f"{attn}.unembed_out.weight", dtype, wv)
-
-
 def _layer_index(key: str) -> int | None:
     """``int(parts[2])`` of a ``<x>.layers.<i>...`` name (mlx-lm's MTP filters)."""
     parts = key.split(".")
@@ -136,64 +70,6 @@ def _layer_index(key: str) -> int | None:
     except ValueError:
         raise ConfigError(f"{key}: layer index {parts[2]!r} is not a number (mlx-lm's "
                           "sanitize calls int() on it)") from None
-
-
-def _dequant_fp8(ts: Tensors, is_scale: Callable[[str], bool],
-                 broadcast_ok: bool = False) -> Tensors:
-    """DeepSeek-V3 style FP8 dequantization: each scale's weight (the name without
-    ``_scale_inv``) becomes bfloat16, kept where it or its scale came first; scales dropped.
-    The 128x128 block path needs a 2-D weight and a scale of its block grid."""
-    out: Tensors = {}
-    for k, v in ts.items():
-        if is_scale(k):
-            wk = k.replace("_scale_inv", "")
-            if wk not in ts:
-                raise ConfigError(f"{k}: its weight {wk} is missing (mlx-lm's sanitize reads it)")
-            w = ts[wk]
-            if w.dtype not in _FP8_AS_LOADED:
-                raise ConfigError(f"{wk}: {w.dtype} with a {k}; mlx-lm's from_fp8 takes only "
-                                  "FP8 (uint8) weights")
-            if not (broadcast_ok and _broadcasts(v.shape, w.shape)) and not _block_grid(
-                    v.shape, w.shape):
-                raise ConfigError(f"{k}: shape {list(v.shape)} is not the 128x128 block "
-                                  f"grid of {wk} {list(w.shape)} (mlx-lm cannot dequantize)")
-            out[wk] = retag(w, dtype="BF16")
-        elif k not in out:
-            out[k] = v
-    return out
-
-
-def _block_grid(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
-    """The 128x128 block path: ``scale[:, None, :, None]`` times the (A, 128, B, 128) blocks of
-    a 2-D weight must broadcast and reshape back to the padded weight."""
-    if len(weight) != 2 or len(scale) < 2:
-        return False
-    blocks = (-(-weight[0] // 128), 128, -(-weight[1] // 128), 128)
-    shape = _broadcast_shape((scale[0], 1, scale[1], 1, *scale[2:]), blocks)
-    size = blocks[0] * blocks[1] * blocks[2] * blocks[3]
-    return shape is not None and _size(shape) == size
-
-
-def _size(shape: tuple[int, ...]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
-def _broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
-    n = max(len(a), len(b))
-    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
-    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
-        return None
-    return tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b))
-
-
-def _broadcasts(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
-    if len(scale) > len(weight):
-        return False
-    pad = (1,) * (len(weight) - len(scale)) + tuple(scale)
-    return all(s in (1, w) for s, w in zip(pad, weight))
 
 
 # --------------------------------------------------------------------------- families
@@ -220,12 +96,12 @@ def _v32(family: str) -> Callable[[Tensors, dict[str, Any]], Tensors]:
             i = _layer_index(k)
             if i is None or i < n:
                 kept[k] = v
-        ts = _dequant_fp8(kept, lambda k: "weight_scale_inv" in k)
+        ts = scale_inv_applied(kept, family, fp8_dequantized)
         experts = model_arg(cfg, family, "n_routed_experts")
         for layer in range(n):
             p = f"model.layers.{layer}"
             _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
-            _absorb_kv_b(ts, f"{p}.self_attn", cfg, family, order=_BY_KIND)
+            split_kv_b(ts, f"{p}.self_attn", cfg, family, order=KV_B_BY_KIND)
         return ts
     return sanitize
 
@@ -264,8 +140,9 @@ def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     experts.gate_up_proj split in two on axis 1, experts.down_proj renamed, per-expert tensors
     stacked and kv_b_proj absorbed; rotary buffers dropped last."""
     ts = _mistral4_int4(ts)
-    ts = _dequant_fp8(drop(ts, lambda k: not k.endswith("activation_scale")),
-                      lambda k: k.endswith("_scale_inv"), broadcast_ok=True)
+    ts = scale_inv_applied(drop(ts, lambda k: not k.endswith("activation_scale")), "mistral4",
+                           lambda w, scale: fp8_dequantized(w, scale, broadcast_ok=True),
+                           is_scale=lambda k: k.endswith("_scale_inv"))
     n = _count(model_arg(cfg, "mistral4", "num_hidden_layers"), "num_hidden_layers")
     experts = model_arg(cfg, "mistral4", "n_routed_experts")
     for layer in range(n):
@@ -285,7 +162,7 @@ def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             name = f"{p}.mlp.switch_mlp.down_proj.weight"
             ts[name] = retag(ts.pop(down), name=name)
         _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
-        _absorb_kv_b(ts, f"{p}.self_attn", cfg, "mistral4")
+        split_kv_b(ts, f"{p}.self_attn", cfg, "mistral4")
     return drop(ts, lambda k: "rotary_emb.inv_freq" not in k)
 
 
@@ -301,7 +178,7 @@ def longcat_flash(ts: Tensors, cfg: dict[str, Any], fam: str = "longcat_flash") 
         _stack_experts(ts, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts)
     for layer in range(n):
         for i in range(2):
-            _absorb_kv_b(ts, f"model.layers.{layer}.self_attn.{i}", cfg, fam)
+            split_kv_b(ts, f"model.layers.{layer}.self_attn.{i}", cfg, fam)
     return drop(ts, lambda k: not k.startswith("model.mtp"))
 
 
@@ -325,7 +202,7 @@ def _bailing_moe_v3(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             _stack_experts(out, f"{p}.mlp", f"{p}.mlp.switch_mlp", experts,
                            projs=("gate_proj", "up_proj", "down_proj"), parts=("weight",),
                            what="num_experts")
-        _absorb_kv_b(out, f"{p}.attention", cfg, "bailing_moe_v3", quantized_ok=False)
+        split_kv_b(out, f"{p}.attention", cfg, "bailing_moe_v3", quantized="refuse")
     for k, v in list(out.items()):
         if "_conv1d.weight" in k and v.shape and v.shape[-1] != 1:
             if len(v.shape) < 3:
@@ -397,7 +274,7 @@ def _kimi_k3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
         ap = f"{lp}.self_attn"
         if (i + 1) in kda:
             _kimi_k3_delta(ts, ap, linear["num_heads"])
-        _absorb_kv_b(ts, ap, text, fam)
+        split_kv_b(ts, ap, text, fam)
     return ts
 
 
@@ -442,7 +319,7 @@ def _kimi_k3_delta(ts: Tensors, ap: str, heads: Any) -> None:
     for name in ("dt_bias", "A_log"):
         key = f"{ap}.{name}"
         if key in ts and len(ts[key].shape) > 1:
-            ts[key] = retag(ts[key], shape=(_size(ts[key].shape),))
+            ts[key] = retag(ts[key], shape=(math.prod(ts[key].shape),))
     key = f"{ap}.A_log"
     if key in ts:
         if not ts[key].shape:
@@ -524,7 +401,7 @@ def _v41_repack(w: TensorInfo, scale: TensorInfo, name: str) -> tuple[TensorInfo
 
 def _o_groups(t: TensorInfo, groups: Any, name: str) -> TensorInfo:
     """``value.reshape(o_groups, -1, value.shape[-1])``."""
-    last, size = (t.shape[-1] if t.shape else 0), _size(t.shape)
+    last, size = (t.shape[-1] if t.shape else 0), math.prod(t.shape)
     if type(groups) is not int or groups < 1 or last < 1 or size % (groups * last):
         raise ConfigError(f"{name}: shape {list(t.shape)} does not reshape into o_groups="
                           f"{groups!r} groups")

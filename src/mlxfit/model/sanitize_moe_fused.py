@@ -15,8 +15,10 @@ from mlxfit.model.sanitize_ops import (
     Tensors,
     drop,
     family_tie,
+    fp8_dequantized,
     model_arg,
     retag,
+    scale_inv_applied,
     stacked,
 )
 from mlxfit.model.tensors import DTYPE_BYTES, TensorInfo
@@ -56,46 +58,6 @@ def _stack_experts(ts: Tensors, head: str, tail: str, dst: str, n: int) -> None:
                               f"0..{n - 1}")
         members.append(ts.pop(each(e)))
     ts[dst] = stacked(dst, members)
-
-
-# mx.from_fp8 takes uint8; mx.load reads F8_E4M3 and F8_E8M0 tensors as uint8.
-_FP8_AS_U8 = frozenset({"U8", "F8_E4M3", "F8_E8M0"})
-_FP8_BLOCK = 128
-
-
-def _fp8_dequant(ts: Tensors, family: str, padded_by_scale: bool) -> Tensors:
-    """minimax.py / mimo_v2_flash.py: each ``<m>.weight_scale_inv`` turns ``<m>.weight`` (FP8,
-    2-D) into bfloat16 of the same shape over 128x128 blocks; the scales go. mimo pads the
-    weight to the scales' blocks (``padded_by_scale``), minimax to the next block and
-    broadcasts the scales."""
-    out: Tensors = {}
-    for k, v in ts.items():
-        if "weight_scale_inv" in k:
-            wk = k.replace("_scale_inv", "")
-            w = ts.get(wk)
-            if w is None:
-                raise ConfigError(f"{k}: no {wk} for it to dequantize (mlx-lm's {family} "
-                                  "sanitize fails)")
-            _fp8_blocks(w, v, padded_by_scale)
-            out[wk] = retag(w, dtype="BF16")
-        elif k not in out:
-            out[k] = v
-    return out
-
-
-def _fp8_blocks(w: TensorInfo, scale: TensorInfo, padded_by_scale: bool) -> None:
-    if w.dtype not in _FP8_AS_U8:
-        raise ConfigError(f"{w.name}: {w.dtype} with a weight_scale_inv; mlx-lm's from_fp8 "
-                          "takes only FP8 (uint8) weights")
-    if len(w.shape) != 2 or len(scale.shape) != 2:
-        raise ConfigError(f"{scale.name}: FP8 block dequantization needs a 2-D weight and "
-                          f"2-D scales, not {list(w.shape)} and {list(scale.shape)}")
-    for dim, s in zip(w.shape, scale.shape, strict=True):
-        blocks = -(-dim // _FP8_BLOCK)
-        ok = s * _FP8_BLOCK >= dim if padded_by_scale else s in (1, blocks)
-        if not ok:
-            raise ConfigError(f"{scale.name}: shape {list(scale.shape)} does not cover "
-                              f"{w.name} {list(w.shape)} in {_FP8_BLOCK}x{_FP8_BLOCK} blocks")
 
 
 # ------------------------------------------------------------------ families
@@ -216,7 +178,7 @@ def _step3p5(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 def _minimax(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """minimax.py: FP8 blocks dequantized to bfloat16; then, when layer 0 has per-expert w1,
     every layer's w1/w2/w3 experts stacked into switch_mlp gate/down/up, appended."""
-    ts = _fp8_dequant(ts, "minimax", padded_by_scale=False)
+    ts = scale_inv_applied(ts, "minimax", fp8_dequantized)
     if "model.layers.0.block_sparse_moe.experts.0.w1.weight" not in ts:
         return ts
     experts = _count(cfg, "minimax", "num_local_experts")
@@ -231,7 +193,8 @@ def _minimax(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 def _mimo_v2_flash(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     """mimo_v2_flash.py: FP8 blocks dequantized to bfloat16, experts stacked per layer
     (appended), the model.mtp tensors dropped."""
-    ts = _fp8_dequant(ts, "mimo_v2_flash", padded_by_scale=True)
+    ts = scale_inv_applied(ts, "mimo_v2_flash",
+                           lambda w, scale: fp8_dequantized(w, scale, pad_to_scale=True))
     experts = _count(cfg, "mimo_v2_flash", "n_routed_experts")
     for layer in range(_count(cfg, "mimo_v2_flash", "num_hidden_layers")):
         p = f"model.layers.{layer}.mlp"

@@ -5,10 +5,11 @@ shapes), never on tensor data.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from mlxfit.errors import ConfigError
 from mlxfit.model.mlx_lm_args import MODEL_ARGS
@@ -126,6 +127,86 @@ def fp8_left(ts: Tensors, family: str) -> None:
                           "(only DeepSeek-V3 style weight_scale_inv checkpoints are)")
 
 
+# What mx.load reads as uint8, the one dtype mx.from_fp8 takes (F8_E5M2 it does not read).
+FP8_AS_U8 = frozenset({"U8", "F8_E4M3", "F8_E8M0"})
+FP8_BLOCK = 128  # the DeepSeek-V3 family's dequant block (bs = 128)
+
+
+def scale_inv_applied(ts: Tensors, family: str,
+                      apply: Callable[[TensorInfo, TensorInfo], TensorInfo],
+                      is_scale: Callable[[str], bool] = lambda k: "weight_scale_inv" in k,
+                      skip: Callable[[str], bool] = lambda k: False) -> Tensors:
+    """mlx-lm's loop over ``*_scale_inv`` tensors: each scale's weight (its name without
+    ``_scale_inv``) becomes ``apply(weight, scale)``, kept where it or its scale came first
+    (``elif k not in new_weights``); the scales, and names ``skip`` matches, dropped."""
+    out: Tensors = {}
+    for k, v in ts.items():
+        if is_scale(k):
+            wk = k.replace("_scale_inv", "")
+            if wk not in ts:
+                raise ConfigError(f"{k}: its weight {wk} is missing (mlx-lm's {family} "
+                                  "sanitize reads it: KeyError)")
+            out[wk] = retag(apply(ts[wk], v), name=wk)
+        elif skip(k):
+            continue
+        elif k not in out:
+            out[k] = v
+    return out
+
+
+def fp8_dequantized(w: TensorInfo, scale: TensorInfo, pad_to_scale: bool = False,
+                    broadcast_ok: bool = False) -> TensorInfo:
+    """The DeepSeek-V3 family's ``dequant(weight, scale_inv)``: mx.from_fp8 to bfloat16, then
+    a scale that broadcasts to the weight multiplied as it is (mistral4 only:
+    ``broadcast_ok``), else the 2-D weight padded to whole 128x128 blocks (mimo_v2_flash: to
+    the scale's block count, ``pad_to_scale``), times ``scale[:, None, :, None]`` and reshaped
+    back, which needs the scale to broadcast over the block grid."""
+    if w.dtype not in FP8_AS_U8:
+        raise ConfigError(f"{w.name}: {w.dtype} with a {scale.name}; mlx-lm's from_fp8 takes "
+                          "only FP8 read as uint8 (U8, F8_E4M3, F8_E8M0)")
+    if broadcast_ok and _broadcasts(scale.shape, w.shape):
+        return retag(w, dtype="BF16")
+    if len(w.shape) != 2:
+        raise ConfigError(f"{w.name}: shape {list(w.shape)} is not a matrix; mlx-lm's FP8 "
+                          "block dequantization needs one")
+    if pad_to_scale:
+        padded = tuple(FP8_BLOCK * s for s in scale.shape[:2])
+    else:
+        padded = tuple(-(-d // FP8_BLOCK) * FP8_BLOCK for d in w.shape)
+    if len(scale.shape) < 2 or any(p < d for p, d in zip(padded, w.shape)) \
+            or not _block_grid(scale.shape, padded):
+        raise ConfigError(f"{scale.name}: shape {list(scale.shape)} is not a scale per "
+                          f"{FP8_BLOCK}x{FP8_BLOCK} block of {w.name} {list(w.shape)} "
+                          "(mlx-lm cannot dequantize it)")
+    return retag(w, dtype="BF16")
+
+
+def _block_grid(scale: tuple[int, ...], padded: tuple[int, ...]) -> bool:
+    """``scale[:, None, :, None]`` times the (A, 128, B, 128) blocks of the padded weight
+    broadcasts and reshapes back to it."""
+    grid = (padded[0] // FP8_BLOCK, FP8_BLOCK, padded[1] // FP8_BLOCK, FP8_BLOCK)
+    shape = broadcast_shape((scale[0], 1, scale[1], 1, *scale[2:]), grid)
+    return shape is not None and math.prod(shape) == math.prod(grid)
+
+
+def _broadcasts(scale: tuple[int, ...], weight: tuple[int, ...]) -> bool:
+    """mistral4's ``broadcasts``: the scale, left-padded with 1s, is 1 or the weight's size on
+    each axis."""
+    if len(scale) > len(weight):
+        return False
+    pad = (1,) * (len(weight) - len(scale)) + tuple(scale)
+    return all(s in (1, w) for s, w in zip(pad, weight))
+
+
+def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] | None:
+    """numpy's broadcast of two shapes (None where they do not broadcast)."""
+    n = max(len(a), len(b))
+    a, b = (1,) * (n - len(a)) + a, (1,) * (n - len(b)) + b
+    if any(x != y and 1 not in (x, y) for x, y in zip(a, b)):
+        return None
+    return tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b))
+
+
 def conv_moveaxis(ts: Tensors) -> Tensors:
     """HF conv1d weights (C, 1, K) become MLX's (C, K, 1)."""
     out: Tensors = {}
@@ -136,28 +217,85 @@ def conv_moveaxis(ts: Tensors) -> Tensors:
     return out
 
 
-def split_kv_b(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
-    """kv_b_proj (H*(nope+v), rank) split into embed_q (H, rank, nope) and unembed_out
-    (H, v, rank), both appended (deepseek_v3.py, glm4_moe_lite.py)."""
-    heads = cfg.get("num_attention_heads")
-    nope, vdim = cfg.get("qk_nope_head_dim"), cfg.get("v_head_dim")
-    out: Tensors = {}
-    for k, v in ts.items():
-        if not k.endswith(".self_attn.kv_b_proj.weight"):
-            out[k] = v
-            continue
-        if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
-            raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
-                              "are needed to split kv_b_proj as mlx-lm does")
-        if len(v.shape) != 2 or v.shape[0] != heads * (nope + vdim):
-            raise ConfigError(f"{k}: shape {list(v.shape)} is not heads x (nope + v) rows")
-        rank = v.shape[1]
-        p = k[: -len("kv_b_proj.weight")]
-        out.pop(k, None)
-        out[p + "embed_q.weight"] = TensorInfo.of(p + "embed_q.weight", v.dtype, (heads, rank, nope))
-        out[p + "unembed_out.weight"] = TensorInfo.of(p + "unembed_out.weight", v.dtype,
-                                                      (heads, vdim, rank))
-    return out
+# The order a family's sanitize appends a re-quantized kv_b_proj's scales and biases in.
+KV_B_BY_PART = (("embed_q", "scales"), ("embed_q", "biases"), ("unembed_out", "scales"),
+                ("unembed_out", "biases"))  # kimi_linear, kimi_k3, longcat_flash, mistral4
+KV_B_BY_KIND = (("embed_q", "scales"), ("unembed_out", "scales"), ("embed_q", "biases"),
+                ("unembed_out", "biases"))  # deepseek_v3, deepseek_v32, glm4_moe_lite
+# What mx.quantize takes (mlx 0.32; checked in tests/test_sanitize_kv_b.py).
+QUANT_BITS = (1, 2, 3, 4, 5, 6, 8)
+QUANT_GROUPS = (32, 64, 128)
+
+
+def split_kv_b(ts: Tensors, attn: str, cfg: dict[str, Any], family: str,
+               quantized: Literal["requantize", "refuse", "as_stored"] = "requantize",
+               order: tuple[tuple[str, str], ...] = KV_B_BY_PART,
+               head_dims: tuple[Any, Any] | None = None) -> None:
+    """mlx-lm's MLA kv_b_proj absorption, in place: ``<attn>.kv_b_proj.weight`` popped,
+    reshaped to (heads, nope + v, -1) and split into embed_q (H, rank, nope) and unembed_out
+    (H, v, rank), both appended; nothing when the weight is absent. Sizes are the family's
+    ModelArgs fields (``head_dims``: its own (nope, v) where it falls back to head_dim).
+    ``quantized`` is what the family does when kv_b_proj.scales is beside it: "requantize"
+    (dequantize at bits and group size inferred from kv_lora_rank, split, quantize both
+    halves the same way; their scales and biases appended in ``order`` before the weights),
+    "refuse" (it raises ValueError), "as_stored" (no such branch: the stored weight is split
+    and the scales stay)."""
+    key = f"{attn}.kv_b_proj.weight"
+    if key not in ts:
+        return
+    heads = model_arg(cfg, family, "num_attention_heads")
+    nope, vdim = head_dims or (model_arg(cfg, family, "qk_nope_head_dim"),
+                               model_arg(cfg, family, "v_head_dim"))
+    if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
+        raise ConfigError(f"config.json: num_attention_heads={heads!r}, qk_nope_head_dim="
+                          f"{nope!r}, v_head_dim={vdim!r} do not let mlx-lm's {family} "
+                          f"sanitize split {key}")
+    requantize = quantized != "as_stored" and f"{attn}.kv_b_proj.scales" in ts
+    if requantize and quantized == "refuse":
+        raise ConfigError(f"{attn}.kv_b_proj.scales: mlx-lm's {family} sanitize does not "
+                          "support a quantized kv_b_proj (ValueError)")
+    w = ts.pop(key)
+    shape, dtype = w.shape, w.dtype
+    bits = group = 0
+    if requantize:
+        dims = model_arg(cfg, family, "kv_lora_rank")
+        scales = popped(ts, f"{attn}.kv_b_proj.scales")
+        popped(ts, f"{attn}.kv_b_proj.biases")
+        if type(dims) is not int or dims < 1 or not shape or not scales.shape \
+                or scales.shape[-1] < 1:
+            raise ConfigError(f"{key}: quantized, but kv_lora_rank {dims!r} and its scales "
+                              f"{list(scales.shape)} do not give the bits and group size "
+                              f"mlx-lm's {family} sanitize infers")
+        bits, group = shape[-1] * 32 // dims, dims // scales.shape[-1]
+        if bits not in QUANT_BITS or group not in QUANT_GROUPS:
+            raise ConfigError(f"{key}: quantized at an inferred {bits} bits, group size "
+                              f"{group}, which mx.quantize refuses")
+        if shape[-1] * 32 != bits * scales.shape[-1] * group or scales.shape[:-1] != shape[:-1]:
+            raise ConfigError(f"{key}: shape {list(shape)} and its scales "
+                              f"{list(scales.shape)} do not match at the inferred {bits} bits, "
+                              f"group size {group} (mx.dequantize raises)")
+        shape, dtype = (*shape[:-1], shape[-1] * 32 // bits), scales.dtype
+    rows = heads * (nope + vdim)
+    size = math.prod(shape)
+    if size == 0 or size % rows:
+        raise ConfigError(f"{key}: shape {list(w.shape)} does not reshape to "
+                          f"num_attention_heads x (qk_nope_head_dim + v_head_dim) = {rows} rows "
+                          f"as mlx-lm's {family} sanitize does")
+    rank = size // rows
+    halves = {"embed_q": (heads, rank, nope), "unembed_out": (heads, vdim, rank)}
+    if requantize:
+        for part, s in halves.items():
+            if s[-1] % group:
+                raise ConfigError(f"{attn}.{part}.weight: last axis {s[-1]} does not quantize "
+                                  f"at {bits} bits, group size {group} (mx.quantize raises)")
+        for part, extra in order:
+            s = halves[part]
+            name = f"{attn}.{part}.{extra}"
+            ts[name] = TensorInfo.of(name, dtype, (*s[:-1], s[-1] // group))
+        halves = {part: (*s[:-1], s[-1] * bits // 32) for part, s in halves.items()}
+        dtype = "U32"
+    for part, s in halves.items():
+        ts[f"{attn}.{part}.weight"] = TensorInfo.of(f"{attn}.{part}.weight", dtype, s)
 
 
 # --------------------------------------------------------------- wrappers group (issue 24)

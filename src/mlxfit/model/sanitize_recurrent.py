@@ -19,6 +19,7 @@ from mlxfit.model.sanitize_ops import (
     model_arg,
     popped,
     retag,
+    split_kv_b,
     stacked,
 )
 from mlxfit.model.tensors import TensorInfo
@@ -77,26 +78,6 @@ def _conv_moveaxis(ts: Tensors, needle: str = "conv1d.weight") -> Tensors:
 
 
 
-
-
-def _split_kv_b(ts: Tensors, prefix: str, heads: Any, nope: Any, vdim: Any,
-                family: str) -> None:
-    """``v = weights.pop(kv_b_proj.weight).reshape(heads, nope + vdim, -1)``; embed_q =
-    v[:, :nope, :] with its last two axes swapped, unembed_out = v[:, nope:, :]; both
-    appended (in place)."""
-    k = f"{prefix}.kv_b_proj.weight"
-    v = ts.pop(k)
-    if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
-        raise ConfigError(f"config.json: the head sizes ({heads!r}, {nope!r}, {vdim!r}) do not "
-                          f"let mlx-lm's {family} sanitize reshape {k}")
-    rows = heads * (nope + vdim)
-    size = math.prod(v.shape)
-    if size == 0 or size % rows:
-        raise ConfigError(f"{k}: shape {list(v.shape)} does not reshape to (heads={heads}, "
-                          f"{nope + vdim}, -1) as mlx-lm's {family} sanitize does")
-    rank = size // rows
-    for name, shape in (("embed_q", (heads, rank, nope)), ("unembed_out", (heads, vdim, rank))):
-        ts[f"{prefix}.{name}.weight"] = TensorInfo.of(f"{prefix}.{name}.weight", v.dtype, shape)
 
 
 def _stack_experts(ts: Tensors, experts: str, tail: str, dst: str, count: int) -> None:
@@ -304,9 +285,8 @@ def _bailing_hybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         if f"{prefix}.mlp.gate.weight" in ts:
             name = f"{prefix}.mlp.gate.gate_proj.weight"
             ts[name] = retag(ts.pop(f"{prefix}.mlp.gate.weight"), name=name)
-        if f"{prefix}.attention.kv_b_proj.weight" in ts:
-            _split_kv_b(ts, f"{prefix}.attention", model_arg(cfg, fam, "num_attention_heads"),
-                        model_arg(cfg, fam, "qk_nope_head_dim"), model_arg(cfg, fam, "v_head_dim"), fam)
+        # no quantized branch in mlx-lm's: a kv_b_proj.scales stays (the strict load refuses it)
+        split_kv_b(ts, f"{prefix}.attention", cfg, fam, quantized="as_stored")
     return {k: v for k, v in ts.items()
             if (i := _layer_index(k)) is None or i < n_layers}
 
@@ -361,11 +341,7 @@ def _kimi_linear(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             dt = ts.get(f"{attn}.dt_bias")
             if dt is not None and len(dt.shape) > 1:
                 ts[f"{attn}.dt_bias"] = retag(dt, shape=(math.prod(dt.shape),))
-        if f"{attn}.kv_b_proj.weight" in ts:
-            if f"{attn}.kv_b_proj.scales" in ts:
-                raise ConfigError(f"{attn}.kv_b_proj is quantized; mlxfit does not model "
-                                  "mlx-lm's dequantize-and-requantize of it")
-            _split_kv_b(ts, attn, model_arg(cfg, fam, "num_attention_heads"), nope, vdim, fam)
+        split_kv_b(ts, attn, cfg, fam, head_dims=(nope, vdim))
     return ts
 
 

@@ -14,12 +14,16 @@ from typing import Any
 from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_ops import (
     FP8_DTYPES,
+    KV_B_BY_KIND,
     Tensors,
     flatten,
+    fp8_dequantized,
     model_arg,
     pop_subtree,
     popped,
     retag,
+    scale_inv_applied,
+    split_kv_b,
     subtree,
     unflatten,
 )
@@ -298,17 +302,6 @@ def _view_u32(k: str, t: TensorInfo) -> tuple[int, ...]:
     return (*t.shape[:-1], t.shape[-1] * size // 4)
 
 
-def _quantized_shapes(k: str, shape: tuple[int, ...], bits: int, group: int
-                      ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """``mx.quantize(w, bits, group_size)``: packed uint32 weight and per-group scales shapes
-    (it refuses other bits, group sizes and widths)."""
-    if (bits not in (1, 2, 3, 4, 5, 6, 8) or group not in (32, 64, 128) or len(shape) < 2
-            or shape[-1] % group or (shape[-1] * bits) % 32):
-        raise ConfigError(f"{k}: mlx-lm re-quantizes it at {bits} bits, group size {group}, "
-                          f"which mx.quantize refuses for shape {list(shape)}")
-    return (*shape[:-1], shape[-1] * bits // 32), (*shape[:-1], shape[-1] // group)
-
-
 def deepseek_v3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
     """deepseek_v3.py Model.sanitize (as kimi_k25 calls it on its language model): int4
     compressed-tensors remapped to MLX's quantized triple, FP8 (uint8 + weight_scale_inv)
@@ -334,72 +327,12 @@ def deepseek_v3_text(ts: Tensors, text: dict[str, Any]) -> Tensors:
             _put(out, base + "biases", scale.dtype, scale.shape)
         elif not k.endswith(("weight_scale", "weight_packed")):
             out[k] = v
-    ts, out = out, {}
-    for k, v in ts.items():
-        if "weight_scale_inv" in k:
-            wk = k.replace("_scale_inv", "")
-            w = ts.get(wk)
-            if w is None:
-                raise ConfigError(f"{k}: no {wk} beside it; mlx-lm's sanitize needs it")
-            if w.dtype not in ("U8", *FP8_DTYPES):
-                raise ConfigError(f"{wk}: {w.dtype} with a weight_scale_inv; mlx-lm's "
-                                  "sanitize dequantizes only FP8 (uint8) weights")
-            if len(w.shape) != 2:
-                raise ConfigError(f"{wk}: shape {list(w.shape)} is not a matrix; mlx-lm's FP8 "
-                                  "dequantization needs one")
-            blocks = tuple(-(-d // 128) for d in w.shape)
-            if len(v.shape) != 2 or any(s not in (1, b) for s, b in zip(v.shape, blocks)):
-                raise ConfigError(f"{k}: shape {list(v.shape)} is not one scale per 128x128 "
-                                  f"block of {wk} {list(w.shape)}")
-            _put(out, wk, "BF16", w.shape)
-        elif k not in out:
-            out[k] = v
-    ts = out
-    heads, nope, vdim = arg("num_attention_heads"), arg("qk_nope_head_dim"), arg("v_head_dim")
+    ts = scale_inv_applied(out, "deepseek_v3", fp8_dequantized)
     names = (("gate_proj", "gate_proj"), ("down_proj", "down_proj"), ("up_proj", "up_proj"))
     for layer in range(_count(arg("num_hidden_layers"), "num_hidden_layers")):
         _stack_experts(ts, f"model.layers.{layer}.mlp", names, arg("n_routed_experts"))
-        prefix = f"model.layers.{layer}.self_attn"
-        k = f"{prefix}.kv_b_proj.weight"
-        if k not in ts:
-            continue
-        quantized = f"{prefix}.kv_b_proj.scales" in ts
-        v = ts.pop(k)
-        if not all(type(x) is int and x > 0 for x in (heads, nope, vdim)):
-            raise ConfigError("config.json: num_attention_heads, qk_nope_head_dim and v_head_dim "
-                              "are needed to split kv_b_proj as mlx-lm does")
-        dtype, shape = v.dtype, v.shape
-        if quantized:
-            dims = arg("kv_lora_rank")
-            scales = popped(ts, f"{prefix}.kv_b_proj.scales")
-            popped(ts, f"{prefix}.kv_b_proj.biases")
-            if type(dims) is not int or dims <= 0 or not shape or not scales.shape:
-                raise ConfigError(f"{k}: quantized, but kv_lora_rank {dims!r} or its shape "
-                                  "does not give the bits and group size mlx-lm infers")
-            bits = shape[-1] * 32 // dims
-            group = dims // scales.shape[-1] if scales.shape[-1] else 0
-            if bits not in (1, 2, 3, 4, 5, 6, 8) or group not in (32, 64, 128):
-                raise ConfigError(f"{k}: quantized at an inferred {bits} bits, group size "
-                                  f"{group}, which mx.dequantize refuses")
-            dtype, shape = scales.dtype, (*shape[:-1], shape[-1] * 32 // bits)
-        size = 1
-        for d in shape:
-            size *= d
-        if size % (heads * (nope + vdim)) or size == 0:
-            raise ConfigError(f"{k}: shape {list(shape)} does not reshape to {heads} heads of "
-                              f"{nope + vdim} rows as mlx-lm's sanitize does")
-        rank = size // (heads * (nope + vdim))
-        wk, wv = (heads, rank, nope), (heads, vdim, rank)
-        if quantized:
-            (qk, sk), (qv, sv) = (_quantized_shapes(k, wk, bits, group),
-                                  _quantized_shapes(k, wv, bits, group))
-            _put(ts, f"{prefix}.embed_q.scales", dtype, sk)
-            _put(ts, f"{prefix}.unembed_out.scales", dtype, sv)
-            _put(ts, f"{prefix}.embed_q.biases", dtype, sk)
-            _put(ts, f"{prefix}.unembed_out.biases", dtype, sv)
-            wk, wv, dtype = qk, qv, "U32"
-        _put(ts, f"{prefix}.embed_q.weight", dtype, wk)
-        _put(ts, f"{prefix}.unembed_out.weight", dtype, wv)
+        split_kv_b(ts, f"model.layers.{layer}.self_attn", text, "deepseek_v3",
+                   order=KV_B_BY_KIND)
     return {k: v for k, v in ts.items()
             if not k.startswith("model.layers.61") and "rotary_emb.inv_freq" not in k}
 

@@ -15,6 +15,7 @@ from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_mla import longcat_flash
 from mlxfit.model.sanitize_ops import (
     Tensors,
+    broadcast_shape,
     family_tie,
     model_arg,
     popped,
@@ -357,14 +358,11 @@ def _longcat_flash_ngram(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
 
 def _broadcast(k: str, a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """The shape of ``a * b`` under numpy broadcasting (mlx's), or ConfigError."""
-    out = []
-    for x, y in zip(((1,) * (len(b) - len(a)) + a), ((1,) * (len(a) - len(b)) + b),
-                    strict=True):
-        if x != y and 1 not in (x, y):
-            raise ConfigError(f"{k}: shape {list(a)} does not broadcast with {list(b)} as "
-                              "mlx-lm's sanitize multiplies them")
-        out.append(y if x == 1 else x)
-    return tuple(out)
+    out = broadcast_shape(a, b)
+    if out is None:
+        raise ConfigError(f"{k}: shape {list(a)} does not broadcast with {list(b)} as "
+                          "mlx-lm's sanitize multiplies them")
+    return out
 
 
 # Names falcon_h1's sanitize multiplies before it reaches the conv1d branch (an elif chain).

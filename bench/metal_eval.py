@@ -47,6 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from metal_descriptors import load_descriptor
 
 from mlxfit.calibration.constants import Calibration, parse_calibration
+from mlxfit.estimate.compute import decode_matmul_flops
 from mlxfit.estimate.kernels import arch_gen
 from mlxfit.estimate.memory import (
     Run,
@@ -56,7 +57,12 @@ from mlxfit.estimate.memory import (
     prefill_phase,
 )
 from mlxfit.estimate.solve import totals_at
-from mlxfit.estimate.speed import decode_seconds, kv_read_term, weights_read_term
+from mlxfit.estimate.speed import (
+    decode_seconds,
+    kv_read_term,
+    unfused_decode_flops,
+    weights_read_term,
+)
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsRead, activation_bytes
@@ -282,6 +288,13 @@ def predict_peak(c: Case, cal: Calibration) -> tuple[float, Any]:
     return t.total / 1e9, t
 
 
+def prefill_chip(machine: str):
+    """The machine's compute figures (macOS 26), as prefill_eval gives them."""
+    import prefill_eval  # bench helper beside this file (it imports this module)
+
+    return prefill_eval.machine_and_compute(machine, 26)[1]
+
+
 def step_seconds(c: Case, cal: Calibration) -> float:
     m = load_model(c.desc)
     run = run_of(c, c.P + c.G // 2)
@@ -291,6 +304,12 @@ def step_seconds(c: Case, cal: Calibration) -> float:
         kw = {"ultra": "Ultra" in c.machine,
               "fused_decode": cal.backend("metal").fused_decode_head_dims}
     secs, _ = decode_seconds(m.cfg, run, m.w_native, bandwidth(c.machine), cal.decode, **kw)
+    # + the unfused attention's FLOPs over the chip's matmul peak, as mlxfit's decode adds them
+    if "fused_decode" in kw and getattr(cal.decode, "unfused_flops_eff", None):
+        mf = decode_matmul_flops(prefill_chip(c.machine))
+        if mf:
+            secs += (unfused_decode_flops(m.cfg, run, kw["fused_decode"])
+                     / (cal.decode.unfused_flops_eff * mf))
     return secs
 
 

@@ -34,11 +34,13 @@ from mlxfit.estimate.compute import (
     chunk_flops,
     chunk_read_bytes,
     cold_gpu_seconds,
+    decode_matmul_flops,
     prefill_layers,
 )
 from mlxfit.estimate.speed import (
     experts_touched,
     kv_read_parts,
+    unfused_decode_flops,
     unfused_decode_layers,
     weights_split,
 )
@@ -48,7 +50,7 @@ KINDS = ("dense", "MoE", "MLA", "sliding", "hybrid", "SSM")
 # decode constants fitted, with bounds; each eta is a fraction of the bandwidth: at most 1
 DEC_FIT = {"eta": (0.3, 1.0), "expert_eta": (0.1, 1.0), "kv_eta": (0.1, 1.0),
            "unfused_eta": (0.05, 1.0), "per_layer_s": (0.0, 5e-4), "per_moe_layer_s": (0.0, 5e-4),
-           "gqa_ultra": (0.0, 1.0), "ultra_eta": (0.5, 1.5), "per_unfused_layer_s": (0.0, 5e-4)}
+           "gqa_ultra": (0.0, 1.0), "ultra_eta": (0.5, 1.5), "per_unfused_layer_s": (0.0, 5e-4), "unfused_flops_eff": (0.01, 5.0)}
 PRE_FIT = {"eff_affine2": (0.05, 1.5), "eff_affine3": (0.05, 1.5), "eff_affine4": (0.05, 1.5),
            "eff_affine5": (0.05, 1.5), "eff_affine6": (0.05, 1.5), "eff_affine8": (0.05, 1.5),
            "expert_eff": (0.02, 2.0), "neural_accel_eff": (0.05, 2.0), "attn_eff": (0.05, 2.0),
@@ -63,7 +65,7 @@ MIN_MODELS = 3
 # which feature identifies each constant: held at its full-data value when no training run has it
 DEC_NEEDS = {"expert_eta": "routed", "kv_eta": "fused", "unfused_eta": "unfused",
              "per_moe_layer_s": "Lm", "gqa_ultra": "fused_g", "ultra_eta": "ultra",
-             "per_unfused_layer_s": "Lu"}
+             "per_unfused_layer_s": "Lu", "unfused_flops_eff": "uf"}
 PRE_NEEDS = {"expert_eff": "experts", "attn_eff": "attn_fused", "attn_unfused_eff": "attn_unfused",
              "score_eta": "traffic", "scan_eff": "scan", "per_expert_chunk_s": "moe_experts",
              "ultra_compute": "ultra", "neural_accel_eff": "na",
@@ -130,6 +132,8 @@ def decode_features(c, model, ev) -> dict:
     return {"dense": dense, "routed": routed, "fused": f0, "fused_g": f1 - f0, "unfused": u,
             "state": 2 * cfg.state_bytes, "L": cfg.num_layers, "Lm": cfg.moe_layers,
             "Lu": unfused_decode_layers(cfg, run, fused_dims),
+            "uf": unfused_decode_flops(cfg, run, fused_dims),
+            "T": decode_matmul_flops(ev.prefill_chip(c.machine)) or 0.0,
             "bw": ev.bandwidth(c.machine) * 1e9, "ultra": float(ultra), "G": c.G}
 
 
@@ -139,7 +143,8 @@ def decode_seconds(f: dict, x: dict) -> float:
             + (f["fused"] + x["gqa_ultra"] * f["fused_g"]) / (x["kv_eta"] * bw)
             + f["unfused"] / (x["unfused_eta"] * bw)
             + x["fixed_s"] + x["per_layer_s"] * f["L"] + x["per_moe_layer_s"] * f["Lm"]
-            + x["per_unfused_layer_s"] * f["Lu"])
+            + x["per_unfused_layer_s"] * f["Lu"]
+            + (f["uf"] / (x["unfused_flops_eff"] * f["T"]) if f["T"] else 0.0))
 
 
 def decode_tps(f: dict, x: dict) -> float:

@@ -14,8 +14,13 @@ import pytest
 from st_helpers import load_config
 
 from mlxfit.calibration.load import load_calibration
-from mlxfit.estimate.memory import Run
-from mlxfit.estimate.speed import decode_time_terms, layer_seconds, unfused_decode_layers
+from mlxfit.estimate.memory import Run, attn_groups
+from mlxfit.estimate.speed import (
+    decode_time_terms,
+    layer_seconds,
+    unfused_decode_flops,
+    unfused_decode_layers,
+)
 from mlxfit.model.inputs import MatmulParams, WeightsRead
 
 FUSED = (64, 96, 128, 256)  # sdpa_vector's head dims (the shipped Metal backend's list)
@@ -29,7 +34,7 @@ def _weights() -> WeightsRead:
 
 @pytest.mark.parametrize(("name", "unfused"), [
     ("meta-llama__Meta-Llama-3.1-8B", 0),  # head dim 128: every layer fused
-    ("deepseek-ai__DeepSeek-V2-Lite", "all"),  # MLA: absorbed latent attention, unfused
+    ("deepseek-ai__DeepSeek-V3", "all"),  # MLA: absorbed latent attention, unfused
     ("google__gemma-2-9b-it", "all"),  # softcapped attention: hand-written, unfused
 ])
 def test_unfused_layers_are_counted_and_priced(name, unfused):
@@ -56,3 +61,29 @@ def test_a_head_dim_without_a_fused_kernel_is_unfused():
     cfg = load_config("meta-llama__Meta-Llama-3.1-8B")
     run = Run(ctx=4096, backend="metal")
     assert unfused_decode_layers(cfg, run, (64, 96, 256)) == cfg.num_layers
+
+
+def test_unfused_attention_flops_join_the_decode_time_on_a_chip():
+    """MLA's absorbed attention does 2 x heads x (2 x kv_lora_rank + rope) FLOPs per attended
+    key per layer (its latent is both key and value); a fused Llama none. With the chip's
+    matmul peak the unfused term grows by those FLOPs over unfused_flops_eff x the peak; without
+    it (no compute figures) the term is the bytes alone."""
+    cal = load_calibration().decode
+    run = Run(ctx=8192, backend="metal")
+    llama = load_config("meta-llama__Meta-Llama-3.1-8B")
+    assert unfused_decode_flops(llama, run, FUSED) == 0
+    mla = load_config("deepseek-ai__DeepSeek-V3")
+    (a, count), = attn_groups(mla, run)  # one MLA layout for every layer
+    assert a.mla is not None and count == mla.num_layers
+    keys = a.cache.decode_keys(run.ctx)
+    want = count * 2 * a.mla.heads * (2 * a.mla.kv_lora_rank + a.mla.qk_rope) * keys
+    assert unfused_decode_flops(mla, run, FUSED) == want
+    peak = 20e12
+
+    def unfused_s(flops):
+        terms = decode_time_terms(mla, run, _weights(), 400.0, cal, fused_decode=FUSED,
+                                  matmul_flops=flops)
+        return next(t for t in terms if t.name == "decode_attention_unfused_seconds").seconds
+
+    assert unfused_s(peak) - unfused_s(None) == pytest.approx(
+        want / (cal.unfused_flops_eff * peak))

@@ -60,6 +60,9 @@ class Decode:
     # per layer whose decode attention is MLX's unfused fallback (MLA, softcap, head dims
     # without sdpa_vector): its separate matmul / softmax / matmul dispatches
     per_unfused_layer_s: float
+    # fraction of the chip's matmul peak the unfused fallback's two matmuls reach at decode
+    # (their FLOPs, 2 x heads x (key + value width) per key, bound MLA on chips without NAX)
+    unfused_flops_eff: float
     expert_eta: float  # gather_qmv over the routed experts a token touches
     kv_eta: float  # fused decode attention (sdpa_vector) reading the KV cache
     unfused_eta: float  # unfused decode attention: fallback matmuls, softmax, MLA latent

@@ -25,7 +25,12 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from mlxfit.calibration.constants import Backend, Calibration
-from mlxfit.estimate.compute import ChipCompute, format_efficiency, matmul_params_per_token
+from mlxfit.estimate.compute import (
+    ChipCompute,
+    decode_matmul_flops,
+    format_efficiency,
+    matmul_params_per_token,
+)
 from mlxfit.estimate.memory import (
     Phase,
     Run,
@@ -220,7 +225,7 @@ def batched_step(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: floa
     kr = kv_read_term(cfg, run, dec, fused_decode=fused, ultra=ultra)
     w_s = weights_seconds(cfg, w, bandwidth_gbs, dec, ultra=ultra, tokens=sequences)
     kv_s = sequences * cache_seconds(cfg, run, bandwidth_gbs, dec, fused_decode=fused,
-                                     ultra=ultra)
+                                     ultra=ultra, matmul_flops=decode_matmul_flops(compute))
     comp = compute_seconds(cfg, run, w, compute, cal, sequences)
     mm, at = comp if comp is not None else (None, None)
     fixed = layer_seconds(cfg.num_layers, cfg.moe_layers, dec,

@@ -340,6 +340,13 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     return PrefillSum(parts.total, largest, layer, n_chunks, total, parts)
 
 
+def decode_matmul_flops(chip: ChipCompute | None) -> float | None:
+    """The chip's matmul peak decode's unfused attention divides its FLOPs by
+    (``speed.unfused_decode_flops``; Neural Accelerators included where MLX uses them); None
+    without the chip's compute figures."""
+    return chip.matmul_flops if chip is not None else None
+
+
 def chunk_read_bytes(cfg: ModelConfig, w: WeightsRead, tokens: int) -> int:
     """Weights a chunk of ``tokens`` tokens reads: every dense weight (not the input embedding,
     a row gather unless tied, nor lookup tables) and the union of the routed experts its
@@ -383,7 +390,8 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
                          ultra=chip.ultra)
     total, secs, parts = ps.flops, ps.seconds, ps.parts
     step, _ = predicted_decode_seconds(cfg, replace(run, ctx=s.prompt, gen=0), w,
-                                       bandwidth_gbs, cal, machine_name)
+                                       bandwidth_gbs, cal, machine_name,
+                                       matmul_flops=decode_matmul_flops(chip))
     first_read = chunk_read_bytes(cfg, w, s.chunk_at(1).size) if ps.chunks else 0
     cold = 0.0
     if cold_gpu:

@@ -11,7 +11,12 @@ from typing import Any, ClassVar
 
 from mlxfit.calibration.constants import Calibration
 from mlxfit.estimate.bands import Bands, peak_band_at, run_bands, verdict
-from mlxfit.estimate.compute import ChipCompute, predicted_ttft, watchdog_warning
+from mlxfit.estimate.compute import (
+    ChipCompute,
+    decode_matmul_flops,
+    predicted_ttft,
+    watchdog_warning,
+)
 from mlxfit.estimate.memory import (
     Phase,
     Run,
@@ -300,13 +305,15 @@ def fit_core(
         warn.append("over the usable memory: decode would swap (10-20x slower), no speed given")
     else:  # past the trained context too: the speed is shown beside its warning (issue 28)
         # seconds, byte terms and per-op terms of one computation (--explain shows the terms)
+        mflops = decode_matmul_flops(compute)
         secs, st, decode_terms = predicted_decode(cfg, run, weights, bandwidth_gbs, cal,
-                                                  machine_name)
+                                                  machine_name, matmul_flops=mflops)
         tps = 1.0 / secs
         speed_terms = tuple(st)
         if run.ctx > SHORT_CONTEXT:
             short_s, _ = predicted_decode_seconds(cfg, run_at(run, SHORT_CONTEXT), weights,
-                                                  bandwidth_gbs, cal, machine_name)
+                                                  bandwidth_gbs, cal, machine_name,
+                                                  matmul_flops=mflops)
             tps_short = 1.0 / short_s
     prompt = dog = None
     if compute is not None and bandwidth_gbs is not None and memory_fits:

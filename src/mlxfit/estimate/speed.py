@@ -149,6 +149,23 @@ def unfused_decode_layers(cfg: ModelConfig, run: Run, fused_decode: tuple[int, .
                if not _fused_decode(cfg, a, fused_decode, run.kv_quantized))
 
 
+def unfused_decode_flops(cfg: ModelConfig, run: Run, fused_decode: tuple[int, ...]) -> float:
+    """FLOPs of one decode token's unfused attention: the fallback's score and value matmuls,
+    2 x query heads x (key + value width) per attended key (MLA absorbed: 2 x heads x (2 x
+    kv_lora_rank + rope) per key, its latent both key and value). MLA's 20+ heads over a
+    512-wide latent make these matmuls compute-bound on a chip without Neural Accelerators."""
+    flops = 0.0
+    for a, count in attn_groups(cfg, run):
+        if not a.cache.owns_memory or _fused_decode(cfg, a, fused_decode, run.kv_quantized):
+            continue
+        n = a.cache.decode_keys(run.ctx)
+        if a.mla is not None:
+            flops += count * 2 * a.mla.heads * (2 * a.mla.kv_lora_rank + a.mla.qk_rope) * n
+        else:
+            flops += count * 2 * a.q_heads * (a.k_dim + a.v_dim) * n
+    return flops
+
+
 def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
                  fused_decode: tuple[int, ...], ultra: bool = False) -> Term:
     """Bytes decode attention moves per token (``kv_read_parts``, both paths) + the recurrent
@@ -179,34 +196,41 @@ def decode_factors(cal: Calibration, backend: str, machine_name: str
 
 def predicted_decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                      cal: Calibration, machine_name: str, *, decode: Decode | None = None,
+                     matmul_flops: float | None = None,
                      ) -> tuple[float, list[Term], tuple[TimeTerm, ...]]:
     """Seconds per generated token of ``run`` on the machine ``machine_name`` (its bandwidth
     ``bandwidth_gbs``), with ``run.backend``'s fused head dims and the Ultra factor; its byte
     terms; and the per-op seconds it sums (for --explain), computed once.
-    ``decode``: other decode constants than ``cal.decode`` (calibrate's trial values)."""
+    ``decode``: other decode constants than ``cal.decode`` (calibrate's trial values).
+    ``matmul_flops``: the chip's matmul peak (``compute.decode_matmul_flops``), for the unfused
+    attention's FLOPs; None leaves that term out."""
     fused, ultra = decode_factors(cal, run.backend, machine_name)
     return _decode(cfg, run, w, bandwidth_gbs, cal.decode if decode is None else decode,
-                   fused_decode=fused, ultra=ultra)
+                   fused_decode=fused, ultra=ultra, matmul_flops=matmul_flops)
 
 
 def predicted_decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                              cal: Calibration, machine_name: str, *,
-                             decode: Decode | None = None) -> tuple[float, list[Term]]:
+                             decode: Decode | None = None,
+                             matmul_flops: float | None = None) -> tuple[float, list[Term]]:
     """``predicted_decode``'s seconds per token and byte terms."""
     secs, byte_terms, _ = predicted_decode(cfg, run, w, bandwidth_gbs, cal, machine_name,
-                                           decode=decode)
+                                           decode=decode, matmul_flops=matmul_flops)
     return secs, byte_terms
 
 
 def predicted_decode_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                           cal: Calibration, machine_name: str) -> tuple[TimeTerm, ...]:
+                           cal: Calibration, machine_name: str, *,
+                           matmul_flops: float | None = None) -> tuple[TimeTerm, ...]:
     """The per-op seconds ``predicted_decode_seconds`` sums, for --explain."""
-    return predicted_decode(cfg, run, w, bandwidth_gbs, cal, machine_name)[2]
+    return predicted_decode(cfg, run, w, bandwidth_gbs, cal, machine_name,
+                            matmul_flops=matmul_flops)[2]
 
 
 def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                       cal: Decode, *, fused_decode: tuple[int, ...],
-                      ultra: bool = False) -> tuple[TimeTerm, ...]:
+                      ultra: bool = False, matmul_flops: float | None = None
+                      ) -> tuple[TimeTerm, ...]:
     """The per-op seconds of one decode token (the module docstring's sum), for --explain."""
     bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
     dense, routed = weights_split(cfg, w)
@@ -215,6 +239,10 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
     state = 2 * cfg.state_bytes
     moe = cfg.moe_layers
     unf = unfused_decode_layers(cfg, run, fused_decode)
+    # the unfused matmuls' FLOPs over the chip's matmul peak (left out without a chip's
+    # compute figures: a machine mlxfit has no SKU row for, a cluster host)
+    uflops = unfused_decode_flops(cfg, run, fused_decode) if matmul_flops else 0.0
+    ucompute = uflops / (cal.unfused_flops_eff * matmul_flops) if matmul_flops else 0.0
     return (
         TimeTerm("decode_dense_weights_seconds", dense / (cal.eta * bw),
                  "weights outside the routed experts (not the input embedding's row gather) / "
@@ -225,12 +253,14 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
         TimeTerm("decode_attention_fused_seconds", fused / (cal.kv_eta * bw),
                  "attended tokens x KV bytes per token, fused sdpa_vector layers / "
                  "(kv_eta x bandwidth)", {"bytes": int(fused), "kv_eta": cal.kv_eta}),
-        TimeTerm("decode_attention_unfused_seconds", unfused / (cal.unfused_eta * bw),
+        TimeTerm("decode_attention_unfused_seconds", unfused / (cal.unfused_eta * bw) + ucompute,
                  f"K and V read by the fallback's two matmuls once per query head sharing them "
                  f"(MLA: latent twice + k_pe) + "
                  f"{SCORE_PASSES} crossings of the scores (+{MASK_PASSES} MLA mask, "
-                 f"+{SOFTCAP_PASSES} softcap) / (unfused_eta x bandwidth)",
-                 {"bytes": int(unfused), "unfused_eta": cal.unfused_eta}),
+                 f"+{SOFTCAP_PASSES} softcap) / (unfused_eta x bandwidth) + their matmuls' "
+                 "FLOPs / (unfused_flops_eff x the chip's matmul peak)",
+                 {"bytes": int(unfused), "unfused_eta": cal.unfused_eta, "flops": uflops,
+                  "unfused_flops_eff": cal.unfused_flops_eff}),
         TimeTerm("decode_state_seconds", state / (cal.eta * bw),
                  "recurrent state read and written once / (eta x bandwidth)", {"bytes": state}),
         TimeTerm("decode_fixed_seconds",
@@ -247,15 +277,15 @@ def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     """Seconds per generated token (the sum of ``decode_time_terms``) and its byte terms.
     Callers go through ``predicted_decode_seconds`` (which supplies both factors)."""
     secs, byte_terms, _ = _decode(cfg, run, w, bandwidth_gbs, cal, fused_decode=fused_decode,
-                                  ultra=ultra)
+                                  ultra=ultra, matmul_flops=None)
     return secs, byte_terms
 
 
 def _decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float, cal: Decode, *,
-            fused_decode: tuple[int, ...], ultra: bool
+            fused_decode: tuple[int, ...], ultra: bool, matmul_flops: float | None
             ) -> tuple[float, list[Term], tuple[TimeTerm, ...]]:
     terms = decode_time_terms(cfg, run, w, bandwidth_gbs, cal, fused_decode=fused_decode,
-                              ultra=ultra)
+                              ultra=ultra, matmul_flops=matmul_flops)
     wr = weights_read_term(cfg, w)
     kr = kv_read_term(cfg, run, cal, fused_decode=fused_decode, ultra=ultra)
     return sum(t.seconds for t in terms), [wr, kr], terms
@@ -272,13 +302,17 @@ def weights_seconds(cfg: ModelConfig, w: WeightsRead, bandwidth_gbs: float, cal:
 
 
 def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode, *,
-                  fused_decode: tuple[int, ...], ultra: bool = False) -> float:
+                  fused_decode: tuple[int, ...], ultra: bool = False,
+                  matmul_flops: float | None = None) -> float:
     """Decode's attention and state reads of ``cfg``'s layers (a model or a host's share):
     fused at kv_eta, unfused at unfused_eta, the state at eta."""
     bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
     fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
                                    gqa_ultra=cal.gqa_ultra)
-    return (fused / (cal.kv_eta * bw) + unfused / (cal.unfused_eta * bw)
+    compute = (unfused_decode_flops(cfg, run, fused_decode) / (cal.unfused_flops_eff
+                                                                 * matmul_flops)
+               if matmul_flops else 0.0)
+    return (fused / (cal.kv_eta * bw) + unfused / (cal.unfused_eta * bw) + compute
             + 2 * cfg.state_bytes / (cal.eta * bw))
 
 

@@ -10,7 +10,7 @@ from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import MlxfitError, UsageError
 from mlxfit.estimate.batched import batched_step, seq_cache_bytes
 from mlxfit.estimate.command_buffers import parse_mlx_env
-from mlxfit.estimate.compute import predicted_ttft
+from mlxfit.estimate.compute import decode_matmul_flops, predicted_ttft
 from mlxfit.estimate.kernels import kernel_note
 from mlxfit.estimate.memory import Run, run_from
 from mlxfit.estimate.serving import (
@@ -381,11 +381,13 @@ def chart_data(inputs: ModelInputs, run: Run, m: Machine, cal: Calibration,
     def total_at(n: int) -> int:
         return totals_at(cfg, w.total_bytes, run_at(run, n), cal, extra).total
 
+    mflops = decode_matmul_flops(compute_for(m))
+
     def tps_at(n: int) -> float | None:
         if not m.bandwidth_gbs:
             return None
         return 1.0 / predicted_decode_seconds(cfg, run_at(run, n), w, m.bandwidth_gbs, cal,
-                                              m.name)[0]
+                                              m.name, matmul_flops=mflops)[0]
 
     limit = cfg.max_position or DEFAULT_MAX_CONTEXT
     safe = fit_inputs(inputs, run, m, cal, extra_terms=extra).max_safe_context

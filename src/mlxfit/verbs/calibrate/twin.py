@@ -30,7 +30,9 @@ from typing import Any, ClassVar
 from mlxfit.calibration.constants import Calibration
 from mlxfit.calibration.load import check_user_calibration, load_calibration
 from mlxfit.errors import MlxfitError, UsageError
+from mlxfit.estimate.compute import decode_matmul_flops
 from mlxfit.estimate.speed import predicted_decode_seconds
+from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.json_result import JsonResult
 from mlxfit.localfile import read_regular, why
 from mlxfit.records import (
@@ -52,6 +54,7 @@ from mlxfit.verbs.calibrate.fitting import (
     with_backend,
 )
 from mlxfit.verbs.calibrate.toml_edit import EditRefused, edit_toml
+from mlxfit.verbs.edges import compute_for
 from mlxfit.writefile import write_file
 
 # The constants a memory fit may move, in the order they are shown.
@@ -121,6 +124,15 @@ def fit_memory(samples: list[Sample], cal: Calibration, backend: str,
     return vals, active, tuple(k for k in params if k not in active)
 
 
+def _matmul_flops(machine_name: str) -> float | None:
+    """The record's machine's matmul peak (decode's unfused attention FLOPs), as fit uses it;
+    None for a machine the SKU table cannot name."""
+    try:
+        return decode_matmul_flops(compute_for(resolve_machine(machine_name)))
+    except MlxfitError:
+        return None
+
+
 def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
     """eta and fixed_s from Metal records with a measured decode speed (least squares on the
     relative error of the seconds per token; the other decode constants are kept); None
@@ -129,9 +141,12 @@ def fit_decode(records: list[dict], cal: Calibration) -> DecodeFit | None:
     if not rows:
         return None
 
+    flops = {r[6]: _matmul_flops(r[6]) for r in rows}
+
     def seconds(d, row) -> float:
         _, cfg, run, w, bw, _, machine_name = row
-        return predicted_decode_seconds(cfg, run, w, bw, cal, machine_name, decode=d)[0]
+        return predicted_decode_seconds(cfg, run, w, bw, cal, machine_name, decode=d,
+                                        matmul_flops=flops[machine_name])[0]
 
     def residuals(v: dict[str, float]) -> list[float]:
         d = replace(cal.decode, **v)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from mlxfit.calibration.constants import Calibration
 from mlxfit.errors import UsageError
 from mlxfit.estimate.bands import peak_band_at, plan_bands
+from mlxfit.estimate.compute import decode_matmul_flops
 from mlxfit.estimate.memory import Run, Term, kv_bytes_final, state_bytes_final, validate_run
 from mlxfit.estimate.solve import context_limit, largest_true, run_at, totals_at
 from mlxfit.estimate.speed import (
@@ -254,7 +255,8 @@ def plan_pipeline(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibr
             stage_s.append(weights_seconds(cfg, WeightsRead(ob, oe, 0, True), h.bandwidth_gbs,
                                            d, ultra=ultra)
                            + cache_seconds(sub, run, h.bandwidth_gbs, d, fused_decode=fused,
-                                           ultra=ultra)
+                                           ultra=ultra,
+                                           matmul_flops=decode_matmul_flops(h.compute))
                            + layer_seconds(sub.num_layers, sub.moe_layers, d, fixed=False,
                                            unfused_layers=unfused_decode_layers(sub, run,
                                                                                 fused)))
@@ -388,7 +390,7 @@ def plan_tensor(m: _Model, hosts: Sequence[HostMachine], run: Run, cal: Calibrat
         share = WeightsRead(own + repl, exp, w.embedding, w.tied, w.lookup)
         host_s.append(weights_seconds(cfg, share, h.bandwidth_gbs, d, ultra=ultra)
                       + cache_seconds(sub, run, h.bandwidth_gbs, d, fused_decode=fused,
-                                      ultra=ultra)
+                                      ultra=ultra, matmul_flops=decode_matmul_flops(h.compute))
                       + layer_seconds(cfg.num_layers, sub.moe_layers, d,
                                       unfused_layers=unfused_decode_layers(cfg, run, fused)))
     bands = [_band_at(cal, h, cfg, w.total, run.backend) for h in hosts]

@@ -38,7 +38,7 @@ from typing import Any, ClassVar
 
 from mlxfit._version import __version__
 from mlxfit.errors import MlxfitError, UsageError
-from mlxfit.estimate.compute import predicted_ttft
+from mlxfit.estimate.compute import decode_matmul_flops, predicted_ttft
 from mlxfit.estimate.memory import Run, run_from, run_machine_fields
 from mlxfit.estimate.solve import totals_at
 from mlxfit.estimate.speed import predicted_decode_seconds
@@ -161,8 +161,9 @@ def predict(inputs, run, cal, machine=None) -> tuple[Any, float | None]:
     bw = getattr(machine, "bandwidth_gbs", None)
     tps = None
     if bw and run.backend != "cpu":
-        tps = 1.0 / predicted_decode_seconds(inputs.cfg, run, inputs.weights, bw, cal,
-                                             machine.name)[0]
+        tps = 1.0 / predicted_decode_seconds(
+            inputs.cfg, run, inputs.weights, bw, cal, machine.name,
+            matmul_flops=decode_matmul_flops(compute_for(machine)))[0]
     return tot, tps
 
 

@@ -19,6 +19,7 @@ from mlxfit.model.sanitize_ops import (
     drop,
     family_tie,
     fp8_dequantized,
+    halves,
     model_arg,
     popped,
     retag,
@@ -150,10 +151,7 @@ def _mistral4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         gup = f"{p}.mlp.experts.gate_up_proj"
         if gup in ts:
             w = ts.pop(gup)
-            if len(w.shape) < 2 or w.shape[1] % 2:
-                raise ConfigError(f"{gup}: shape {list(w.shape)} does not split in two on "
-                                  "axis 1 (mx.split raises)")
-            half = (w.shape[0], w.shape[1] // 2, *w.shape[2:])
+            half = halves(gup, w.shape, 1)
             for part in ("gate_proj", "up_proj"):
                 name = f"{p}.mlp.switch_mlp.{part}.weight"
                 ts[name] = TensorInfo.of(name, w.dtype, half)

@@ -14,6 +14,7 @@ from mlxfit.errors import ConfigError
 from mlxfit.model.sanitize_ops import (
     Tensors,
     drop,
+    halves,
     model_arg,
     stacked,
     tie,
@@ -153,10 +154,7 @@ def _granitemoe(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             raise ConfigError(f"{key} is missing: mlx-lm's granitemoe sanitize splits every "
                               "layer's input_linear")
         v = ts.pop(key)
-        if len(v.shape) < 2 or v.shape[1] % 2:
-            raise ConfigError(f"{key}: shape {list(v.shape)} does not split in two on axis 1 "
-                              "(gate and up) as mlx-lm's granitemoe sanitize does")
-        half = (v.shape[0], v.shape[1] // 2, *v.shape[2:])
+        half = halves(key, v.shape, 1)
         for part in ("gate_proj", "up_proj"):
             name = key.replace("input_linear", f"switch_mlp.{part}")
             ts[name] = TensorInfo.of(name, v.dtype, half)

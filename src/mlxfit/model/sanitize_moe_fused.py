@@ -16,6 +16,7 @@ from mlxfit.model.sanitize_ops import (
     drop,
     family_tie,
     fp8_dequantized,
+    halves,
     model_arg,
     retag,
     scale_inv_applied,
@@ -236,12 +237,10 @@ def _hunyuan_unfuse(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
                 name = k.replace("qkv_proj", part)
                 out[name] = TensorInfo.of(name, v.dtype, (rows, cols))
         elif "gate_and_up_proj" in k:
-            if not v.shape or v.shape[0] % 2:
-                raise ConfigError(f"{k}: shape {list(v.shape)} does not halve on its first "
-                                  "axis as mlx-lm's hunyuan sanitize splits it")
+            half = halves(k, v.shape, 0)
             for part in ("up_proj", "gate_proj"):
                 name = k.replace("gate_and_up_proj", part)
-                out[name] = TensorInfo.of(name, v.dtype, (v.shape[0] // 2, *v.shape[1:]))
+                out[name] = TensorInfo.of(name, v.dtype, half)
         else:
             out[k] = v
     return out

@@ -207,6 +207,17 @@ def broadcast_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...] |
     return tuple(max(x, y) if 0 not in (x, y) else 0 for x, y in zip(a, b))
 
 
+def halves(k: str, shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
+    """The shape of each half of ``mx.split(v, 2, axis)`` (a fused gate/up or similar), which
+    raises unless the array has that axis and it divides by two."""
+    if not -len(shape) <= axis < len(shape) or shape[axis] % 2:
+        raise ConfigError(f"{k}: shape {list(shape)} does not split in two along axis {axis} "
+                          "as mlx-lm's sanitize splits it")
+    out = list(shape)
+    out[axis] //= 2
+    return tuple(out)
+
+
 def conv_moveaxis(ts: Tensors) -> Tensors:
     """HF conv1d weights (C, 1, K) become MLX's (C, K, 1)."""
     out: Tensors = {}

@@ -17,6 +17,7 @@ from mlxfit.model.sanitize_ops import (
     Tensors,
     broadcast_shape,
     family_tie,
+    halves,
     model_arg,
     popped,
     retag,
@@ -227,10 +228,7 @@ def _granitemoehybrid(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
             prefix = f"model.layers.{layer}.shared_mlp"
             k = f"{prefix}.input_linear.weight"
             w = popped(ts, k)
-            if not w.shape or w.shape[0] % 2:
-                raise ConfigError(f"{k}: shape {list(w.shape)} does not split in two along "
-                                  "axis 0 (gate and up) as mlx-lm's sanitize does")
-            half = (w.shape[0] // 2, *w.shape[1:])
+            half = halves(k, w.shape, 0)
             for part in ("gate_proj", "up_proj"):
                 name = f"model.layers.{layer}.mlp.{part}.weight"
                 ts[name] = TensorInfo.of(name, w.dtype, half)

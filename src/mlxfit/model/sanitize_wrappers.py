@@ -18,6 +18,7 @@ from mlxfit.model.sanitize_ops import (
     Tensors,
     flatten,
     fp8_dequantized,
+    halves,
     model_arg,
     pop_subtree,
     popped,
@@ -108,16 +109,6 @@ def _qwen_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
     return _renamed(flatten(tree), _lm_prefixed)
 
 
-def _halves(k: str, shape: tuple[int, ...], axis: int) -> tuple[int, ...]:
-    """The shape of each half of ``mx.split(v, 2, axis)``, which raises unless it divides."""
-    if len(shape) < abs(axis) or shape[axis] % 2:
-        raise ConfigError(f"{k}: shape {list(shape)} does not split in two along axis {axis} "
-                          "as mlx-lm's sanitize splits it")
-    out = list(shape)
-    out[axis] //= 2
-    return tuple(out)
-
-
 def _swapped(k: str, shape: tuple[int, ...], a: int, b: int) -> tuple[int, ...]:
     """``swapaxes(a, b)``, which raises on an array with too few axes."""
     n = len(shape)
@@ -164,7 +155,7 @@ def _llama4(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         if f"{prefix}.gate_up_proj" in ts:
             k = f"{prefix}.gate_up_proj"
             v = ts.pop(k)
-            half = _swapped(k, _halves(k, v.shape, -1), 1, 2)
+            half = _swapped(k, halves(k, v.shape, -1), 1, 2)
             _put(ts, f"{prefix}.gate_proj.weight", v.dtype, half)
             _put(ts, f"{prefix}.up_proj.weight", v.dtype, half)
         if f"{prefix}.down_proj" in ts:
@@ -256,7 +247,7 @@ def _gemma4_text_sanitize(ts: Tensors, text: dict[str, Any]) -> Tensors:
                 pass
         if k.endswith(".experts.gate_up_proj"):
             base = k.removesuffix(".gate_up_proj")
-            half = _halves(k, v.shape, -2)
+            half = halves(k, v.shape, -2)
             _put(out, f"{base}.switch_glu.gate_proj.weight", v.dtype, half)
             _put(out, f"{base}.switch_glu.up_proj.weight", v.dtype, half)
             continue
@@ -405,7 +396,7 @@ def _minimax_m3_vl(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
                 fused = out.pop(f"{owner}.gate_up_proj.{part}", None)
                 if fused is None:
                     continue
-                half = _halves(fused.name, fused.shape, -2)
+                half = halves(fused.name, fused.shape, -2)
                 _put(out, f"{owner}.gate_proj.{part}", fused.dtype, half)
                 _put(out, f"{owner}.up_proj.{part}", fused.dtype, half)
         if f"{moe}.experts.0.w1.weight" not in out:
@@ -497,11 +488,11 @@ def _muse_spark(ts: Tensors, cfg: dict[str, Any]) -> Tensors:
         elif suffix in _MUSE_NORMS:
             _put(out, k, "BF16", v.shape)
         elif suffix == "mlp.experts.gate_up_proj":
-            dtype, half = _u8_as_u32(k, v.dtype, _halves(k, v.shape, 1))
+            dtype, half = _u8_as_u32(k, v.dtype, halves(k, v.shape, 1))
             _put(out, experts + "gate_proj.weight", dtype, half)
             _put(out, experts + "up_proj.weight", dtype, half)
         elif suffix == "mlp.experts.gate_up_proj_weight_scale":
-            half = _halves(k, v.shape, 1)
+            half = halves(k, v.shape, 1)
             _put(out, experts + "gate_proj.scales", v.dtype, half)
             _put(out, experts + "up_proj.scales", v.dtype, half)
         elif suffix == "mlp.experts.gate_up_proj_weight_scale_2":

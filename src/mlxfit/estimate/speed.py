@@ -166,6 +166,17 @@ def unfused_decode_flops(cfg: ModelConfig, run: Run, fused_decode: tuple[int, ..
     return flops
 
 
+def unfused_compute(cfg: ModelConfig, run: Run, cal: Decode, fused_decode: tuple[int, ...],
+                    matmul_flops: float | None) -> tuple[float, float]:
+    """(FLOPs, seconds) of one decode token's unfused attention matmuls at
+    ``unfused_flops_eff`` of the chip's matmul peak; (0, 0) without the chip's compute figures
+    (a machine mlxfit has no SKU row for)."""
+    if not matmul_flops:
+        return 0.0, 0.0
+    flops = unfused_decode_flops(cfg, run, fused_decode)
+    return flops, flops / (cal.unfused_flops_eff * matmul_flops)
+
+
 def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
                  fused_decode: tuple[int, ...], ultra: bool = False) -> Term:
     """Bytes decode attention moves per token (``kv_read_parts``, both paths) + the recurrent
@@ -239,10 +250,7 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
     state = 2 * cfg.state_bytes
     moe = cfg.moe_layers
     unf = unfused_decode_layers(cfg, run, fused_decode)
-    # the unfused matmuls' FLOPs over the chip's matmul peak (left out without a chip's
-    # compute figures: a machine mlxfit has no SKU row for, a cluster host)
-    uflops = unfused_decode_flops(cfg, run, fused_decode) if matmul_flops else 0.0
-    ucompute = uflops / (cal.unfused_flops_eff * matmul_flops) if matmul_flops else 0.0
+    uflops, ucompute = unfused_compute(cfg, run, cal, fused_decode, matmul_flops)
     return (
         TimeTerm("decode_dense_weights_seconds", dense / (cal.eta * bw),
                  "weights outside the routed experts (not the input embedding's row gather) / "
@@ -309,9 +317,7 @@ def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode,
     bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
     fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
                                    gqa_ultra=cal.gqa_ultra)
-    compute = (unfused_decode_flops(cfg, run, fused_decode) / (cal.unfused_flops_eff
-                                                                 * matmul_flops)
-               if matmul_flops else 0.0)
+    _, compute = unfused_compute(cfg, run, cal, fused_decode, matmul_flops)
     return (fused / (cal.kv_eta * bw) + unfused / (cal.unfused_eta * bw) + compute
             + 2 * cfg.state_bytes / (cal.eta * bw))
 

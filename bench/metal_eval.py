@@ -57,12 +57,7 @@ from mlxfit.estimate.memory import (
     prefill_phase,
 )
 from mlxfit.estimate.solve import totals_at
-from mlxfit.estimate.speed import (
-    decode_seconds,
-    kv_read_term,
-    unfused_decode_flops,
-    weights_read_term,
-)
+from mlxfit.estimate.speed import kv_read_term, predicted_decode_seconds, weights_read_term
 from mlxfit.hardware.resolve import resolve_machine
 from mlxfit.model.config import ModelConfig
 from mlxfit.model.inputs import WeightsRead, activation_bytes
@@ -296,21 +291,12 @@ def prefill_chip(machine: str):
 
 
 def step_seconds(c: Case, cal: Calibration) -> float:
+    """mlxfit's own decode step (``speed.predicted_decode_seconds``: the Ultra factor from the
+    machine name, the fused head dims of the metal backend, the chip's matmul peak)."""
     m = load_model(c.desc)
     run = run_of(c, c.P + c.G // 2)
-    kw = {}
-    params = inspect.signature(decode_seconds).parameters
-    if "ultra" in params:
-        kw = {"ultra": "Ultra" in c.machine,
-              "fused_decode": cal.backend("metal").fused_decode_head_dims}
-    secs, _ = decode_seconds(m.cfg, run, m.w_native, bandwidth(c.machine), cal.decode, **kw)
-    # + the unfused attention's FLOPs over the chip's matmul peak, as mlxfit's decode adds them
-    if "fused_decode" in kw and getattr(cal.decode, "unfused_flops_eff", None):
-        mf = decode_matmul_flops(prefill_chip(c.machine))
-        if mf:
-            secs += (unfused_decode_flops(m.cfg, run, kw["fused_decode"])
-                     / (cal.decode.unfused_flops_eff * mf))
-    return secs
+    return predicted_decode_seconds(m.cfg, run, m.w_native, bandwidth(c.machine), cal, c.machine,
+                                    matmul_flops=decode_matmul_flops(prefill_chip(c.machine)))[0]
 
 
 def predict_tps(c: Case, cal: Calibration) -> float:

@@ -279,16 +279,6 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
     )
 
 
-def decode_seconds(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
-                   cal: Decode, *, fused_decode: tuple[int, ...],
-                   ultra: bool = False) -> tuple[float, list[Term]]:
-    """Seconds per generated token (the sum of ``decode_time_terms``) and its byte terms.
-    Callers go through ``predicted_decode_seconds`` (which supplies both factors)."""
-    secs, byte_terms, _ = _decode(cfg, run, w, bandwidth_gbs, cal, fused_decode=fused_decode,
-                                  ultra=ultra, matmul_flops=None)
-    return secs, byte_terms
-
-
 def _decode(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float, cal: Decode, *,
             fused_decode: tuple[int, ...], ultra: bool, matmul_flops: float | None
             ) -> tuple[float, list[Term], tuple[TimeTerm, ...]]:

@@ -34,6 +34,7 @@ from mlxfit.estimate.compute import (
     chunk_flops,
     chunk_read_bytes,
     cold_gpu_seconds,
+    cold_reread_seconds,
     decode_matmul_flops,
     prefill_layers,
 )
@@ -194,7 +195,7 @@ def prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:
         return warm
     bw = f["bw"] * (ultra_eta if f["ultra"] else 1.0)
     return warm + cold_gpu_seconds(warm, x["cold_gpu_slowdown"], x["cold_gpu_lost_s"],
-                                   f["read1"] / (x["cold_read_eta"] * bw))
+                                   cold_reread_seconds(f["read1"], bw, x["cold_read_eta"]))
 
 
 def _warm_prefill_seconds(f: dict, x: dict, ultra_eta: float) -> float:

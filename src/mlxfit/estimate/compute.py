@@ -56,6 +56,7 @@ from mlxfit.estimate.speed import (
     experts_touched,
     is_ultra,
     predicted_decode_seconds,
+    stream_bps,
     weights_split,
 )
 from mlxfit.model.config import Attn, ModelConfig
@@ -316,7 +317,7 @@ def prefill_seconds(cfg: ModelConfig, p: MatmulParams, run: Run, chip: ChipCompu
     pc = cal.prefill
     assert pc is not None  # callers check: predicted_ttft returns None without [prefill]
     s = run.schedule()
-    stream = bandwidth_gbs * 1e9 * (cal.decode.ultra_eta if ultra else 1.0)
+    stream = stream_bps(bandwidth_gbs, cal.decode, ultra)
     layers = prefill_layers(cfg) if computed is None else computed
     # the per-layer chunk costs are the host's: every layer of cfg is built each chunk
     built, built_moe = cfg.num_layers, cfg.moe_layers
@@ -365,15 +366,14 @@ def cold_gpu_seconds(warm_s: float, slowdown: float, lost_s: float, reread_s: fl
     return min(warm_s * (slowdown - 1.0), lost_s) + reread_s
 
 
-def cold_reread_seconds(first_chunk_read_bytes: int, bandwidth_gbs: float, cold_read_eta: float,
-                        chip: ChipCompute, ultra_eta: float) -> float:
+def cold_reread_seconds(first_chunk_read_bytes: float, bytes_per_s: float,
+                        cold_read_eta: float) -> float:
     """The first chunk's weight stream after an idle spell, at ``cold_read_eta`` of the
-    bandwidth: a warm harness streams them at ``chunk_read_eta`` (in ``prefill_seconds``); a
-    harness that sleeps between trials pays this on top (ax-engine's short-prompt intercept
-    grows with the weight bytes, 4/5/6/8-bit alike)."""
-    bw = bandwidth_gbs * 1e9 * (ultra_eta if chip.ultra else 1.0)
-    return first_chunk_read_bytes / (cold_read_eta * bw)
-
+    stream's bandwidth (``bytes_per_s``: ``speed.stream_bps``): a warm harness streams
+    them at ``chunk_read_eta`` (in ``prefill_seconds``); a harness that sleeps between trials
+    pays this on top (ax-engine's short-prompt intercept grows with the weight bytes,
+    4/5/6/8-bit alike)."""
+    return first_chunk_read_bytes / (cold_read_eta * bytes_per_s)
 
 def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                    chip: ChipCompute, cal: Calibration, machine_name: str, *,
@@ -395,8 +395,9 @@ def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: fl
     first_read = chunk_read_bytes(cfg, w, s.chunk_at(1).size) if ps.chunks else 0
     cold = 0.0
     if cold_gpu:
-        reread = cold_reread_seconds(first_read, bandwidth_gbs, pc.cold_read_eta, chip,
-                                     cal.decode.ultra_eta)
+        reread = cold_reread_seconds(first_read,
+                                     stream_bps(bandwidth_gbs, cal.decode, chip.ultra),
+                                     pc.cold_read_eta)
         cold = cold_gpu_seconds(secs + step, pc.cold_gpu_slowdown, pc.cold_gpu_lost_s, reread)
     ttft = secs + step + cold
     cold_terms = (TimeTerm("cold_gpu_seconds", cold,

@@ -193,6 +193,12 @@ def kv_read_term(cfg: ModelConfig, run: Run, cal: Decode | None = None, *,
                  "state_bytes": 2 * cfg.state_bytes})
 
 
+def stream_bps(bandwidth_gbs: float, cal: Decode, ultra: bool) -> float:
+    """Bytes/s a kernel's stream sees: the machine's bandwidth, x ``ultra_eta`` on a two-die
+    Ultra (decode's and prefill's streams alike)."""
+    return bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+
+
 def is_ultra(machine_name: str) -> bool:
     """Ultra chips are two dies: the decode model applies its measured efficiency factor."""
     return " ultra" in f" {machine_name.lower()}"
@@ -243,7 +249,7 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
                       ultra: bool = False, matmul_flops: float | None = None
                       ) -> tuple[TimeTerm, ...]:
     """The per-op seconds of one decode token (the module docstring's sum), for --explain."""
-    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    bw = stream_bps(bandwidth_gbs, cal, ultra)
     dense, routed = weights_split(cfg, w)
     fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
                                    gqa_ultra=cal.gqa_ultra)
@@ -294,7 +300,7 @@ def weights_seconds(cfg: ModelConfig, w: WeightsRead, bandwidth_gbs: float, cal:
     """Decode's weight reads of ``w`` (a model or a host's share) for a step of ``tokens``
     sequences: dense at eta, the routed experts they touch at expert_eta (the terms
     ``decode_time_terms`` names)."""
-    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    bw = stream_bps(bandwidth_gbs, cal, ultra)
     dense, routed = weights_split(cfg, w, tokens)
     return dense / (cal.eta * bw) + routed / (cal.expert_eta * bw)
 
@@ -304,7 +310,7 @@ def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode,
                   matmul_flops: float | None = None) -> float:
     """Decode's attention and state reads of ``cfg``'s layers (a model or a host's share):
     fused at kv_eta, unfused at unfused_eta, the state at eta."""
-    bw = bandwidth_gbs * 1e9 * (cal.ultra_eta if ultra else 1.0)
+    bw = stream_bps(bandwidth_gbs, cal, ultra)
     fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
                                    gqa_ultra=cal.gqa_ultra)
     _, compute = unfused_compute(cfg, run, cal, fused_decode, matmul_flops)
@@ -315,7 +321,7 @@ def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode,
 def read_seconds(nbytes: float, bandwidth_gbs: float, cal: Decode, *, ultra: bool = False) -> float:
     """Time to stream ``nbytes`` of weights at the calibrated efficiency (Ultra: two-die
     factor)."""
-    return nbytes / (cal.eta * (cal.ultra_eta if ultra else 1.0) * bandwidth_gbs * 1e9)
+    return nbytes / (cal.eta * stream_bps(bandwidth_gbs, cal, ultra))
 
 
 def layer_seconds(layers: int, moe_layers: int, cal: Decode, *, fixed: bool = True,

@@ -1161,7 +1161,15 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--speed", action="store_true",
                     help="decode and prompt tok/s (issue 25): per-op fit, in-sample, "
                          "leave-one-source-out and leave-one-family-kind-out")
+    ap.add_argument("--source-power", type=float, default=None,
+                    help="with --speed: weigh each run by n_source ** (-power / 2) in the fits "
+                         "(default bench/speed_eval.SOURCE_POWER = 1, one vote per source; "
+                         "0: every run alike)")
     a = ap.parse_args(argv)
+    if a.source_power is not None:
+        import speed_eval
+
+        speed_eval.SOURCE_POWER = a.source_power
     cases, skipped = load_cases()
     doc = base_doc()
     cal0 = cal_with(doc)

@@ -6,7 +6,8 @@ Used by ``bench/metal_eval.py --speed [--md FILE] [--loo-rows FILE]``. Each run'
 (bytes each decode step reads by kernel path, FLOPs and bytes of each prefill chunk) come from
 mlxfit's own functions (``speed.weights_split``, ``speed.kv_read_parts``,
 ``compute.chunk_flops``, ``compute.chunk_read_bytes``); the time is then a sum of amounts over
-fitted efficiencies, so the fits (log(pred/meas), soft-L1) work on per-run features. A run whose
+fitted efficiencies, so the fits (log(pred/meas), soft-L1, each source's runs sharing one
+vote: ``SOURCE_POWER``) work on per-run features. A run whose
 harness slept before each trial (``prefill_eval.idle_gpu``: ax-engine's mlx_lm.benchmark
 --delay) adds the cold-GPU start (``compute.cold_gpu_seconds``) to its TTFT. The
 "shipped" prediction is mlxfit's (``predicted_decode_seconds``, ``predicted_ttft``) with
@@ -220,14 +221,33 @@ def prefill_tps(f: dict, x: dict, ultra_eta: float) -> float:
 # --------------------------------------------------------------------------- fitting
 
 
+# How the fit weighs a source's runs: each run's residual is scaled by n_source ** (-power / 2),
+# so a source's total weight grows as n_source ** (1 - power). 1 (the default): one source, one
+# vote. A source's runs share its machine, harness and build, so they are not independent draws
+# of the runs mlxfit will meet; weighed run by run, the two largest sources (guruswami's M3
+# Ultra, 179 prompt runs; weklund's, 147) set the constants, and what transfers to a new source
+# is judged by leave-one-source-out. 0 weighs every run alike (rounds 1-4).
+SOURCE_POWER = 1.0
+
+
+def source_weights(rows, power: float) -> np.ndarray:
+    """Per-run residual weights n_source ** (-power / 2), scaled to a mean square of 1."""
+    n = {}
+    for r in rows:
+        n[r["src"]] = n.get(r["src"], 0) + 1
+    w = np.array([n[r["src"]] ** (-power / 2) for r in rows], float)
+    return w / np.sqrt(np.mean(w**2))
+
+
 def _fit(rows, x0: dict, names: list[str], bounds: dict, pred, lm_fit) -> dict:
     lo = [bounds[k][0] for k in names]
     hi = [bounds[k][1] for k in names]
     scale = [max(abs(x0[k]), 1e-6) for k in names]  # fit in units of the start value
+    w = source_weights(rows, SOURCE_POWER)
 
     def res(v):
         x = {**x0, **{k: a * s for k, a, s in zip(names, v, scale)}}
-        return np.array([np.log(pred(r["f"], x) / r["meas"]) for r in rows])
+        return w * np.array([np.log(pred(r["f"], x) / r["meas"]) for r in rows])
 
     v0 = [min(max(x0[k], lo[i]), hi[i]) / scale[i] for i, k in enumerate(names)]
     v = lm_fit(res, v0, [a / s for a, s in zip(lo, scale)], [b / s for b, s in zip(hi, scale)],
@@ -351,7 +371,8 @@ def report(result) -> list[str]:
          "calibration.toml as it is; *in-sample* = refit on every run; *LOSO* = refit without "
          "the run's source (one repository, file or issue thread); *LOFKO* = refit without "
          "the run's family kind. A constant no training run identifies keeps its all-runs "
-         "value."), ""]
+         "value. Each fit weighs a run by n_source ** (-power / 2), power = "
+         f"{SOURCE_POWER:g} (`SOURCE_POWER`; 1: one vote per source)."), ""]
     for q, (rows, full) in result.items():
         L += [f"### {q}", "", "Fitted on all runs: " + ", ".join(
             f"{k} = {v:.4g}" for k, v in full.items() if k in (DEC_FIT if q == 'decode_tps'

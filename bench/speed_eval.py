@@ -82,7 +82,8 @@ NO_PROMPT_TPS = {
         "07-13): every model's mlx_lm.benchmark prefill there stalls at 2048 tokens (Gemma-4 31B "
         "4-bit 208 tok/s, Qwen3.6-27B 4-bit 266, Gemma-4 E2B 4-bit 7,893 and 8,755) against "
         "758 / 930 / 19,874 tok/s for the same models on the same M5 Max in its mlx-lm 0.31.3 "
-        "reference run; decode is unchanged (E2B 4-bit 213-221 vs 225 tok/s). The 6-bit "
+        "reference run; decode is unchanged (E2B 4-bit 213-221 vs 225 tok/s): Homebrew's MLX "
+        "0.32.0 metallib has no NAX kernels (Pushkinist/rMLX#309). The 6-bit "
         "Gemma-4 E2B/E4B rows were taken from these runs"),
 }
 

@@ -3,7 +3,9 @@ kernel path, the union of experts a chunk routes to, and --explain's per-op seco
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 from st_helpers import config_dict, invoke, load_config
@@ -17,6 +19,7 @@ from mlxfit.estimate.speed import (
     kv_read_parts,
     predicted_decode_seconds,
     predicted_decode_terms,
+    unfused_decode_flops,
 )
 from mlxfit.model.inputs import WeightsRead
 from mlxfit.model.parse import parse_config
@@ -118,3 +121,35 @@ def test_unfused_decode_reads_each_kv_head_once_per_query_head_sharing_it():
         cache = 2 * kv_heads * dim * n * 2
         assert fused == 0
         assert unfused == pytest.approx(layers * (cache * rereads + scores))
+
+
+
+GEMMA4 = json.loads((Path(__file__).parent / "fixtures" / "families" / "gemma4_text.json")
+                    .read_text())
+
+
+def _gemma4(**over):
+    return parse_config({**GEMMA4, **over}, where="config.json")
+
+
+@pytest.mark.parametrize("ctx", [6, 64, 4096])
+def test_kv_shared_layers_read_the_cache_they_share(ctx):
+    """Gemma 3n/4's last num_kv_shared_layers layers own no cache but run their attention over
+    the last earlier cache of their type: a decode token reads, and the unfused ones multiply,
+    what the same layers would if each owned that cache. Until issue 25's round 5 they were
+    skipped: the fixture's 4 shared layers of 10 read nothing."""
+    shared = _gemma4()
+    owning = _gemma4(num_kv_shared_layers=0)
+    assert sum(1 for ly in shared.layers if ly.attn and not ly.attn.cache.owns_memory) == 4
+    run = Run(ctx=ctx, backend="metal")
+    for dims in (METAL_FUSED, (32, 96, 128)):  # the global head dim (64) fused, then not
+        got = kv_read_parts(shared, run, fused_decode=dims)
+        assert got == pytest.approx(kv_read_parts(owning, run, fused_decode=dims))
+        assert sum(got) > 0
+        assert unfused_decode_flops(shared, run, dims) == pytest.approx(
+            unfused_decode_flops(owning, run, dims))
+    # more than the six cache owners alone read
+    owners = _gemma4(num_kv_shared_layers=0, num_hidden_layers=6,
+                     layer_types=GEMMA4["layer_types"][:6])
+    assert (sum(kv_read_parts(shared, run, fused_decode=METAL_FUSED))
+            > sum(kv_read_parts(owners, run, fused_decode=METAL_FUSED)))

@@ -121,13 +121,13 @@ def _unfused_layer_bytes(cfg: ModelConfig, a: Attn, n: int, kv: float) -> float:
 def kv_read_parts(cfg: ModelConfig, run: Run, *, fused_decode: tuple[int, ...],
                   ultra: bool = False, gqa_ultra: float = 0.0) -> tuple[float, float]:
     """(bytes the fused decode kernel reads, bytes unfused decode attention moves) per token.
-    Attention reads every cached token it attends to (not the unused capacity). On Ultra chips
+    Attention reads every cached token it attends to (not the unused capacity), KV-shared
+    layers included: Gemma 3n/4's last layers own no cache, but each runs its attention over
+    the earlier layer's it shares (``Shared.decode_keys``: that cache's window). On Ultra chips
     a GQA factor above 4 costs (1 + gqa_ultra x gqa) on the fused read (MLX's 2-pass kernel)."""
     quant = run.kv_quantized
     fused = unfused = 0.0
     for a, count in attn_groups(cfg, run):
-        if not a.cache.owns_memory:
-            continue
         n = a.cache.decode_keys(run.ctx)
         # deepseek_v41: the indexer scores every index key and the attention gathers its
         # top-k compressed rows; the whole compressed cache is counted as read.
@@ -155,8 +155,8 @@ def unfused_decode_flops(cfg: ModelConfig, run: Run, fused_decode: tuple[int, ..
     kv_lora_rank + rope) per key, its latent both key and value). MLA's 20+ heads over a
     512-wide latent make these matmuls compute-bound on a chip without Neural Accelerators."""
     flops = 0.0
-    for a, count in attn_groups(cfg, run):
-        if not a.cache.owns_memory or _fused_decode(cfg, a, fused_decode, run.kv_quantized):
+    for a, count in attn_groups(cfg, run):  # KV-shared layers too (kv_read_parts)
+        if _fused_decode(cfg, a, fused_decode, run.kv_quantized):
             continue
         n = a.cache.decode_keys(run.ctx)
         if a.mla is not None:

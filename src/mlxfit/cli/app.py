@@ -7,6 +7,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import sys
+from itertools import pairwise
 from typing import NoReturn
 
 import typer
@@ -96,7 +97,9 @@ def main() -> None:
     One rule for output that cannot be written: a closed pipe on stdout exits quietly with
     ``EXIT_BROKEN_PIPE``; any other failure to write stdout (a full disk, an I/O error) is one
     line on stderr and exit 2, like every error."""
-    as_json = "--json" in sys.argv[1:]
+    argv = sys.argv[1:]
+    as_json = "--json" in argv or "--format=json" in argv or any(
+        a == "--format" and b == "json" for a, b in pairwise(argv))
 
     def one_line(msg: str, e: Exception) -> NoReturn:  # outside the app: exit, not typer.Exit
         if as_json:  # a script asked for JSON: the error is a JSON object too

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mlxfit.cli.common import console, fail
+from mlxfit.cli.common import console, fail, wants_json
 from mlxfit.cli.options import (
     BackendOpt,
     ClusterForceOpt,
@@ -17,6 +17,7 @@ from mlxfit.cli.options import (
     KvBitsOpt,
     KvGroupSizeOpt,
     MacosOpt,
+    OneResultFormatOpt,
     PlanOpt,
     PrefillStepSizeOpt,
     QBitsOpt,
@@ -70,6 +71,7 @@ def cluster_cmd(
     write: ClusterWriteOpt = None,
     force: ClusterForceOpt = False,
     as_json: JsonOpt = False,
+    fmt: OneResultFormatOpt = "table",
     explain: ExplainOpt = False,
     q_bits: QBitsOpt = None,
     q_group_size: QGroupSizeOpt = None,
@@ -81,6 +83,7 @@ def cluster_cmd(
 ) -> None:
     """Split a model across several Macs (MLX distributed): per-host memory, context, speed."""
     try:
+        as_json = wants_json(fmt, as_json, "cluster")
         r = cluster(model, host or [], ctx, hosts_file=hosts_file, strategy=strategy,
                     link=link, link_latency_us=link_latency_us, link_gbs=link_gbs,
                     macos=macos, revision=revision, gen=gen,

@@ -166,6 +166,15 @@ def check_format(fmt: str) -> None:
                           f"{fmt!r}", field="--format")
 
 
+def wants_json(fmt: str, as_json: bool, verb: str) -> bool:
+    """--format of a verb that prints one result (fit, serve-plan, cluster): table or json,
+    the same words as matrix's and pick's; json is --json."""
+    if fmt not in ("table", "json"):
+        raise MlxfitError(f"--format must be table or json for {verb} (markdown and csv are "
+                          f"matrix's and pick's), got {fmt!r}", field="--format")
+    return as_json or fmt == "json"
+
+
 def fail(e: Exception, as_json: bool = False) -> NoReturn:
     """One line on stderr, exit 2: what the user gave us cannot be sized as asked. Under
     --json the error is also a JSON object on stdout, so a script reads one object either way."""

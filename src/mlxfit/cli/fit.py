@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from mlxfit.cli.common import console, fail
+from mlxfit.cli.common import console, fail, wants_json
 from mlxfit.cli.options import (
     BackendOpt,
     CtxOpt,
@@ -18,6 +18,7 @@ from mlxfit.cli.options import (
     MacosOpt,
     MaxKvSizeOpt,
     MemoryBudgetOpt,
+    OneResultFormatOpt,
     PlanOpt,
     PrefillStepSizeOpt,
     QBitsOpt,
@@ -92,6 +93,7 @@ def fit_cmd(
     backend: BackendOpt = "metal",
     with_vision: WithVisionOpt = False,
     as_json: JsonOpt = False,
+    fmt: OneResultFormatOpt = "table",
     explain: ExplainOpt = False,
     advise: bool = typer.Option(False, "--advise", help="What would make it fit, cheapest first, with the mlx-lm command (shown anyway when it does not fit)."),
     parallel: int | None = typer.Option(None, "--parallel", "--decode-concurrency", help="Concurrent sequences in mlx_lm.server's batch (KV per sequence)."),
@@ -109,6 +111,7 @@ def fit_cmd(
 ) -> None:
     """Weights + KV cache + transient against usable GPU memory: FITS or DOES NOT FIT."""
     try:
+        as_json = wants_json(fmt, as_json, "fit")
         given, chart_file = _chart_path(model, typer_ctx.args, chart)
         model = model_or_default(given, "fit")
     except (typer.BadParameter, MlxfitError) as e:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import typer
 
-from mlxfit.cli.common import console, fail
+from mlxfit.cli.common import console, fail, wants_json
 from mlxfit.cli.options import (
     JsonOpt,
     MachineOpt,
     MacosOpt,
     MemoryBudgetOpt,
+    OneResultFormatOpt,
     PrefillStepSizeOpt,
     RevisionOpt,
     ServeCtxOpt,
@@ -37,9 +38,11 @@ def serve_plan_cmd(
     revision: RevisionOpt = None,
     prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
     as_json: JsonOpt = False,
+    fmt: OneResultFormatOpt = "table",
 ) -> None:
     """How many concurrent requests mlx_lm.server holds at --ctx, how fast, with which flags."""
     try:
+        as_json = wants_json(fmt, as_json, "serve-plan")
         if typer_ctx.args:
             raise unexpected(typer_ctx.args[0], "serve-plan takes one model")
         model = model_or_default(model, "serve-plan")

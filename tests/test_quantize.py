@@ -462,3 +462,22 @@ def test_hub_checkpoint_sized_as_converted(tmp_path, monkeypatch):
     assert r.weights_bytes == plan.weight_bytes == load_entry(
         "mlx-community/Qwen3-8B-4bit").total_bytes
     assert plan.command == "mlx_lm.convert --hf-path Qwen/Qwen3-8B -q --q-bits 4"
+
+
+def test_pick_names_the_conversion_it_sizes():
+    """A predicted conversion in pick ("<id> as 4bit") carries the plan fit gives the same
+    conversion (its mlx_lm.convert command names the source repo); a script no longer has to
+    parse the id. Stored entries carry null."""
+    picked = json.loads(invoke("pick", "--catalog", "--machine", "M4 Pro 24GB", "--quants", "4",
+                               "--json").stdout)
+    rows = {c["model"]: c for c in picked["catalog"]}
+    conv = rows["mlx-community/Qwen3-8B-bf16 as 4bit"]
+    fit = json.loads(invoke("fit", "mlx-community/Qwen3-8B-bf16", "--machine", "M4 Pro 24GB",
+                            "--q-bits", "4", "--json").stdout)
+    assert conv["quantization_plan"] == fit["quantization_plan"]
+    assert conv["quantization_plan"]["command"].startswith(
+        "mlx_lm.convert --hf-path mlx-community/Qwen3-8B-bf16 ")
+    assert conv["weights_bytes"] == fit["weights_bytes"]
+    assert rows["mlx-community/Qwen3-8B-bf16"]["quantization_plan"] is None
+    assert all((c["quantization_plan"] is None) == (" as " not in name)
+               for name, c in rows.items())

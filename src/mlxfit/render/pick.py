@@ -10,6 +10,7 @@ from mlxfit.model.names import base_name
 from mlxfit.render import (
     SCHEMA_VERSION,
     bands_to_json,
+    conversion_to_json,
     machine_to_json,
     run_to_json,
     seconds_to_json,
@@ -52,6 +53,9 @@ def candidate_to_json(c: Candidate) -> dict[str, Any]:
         # The cache plan's origin, as fit's: "table", "mlx-lm <version>" or unverified.
         "family_known": c.result.family_known if c.result is not None else True,
         "plan_source": c.result.plan_source if c.result is not None else "table",
+        # Additive: for a conversion pick sizes ("<model> as 4bit", --quants), the plan fit
+        # gives it, mlx_lm.convert command and source repo included; null otherwise.
+        "quantization_plan": conversion_to_json(c.conversion),
     }
 
 

@@ -39,6 +39,7 @@ from mlxfit.mlx_lm_defaults import (
 )
 from mlxfit.model.inputs import ModelInputs, WeightsDetail, model_arrays, model_inputs
 from mlxfit.model.mlx_extra import require_mlx
+from mlxfit.model.quantize import ConversionPlan
 from mlxfit.settings import Settings, config_table
 from mlxfit.sources.catalog import catalog_ids, load_entry
 from mlxfit.sources.folder import missing_numbered_shards, read_config
@@ -278,6 +279,8 @@ class Candidate:
     predicted_prefill_tps: float | None = None  # FitResult's (estimate/compute.py)
     predicted_ttft_s: float | None = None
     watchdog: str | None = None  # FitResult.watchdog: prefill may trip macOS's GPU watchdog
+    # the mlx_lm.convert plan of a predicted conversion ("<id> as 4bit", --quants); else None
+    conversion: ConversionPlan | None = field(default=None, repr=False, compare=False)
 
     @property
     def verdict(self) -> str:
@@ -513,11 +516,11 @@ def _catalog_rows(run, m, cal, usable: int, coexist: int, settings: PickSettings
             continue
         src = ModelSource(name=e.repo_id, kind="catalog", location="built-in catalog",
                           config=e.config, tensors=e.tensors, files=(), notes=(CATALOG_NOTE,))
-        variants = [(e.repo_id, src)] + [
-            (name, conv) for name, conv, _ in predicted_quants(src, quants, e.repo_id)]
-        for name, s in variants:
+        variants = [(e.repo_id, src, None), *predicted_quants(src, quants, e.repo_id)]
+        for name, s, plan in variants:
             try:
-                rows.append(_catalog_row(s, name, run, m, cal, usable, coexist, settings))
+                rows.append(replace(_catalog_row(s, name, run, m, cal, usable, coexist,
+                                                 settings), conversion=plan))
             except MlxfitError as err:
                 notes.append(f"catalog {name} left out: {err}")
     # those that fit outright, largest first, then the tight ones (issue 27), then the rest

@@ -96,10 +96,8 @@ QuantsOpt = Annotated[str | None, typer.Option(
 JsonOpt = Annotated[bool, typer.Option(
     "--json", help="One JSON object on stdout (= --format json where a verb has --format).")]
 FormatOpt = Annotated[str, typer.Option(
-    "--format", help="table, markdown (for a model card), csv or json.")]
-# fit, serve-plan and cluster print one result: a table or JSON (check_one_result_format).
-OneResultFormatOpt = Annotated[str, typer.Option(
-    "--format", help="table or json (= --json); matrix and pick also print markdown and csv.")]
+    "--format", help="table, markdown (for a model card), csv or json (= --json); fit, "
+                     "serve-plan and cluster print one result: table or json.")]
 ExplainOpt = Annotated[bool, typer.Option(
     "--explain", help="Show each term's formula and inputs (cluster: every host's).")]
 OnlyFitsOpt = Annotated[bool, typer.Option(

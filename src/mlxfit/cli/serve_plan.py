@@ -6,11 +6,11 @@ import typer
 
 from mlxfit.cli.common import console, fail, wants_json
 from mlxfit.cli.options import (
+    FormatOpt,
     JsonOpt,
     MachineOpt,
     MacosOpt,
     MemoryBudgetOpt,
-    OneResultFormatOpt,
     PrefillStepSizeOpt,
     RevisionOpt,
     ServeCtxOpt,
@@ -38,7 +38,7 @@ def serve_plan_cmd(
     revision: RevisionOpt = None,
     prefill_step_size: PrefillStepSizeOpt = DEFAULT_PREFILL_STEP_SIZE,
     as_json: JsonOpt = False,
-    fmt: OneResultFormatOpt = "table",
+    fmt: FormatOpt = "table",
 ) -> None:
     """How many concurrent requests mlx_lm.server holds at --ctx, how fast, with which flags."""
     try:

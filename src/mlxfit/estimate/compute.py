@@ -375,6 +375,7 @@ def cold_reread_seconds(first_chunk_read_bytes: float, bytes_per_s: float,
     4/5/6/8-bit alike)."""
     return first_chunk_read_bytes / (cold_read_eta * bytes_per_s)
 
+
 def predicted_ttft(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs: float,
                    chip: ChipCompute, cal: Calibration, machine_name: str, *,
                    cold_gpu: bool = False) -> PromptTime | None:

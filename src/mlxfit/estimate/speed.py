@@ -251,12 +251,10 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
     """The per-op seconds of one decode token (the module docstring's sum), for --explain."""
     bw = stream_bps(bandwidth_gbs, cal, ultra)
     dense, routed = weights_split(cfg, w)
-    fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
-                                   gqa_ultra=cal.gqa_ultra)
-    state = 2 * cfg.state_bytes
+    at = attention_seconds(cfg, run, bandwidth_gbs, cal, fused_decode=fused_decode, ultra=ultra,
+                           matmul_flops=matmul_flops)
     moe = cfg.moe_layers
     unf = unfused_decode_layers(cfg, run, fused_decode)
-    uflops, ucompute = unfused_compute(cfg, run, cal, fused_decode, matmul_flops)
     return (
         TimeTerm("decode_dense_weights_seconds", dense / (cal.eta * bw),
                  "weights outside the routed experts (not the input embedding's row gather) / "
@@ -264,19 +262,20 @@ def decode_time_terms(cfg: ModelConfig, run: Run, w: WeightsRead, bandwidth_gbs:
         TimeTerm("decode_expert_weights_seconds", routed / (cal.expert_eta * bw),
                  "the top_k routed experts' bytes per MoE layer / (expert_eta x bandwidth)",
                  {"bytes": routed, "expert_eta": cal.expert_eta}),
-        TimeTerm("decode_attention_fused_seconds", fused / (cal.kv_eta * bw),
+        TimeTerm("decode_attention_fused_seconds", at.fused_s,
                  "attended tokens x KV bytes per token, fused sdpa_vector layers / "
-                 "(kv_eta x bandwidth)", {"bytes": int(fused), "kv_eta": cal.kv_eta}),
-        TimeTerm("decode_attention_unfused_seconds", unfused / (cal.unfused_eta * bw) + ucompute,
+                 "(kv_eta x bandwidth)", {"bytes": int(at.fused_bytes), "kv_eta": cal.kv_eta}),
+        TimeTerm("decode_attention_unfused_seconds", at.unfused_s,
                  f"K and V read by the fallback's two matmuls once per query head sharing them "
                  f"(MLA: latent twice + k_pe) + "
                  f"{SCORE_PASSES} crossings of the scores (+{MASK_PASSES} MLA mask, "
                  f"+{SOFTCAP_PASSES} softcap) / (unfused_eta x bandwidth) + their matmuls' "
                  "FLOPs / (unfused_flops_eff x the chip's matmul peak)",
-                 {"bytes": int(unfused), "unfused_eta": cal.unfused_eta, "flops": uflops,
-                  "unfused_flops_eff": cal.unfused_flops_eff}),
-        TimeTerm("decode_state_seconds", state / (cal.eta * bw),
-                 "recurrent state read and written once / (eta x bandwidth)", {"bytes": state}),
+                 {"bytes": int(at.unfused_bytes), "unfused_eta": cal.unfused_eta,
+                  "flops": at.unfused_flops, "unfused_flops_eff": cal.unfused_flops_eff}),
+        TimeTerm("decode_state_seconds", at.state_s,
+                 "recurrent state read and written once / (eta x bandwidth)",
+                 {"bytes": at.state_bytes}),
         TimeTerm("decode_fixed_seconds",
                  layer_seconds(cfg.num_layers, moe, cal, unfused_layers=unf),
                  "fixed_s + per_layer_s x layers + per_moe_layer_s x MoE layers + "
@@ -305,17 +304,46 @@ def weights_seconds(cfg: ModelConfig, w: WeightsRead, bandwidth_gbs: float, cal:
     return dense / (cal.eta * bw) + routed / (cal.expert_eta * bw)
 
 
-def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode, *,
-                  fused_decode: tuple[int, ...], ultra: bool = False,
-                  matmul_flops: float | None = None) -> float:
-    """Decode's attention and state reads of ``cfg``'s layers (a model or a host's share):
-    fused at kv_eta, unfused at unfused_eta, the state at eta."""
+@dataclass(frozen=True)
+class AttentionTime:
+    """One decode token's attention and recurrent-state seconds, by kernel path, with the
+    bytes and FLOPs they come from (``attention_seconds``)."""
+
+    fused_s: float
+    unfused_s: float  # the fallback's traffic and its matmuls' FLOPs
+    state_s: float
+    fused_bytes: float
+    unfused_bytes: float
+    unfused_flops: float
+    state_bytes: int
+
+    @property
+    def total(self) -> float:
+        return self.fused_s + self.unfused_s + self.state_s
+
+
+def attention_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode, *,
+                      fused_decode: tuple[int, ...], ultra: bool = False,
+                      matmul_flops: float | None = None) -> AttentionTime:
+    """Decode's attention and state of ``cfg``'s layers (a model or a host's share): the fused
+    read at kv_eta, unfused traffic at unfused_eta plus its matmuls' FLOPs
+    (``unfused_compute``), the state read and written at eta. ``decode_time_terms`` shows
+    these parts; ``cache_seconds`` is their sum."""
     bw = stream_bps(bandwidth_gbs, cal, ultra)
     fused, unfused = kv_read_parts(cfg, run, fused_decode=fused_decode, ultra=ultra,
                                    gqa_ultra=cal.gqa_ultra)
-    _, compute = unfused_compute(cfg, run, cal, fused_decode, matmul_flops)
-    return (fused / (cal.kv_eta * bw) + unfused / (cal.unfused_eta * bw) + compute
-            + 2 * cfg.state_bytes / (cal.eta * bw))
+    flops, compute = unfused_compute(cfg, run, cal, fused_decode, matmul_flops)
+    state = 2 * cfg.state_bytes
+    return AttentionTime(fused / (cal.kv_eta * bw), unfused / (cal.unfused_eta * bw) + compute,
+                         state / (cal.eta * bw), fused, unfused, flops, state)
+
+
+def cache_seconds(cfg: ModelConfig, run: Run, bandwidth_gbs: float, cal: Decode, *,
+                  fused_decode: tuple[int, ...], ultra: bool = False,
+                  matmul_flops: float | None = None) -> float:
+    """Decode's attention and state seconds of ``cfg``'s layers (``attention_seconds``)."""
+    return attention_seconds(cfg, run, bandwidth_gbs, cal, fused_decode=fused_decode,
+                             ultra=ultra, matmul_flops=matmul_flops).total
 
 
 def read_seconds(nbytes: float, bandwidth_gbs: float, cal: Decode, *, ultra: bool = False) -> float:
